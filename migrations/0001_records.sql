@@ -1,0 +1,131 @@
+-- idemgate records (DESIGN.md §3). One row per (route, scope, key).
+-- Bodies and headers are bytes: a proxy replays exactly what the upstream sent.
+
+CREATE SEQUENCE idemgate_token_seq;
+
+CREATE TABLE idemgate_records (
+    route        TEXT        NOT NULL,
+    scope        BYTEA       NOT NULL,          -- SHA-256 of the scope header, or empty
+    key          TEXT        NOT NULL,
+    fingerprint  BYTEA       NOT NULL,          -- SHA-256 of the request
+    state        TEXT        NOT NULL CHECK (state IN ('in_flight', 'completed', 'held')),
+    token        BIGINT      NOT NULL,          -- fencing token of the current attempt
+    lease_until  TIMESTAMPTZ,                   -- in_flight only
+    expires_at   TIMESTAMPTZ NOT NULL,          -- retention
+    created_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at   TIMESTAMPTZ NOT NULL DEFAULT now(),
+    held_reason  TEXT,                          -- held only
+    status       SMALLINT,                      -- completed only
+    headers      BYTEA,                         -- completed only
+    body         BYTEA,                         -- completed only
+    PRIMARY KEY (route, scope, key)
+);
+
+CREATE INDEX idemgate_records_expires_at ON idemgate_records (expires_at);
+
+-- The claim (DESIGN.md §2 step 5) in one round trip. Reads first, so a replay
+-- costs one index lookup and no write; every write is a compare-and-set on the
+-- token it read, retried if another writer got there first.
+CREATE FUNCTION idemgate_claim(
+    p_route TEXT, p_scope BYTEA, p_key TEXT, p_fingerprint BYTEA,
+    p_lease_ms BIGINT, p_retention_ms BIGINT, p_release_lapsed BOOLEAN)
+RETURNS TABLE (o_outcome TEXT, o_token BIGINT, o_lease_ms BIGINT, o_held_reason TEXT,
+               o_status SMALLINT, o_headers BYTEA, o_body BYTEA)
+LANGUAGE plpgsql AS $$
+DECLARE
+    r idemgate_records%ROWTYPE;
+    v_token BIGINT;
+    v_now TIMESTAMPTZ := clock_timestamp();
+    v_lease INTERVAL := p_lease_ms * INTERVAL '1 millisecond';
+    v_retention INTERVAL := p_retention_ms * INTERVAL '1 millisecond';
+BEGIN
+    FOR attempt IN 1..16 LOOP
+        SELECT * INTO r FROM idemgate_records
+         WHERE route = p_route AND scope = p_scope AND key = p_key;
+
+        IF NOT FOUND THEN
+            v_token := nextval('idemgate_token_seq');
+            INSERT INTO idemgate_records (route, scope, key, fingerprint, state, token,
+                                          lease_until, expires_at, created_at, updated_at)
+            VALUES (p_route, p_scope, p_key, p_fingerprint, 'in_flight', v_token,
+                    v_now + v_lease, v_now + v_retention, v_now, v_now)
+            ON CONFLICT DO NOTHING;
+            IF FOUND THEN
+                RETURN QUERY SELECT 'claimed'::TEXT, v_token, NULL::BIGINT, NULL::TEXT,
+                                    NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;
+                RETURN;
+            END IF;
+            CONTINUE;  -- someone inserted first: read what they wrote
+        END IF;
+
+        IF r.expires_at <= v_now THEN
+            -- Past retention: the key is free again, with a new token.
+            v_token := nextval('idemgate_token_seq');
+            UPDATE idemgate_records
+               SET fingerprint = p_fingerprint, state = 'in_flight', token = v_token,
+                   lease_until = v_now + v_lease, expires_at = v_now + v_retention,
+                   created_at = v_now, updated_at = v_now,
+                   held_reason = NULL, status = NULL, headers = NULL, body = NULL
+             WHERE route = p_route AND scope = p_scope AND key = p_key AND token = r.token;
+            IF FOUND THEN
+                RETURN QUERY SELECT 'claimed'::TEXT, v_token, NULL::BIGINT, NULL::TEXT,
+                                    NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;
+                RETURN;
+            END IF;
+            CONTINUE;
+        END IF;
+
+        IF r.fingerprint <> p_fingerprint THEN
+            RETURN QUERY SELECT 'mismatch'::TEXT, NULL::BIGINT, NULL::BIGINT, NULL::TEXT,
+                                NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;
+            RETURN;
+        END IF;
+
+        IF r.state = 'completed' THEN
+            RETURN QUERY SELECT 'replay'::TEXT, r.token, NULL::BIGINT, NULL::TEXT,
+                                r.status, r.headers, r.body;
+            RETURN;
+        END IF;
+
+        IF r.state = 'held' THEN
+            RETURN QUERY SELECT 'held'::TEXT, r.token, NULL::BIGINT, r.held_reason,
+                                NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;
+            RETURN;
+        END IF;
+
+        -- in_flight
+        IF r.lease_until > v_now THEN
+            RETURN QUERY SELECT 'in_flight'::TEXT, r.token,
+                                CEIL(EXTRACT(EPOCH FROM (r.lease_until - v_now)) * 1000)::BIGINT,
+                                NULL::TEXT, NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;
+            RETURN;
+        END IF;
+
+        -- The lease lapsed: the attempt's outcome is unknown (G7).
+        IF p_release_lapsed THEN
+            v_token := nextval('idemgate_token_seq');
+            UPDATE idemgate_records
+               SET token = v_token, lease_until = v_now + v_lease, updated_at = v_now
+             WHERE route = p_route AND scope = p_scope AND key = p_key
+               AND token = r.token AND state = 'in_flight';
+            IF FOUND THEN
+                RETURN QUERY SELECT 'takeover'::TEXT, v_token, NULL::BIGINT, NULL::TEXT,
+                                    NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;
+                RETURN;
+            END IF;
+        ELSE
+            UPDATE idemgate_records
+               SET state = 'held', held_reason = 'lease_lapsed', lease_until = NULL,
+                   updated_at = v_now
+             WHERE route = p_route AND scope = p_scope AND key = p_key
+               AND token = r.token AND state = 'in_flight';
+            IF FOUND THEN
+                RETURN QUERY SELECT 'held'::TEXT, r.token, NULL::BIGINT, 'lease_lapsed'::TEXT,
+                                    NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;
+                RETURN;
+            END IF;
+        END IF;
+    END LOOP;
+    RAISE EXCEPTION 'idemgate_claim: key % kept changing under 16 attempts', p_key;
+END;
+$$;

@@ -1,0 +1,175 @@
+//! The body type the gateway serves and forwards, and bounded reading of
+//! bodies into memory (request bodies up to `max_request_body`, upstream
+//! responses up to `max_recorded_response`).
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
+
+/// A boxed error crossing a body.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Every body idemgate sends, to clients and to upstreams.
+pub type Body = BoxBody<Bytes, BoxError>;
+
+/// A body of these bytes.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// An empty body.
+pub fn empty() -> Body {
+    Empty::new().map_err(|never| match never {}).boxed()
+}
+
+/// Box any body whose errors can be boxed.
+pub fn boxed<B>(body: B) -> Body
+where
+    B: HttpBody<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
+    body.map_err(Into::into).boxed()
+}
+
+/// What bounded reading found.
+pub enum Collected<B> {
+    /// The whole body, within the limit.
+    Complete(Bytes),
+    /// The body is larger than the limit: what was read, and the rest unread.
+    Over {
+        /// The bytes read so far (more than the limit).
+        prefix: Bytes,
+        /// The unread remainder.
+        rest: B,
+    },
+}
+
+/// Read `body` into memory until it ends or exceeds `limit` bytes, calling
+/// `on_chunk` with every chunk as it arrives. Trailers are dropped.
+pub async fn collect_up_to<B>(
+    mut body: B,
+    limit: usize,
+    mut on_chunk: impl FnMut(&[u8]),
+) -> Result<Collected<B>, B::Error>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+{
+    let mut buf = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue;
+        };
+        on_chunk(&data);
+        buf.extend_from_slice(&data);
+        if buf.len() > limit {
+            return Ok(Collected::Over {
+                prefix: buf.freeze(),
+                rest: body,
+            });
+        }
+    }
+    Ok(Collected::Complete(buf.freeze()))
+}
+
+/// A body that yields `prefix` first, then everything `rest` yields: an
+/// over-cap response, forwarded as it streams after the part already read.
+pub struct Prefixed<B> {
+    prefix: Option<Bytes>,
+    rest: B,
+}
+
+impl<B> Prefixed<B> {
+    /// Chain `prefix` before `rest`.
+    pub fn new(prefix: Bytes, rest: B) -> Self {
+        Self {
+            prefix: Some(prefix).filter(|p| !p.is_empty()),
+            rest,
+        }
+    }
+}
+
+impl<B> HttpBody for Prefixed<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if let Some(prefix) = self.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
+        Pin::new(&mut self.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let mut hint = self.rest.size_hint();
+        let extra = self.prefix.as_ref().map_or(0, |p| p.len() as u64);
+        hint.set_lower(hint.lower() + extra);
+        if let Some(upper) = hint.upper() {
+            hint.set_upper(upper + extra);
+        }
+        hint
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::StreamBody;
+
+    fn chunks(
+        parts: &[&'static [u8]],
+    ) -> impl HttpBody<Data = Bytes, Error = std::convert::Infallible> + Unpin {
+        let frames: Vec<Result<Frame<Bytes>, std::convert::Infallible>> = parts
+            .iter()
+            .map(|p| Ok(Frame::data(Bytes::from_static(p))))
+            .collect();
+        StreamBody::new(futures_util::stream::iter(frames))
+    }
+
+    #[tokio::test]
+    async fn within_limit_is_complete_and_chunks_are_seen() {
+        let mut seen = 0;
+        match collect_up_to(chunks(&[b"ab", b"cd"]), 4, |c| seen += c.len())
+            .await
+            .unwrap()
+        {
+            Collected::Complete(b) => assert_eq!(&b[..], b"abcd"),
+            Collected::Over { .. } => panic!("should fit"),
+        }
+        assert_eq!(seen, 4);
+    }
+
+    #[tokio::test]
+    async fn over_limit_keeps_prefix_and_rest_streams_on() {
+        match collect_up_to(chunks(&[b"ab", b"cd", b"ef"]), 3, |_| {})
+            .await
+            .unwrap()
+        {
+            Collected::Complete(_) => panic!("should not fit"),
+            Collected::Over { prefix, rest } => {
+                assert_eq!(&prefix[..], b"abcd");
+                let all = Prefixed::new(prefix, rest)
+                    .collect()
+                    .await
+                    .unwrap()
+                    .to_bytes();
+                assert_eq!(&all[..], b"abcdef");
+            }
+        }
+    }
+}

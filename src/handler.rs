@@ -1,0 +1,557 @@
+//! The request pipeline of DESIGN.md §2. [`Gateway::handle`] turns every
+//! error into its problem response and logs one line per request;
+//! `handle_inner` walks the steps with `?`.
+//!
+//! A claimed request is forwarded in a task of its own (G6): the client's
+//! connection only waits for the answer, so a disconnect cannot interrupt the
+//! upstream exchange or its record.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderMap, HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use sha2::{Digest, Sha256};
+use tokio::sync::oneshot;
+use tokio_util::task::TaskTracker;
+
+use crate::body::{self, Body, Collected, Prefixed, collect_up_to};
+use crate::config::{Config, OnStoreError, Route, UnknownOutcome};
+use crate::fingerprint::Fingerprinter;
+use crate::key;
+use crate::problem::GatewayError;
+use crate::store::{
+    Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
+};
+use crate::upstream::{self, Upstream, UpstreamError, strip_hop_by_hop};
+
+/// The header marking a replayed response.
+pub const REPLAYED: &str = "idempotent-replayed";
+
+/// What happened to a request: the `outcome` of its log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Claimed and forwarded.
+    Forwarded,
+    /// Answered from the record.
+    Replayed,
+    /// `409`: in flight elsewhere.
+    Conflict,
+    /// `422`: different fingerprint.
+    Mismatch,
+    /// `400`: no key on a route that requires one.
+    MissingKey,
+    /// `400`: malformed key.
+    InvalidKey,
+    /// Not protected: proxied untouched.
+    Passthrough,
+    /// Answered from a `held` record.
+    Held,
+    /// The store failed and the route fails closed.
+    StoreError,
+    /// The store failed and the route fails open: forwarded without idempotency.
+    FailOpen,
+    /// Any other problem (no route, body too large, upstream failures).
+    Rejected,
+}
+
+impl Outcome {
+    /// The stable label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Forwarded => "forwarded",
+            Self::Replayed => "replayed",
+            Self::Conflict => "conflict",
+            Self::Mismatch => "mismatch",
+            Self::MissingKey => "missing_key",
+            Self::InvalidKey => "invalid_key",
+            Self::Passthrough => "passthrough",
+            Self::Held => "held",
+            Self::StoreError => "store_error",
+            Self::FailOpen => "fail_open",
+            Self::Rejected => "rejected",
+        }
+    }
+
+    fn of(error: &GatewayError) -> Self {
+        match error {
+            GatewayError::InFlight { .. } => Self::Conflict,
+            GatewayError::Mismatch => Self::Mismatch,
+            GatewayError::MissingKey { .. } => Self::MissingKey,
+            GatewayError::InvalidKey { .. } => Self::InvalidKey,
+            GatewayError::Held(_) => Self::Held,
+            GatewayError::StoreUnavailable(_) => Self::StoreError,
+            _ => Self::Rejected,
+        }
+    }
+}
+
+/// What one request's log line reports besides its outcome.
+#[derive(Default)]
+struct Trace {
+    route: Option<String>,
+    key_digest: Option<String>,
+    token: Option<Token>,
+}
+
+/// The gateway: routes, store, upstream client and the forward tasks in flight.
+pub struct Gateway {
+    routes: Vec<Arc<Route>>,
+    store: Arc<dyn Store>,
+    upstream: Upstream,
+    tasks: TaskTracker,
+    docs_url: Option<String>,
+}
+
+impl Gateway {
+    /// Build a gateway over an opened store.
+    pub fn new(config: &Config, store: Arc<dyn Store>) -> Self {
+        Self {
+            routes: config.routes.iter().cloned().map(Arc::new).collect(),
+            store,
+            upstream: Upstream::new(),
+            tasks: TaskTracker::new(),
+            docs_url: config.docs_url.clone(),
+        }
+    }
+
+    /// The forward tasks; graceful shutdown waits for them.
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.tasks
+    }
+
+    /// The store (readiness checks).
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    fn route_for(&self, path: &str) -> Option<&Arc<Route>> {
+        self.routes
+            .iter()
+            .filter_map(|r| r.path.matches(path).map(|score| (score, r)))
+            .max_by_key(|(score, _)| *score)
+            .map(|(_, r)| r)
+    }
+
+    /// Answer one request; never fails (errors become problem responses).
+    pub async fn handle(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+        client: SocketAddr,
+    ) -> Response<Body> {
+        let started = Instant::now();
+        let method = request.method().clone();
+        let path = request.uri().path().to_string();
+        let mut trace = Trace::default();
+        let (response, outcome) = match self.clone().handle_inner(request, client, &mut trace).await
+        {
+            Ok(done) => done,
+            Err(error) => {
+                let outcome = Outcome::of(&error);
+                if error.status().is_server_error() {
+                    tracing::warn!(error = %error, route = trace.route.as_deref(), "request failed");
+                }
+                (error.to_response(self.docs_url.as_deref()), outcome)
+            }
+        };
+        tracing::info!(
+            target: "idemgate::request",
+            method = %method,
+            path = %path,
+            route = trace.route.as_deref().unwrap_or("-"),
+            outcome = outcome.as_str(),
+            status = response.status().as_u16(),
+            latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+            key = trace.key_digest.as_deref().unwrap_or("-"),
+            token = trace.token,
+            "request"
+        );
+        response
+    }
+
+    async fn handle_inner(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+        client: SocketAddr,
+        trace: &mut Trace,
+    ) -> Result<(Response<Body>, Outcome), GatewayError> {
+        // 1. Route.
+        let route = self
+            .route_for(request.uri().path())
+            .cloned()
+            .ok_or_else(|| GatewayError::NoRoute {
+                path: request.uri().path().to_string(),
+            })?;
+        trace.route = Some(route.name.clone());
+
+        // 2. Unprotected methods pass through untouched.
+        if !route.protects(request.method()) {
+            let response = self
+                .forward_plain(&route, request.map(body::boxed), client)
+                .await?;
+            return Ok((response, Outcome::Passthrough));
+        }
+
+        // 3. The key.
+        let (parts, incoming) = request.into_parts();
+        let mut values = parts.headers.get_all(&route.key_header).iter();
+        let key = match (values.next(), values.next()) {
+            (None, _) if route.key_required => {
+                return Err(GatewayError::MissingKey {
+                    header: route.key_header.to_string(),
+                });
+            }
+            (None, _) => {
+                let request = Request::from_parts(parts, body::boxed(incoming));
+                let response = self.forward_plain(&route, request, client).await?;
+                return Ok((response, Outcome::Passthrough));
+            }
+            (Some(_), Some(_)) => Err(key::KeyError::Repeated),
+            (Some(value), None) => key::parse(value),
+        }
+        .map_err(|reason| GatewayError::InvalidKey {
+            header: route.key_header.to_string(),
+            reason,
+        })?;
+        trace.key_digest = Some(hex::encode(&Sha256::digest(key.as_bytes())[..6]));
+
+        // 4. The body, fingerprinted as it streams, within the limit.
+        let limit = route.max_request_body;
+        let too_large = GatewayError::BodyTooLarge { limit };
+        let declared = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(too_large);
+        }
+        let mut fingerprinter = Fingerprinter::new(&route.fingerprint, &parts);
+        let body = match collect_up_to(incoming, limit, |chunk| fingerprinter.update(chunk)).await {
+            Ok(Collected::Complete(bytes)) => bytes,
+            Ok(Collected::Over { .. }) => return Err(too_large),
+            Err(e) => return Err(GatewayError::BodyRead(e.to_string())),
+        };
+        let fingerprint = fingerprinter.finish(&body);
+
+        // 5. Claim.
+        let record_key = RecordKey {
+            route: route.name.clone(),
+            scope: scope_digest(&route, &parts.headers),
+            key,
+        };
+        let claim = self
+            .store
+            .claim(&ClaimRequest {
+                key: &record_key,
+                fingerprint: &fingerprint,
+                lease: route.lease,
+                retention: route.retention,
+                on_unknown_outcome: route.on_unknown_outcome,
+            })
+            .await;
+        let claim = match claim {
+            Ok(claim) => claim,
+            Err(error) => {
+                return self
+                    .on_store_error(&route, parts, body, client, error)
+                    .await;
+            }
+        };
+
+        match claim {
+            Claim::Replay(stored) => Ok((replay(stored), Outcome::Replayed)),
+            Claim::InFlight { retry_after } => Err(GatewayError::InFlight { retry_after }),
+            Claim::Mismatch => Err(GatewayError::Mismatch),
+            Claim::Held(reason) => Err(GatewayError::Held(reason)),
+            Claim::Claimed { token, takeover } => {
+                trace.token = Some(token);
+                if takeover {
+                    tracing::warn!(route = %route.name, token, "took over a key whose lease lapsed");
+                }
+                // 6–7 in a task of its own (G6).
+                let request = upstream::prepare(
+                    Request::from_parts(parts, body::full(body)),
+                    &route.upstream,
+                    client,
+                );
+                let (reply, answer) = oneshot::channel();
+                let gateway = self.clone();
+                self.tasks.spawn(async move {
+                    let result = gateway.attempt(&route, &record_key, token, request).await;
+                    let _ = reply.send(result);
+                });
+                let response = answer.await.map_err(|_| {
+                    GatewayError::Internal("the forward task ended without an answer".into())
+                })??;
+                Ok((response, Outcome::Forwarded))
+            }
+        }
+    }
+
+    /// G8: fail closed (503) or fail open (forward without idempotency).
+    async fn on_store_error(
+        &self,
+        route: &Route,
+        parts: Parts,
+        body: Bytes,
+        client: SocketAddr,
+        error: StoreError,
+    ) -> Result<(Response<Body>, Outcome), GatewayError> {
+        match route.on_store_error {
+            OnStoreError::FailClosed => Err(GatewayError::StoreUnavailable(error)),
+            OnStoreError::FailOpen => {
+                tracing::warn!(route = %route.name, error = %error, "store unavailable: forwarding WITHOUT idempotency (on_store_error = fail_open)");
+                let request = Request::from_parts(parts, body::full(body));
+                let response = self.forward_plain(route, request, client).await?;
+                Ok((response, Outcome::FailOpen))
+            }
+        }
+    }
+
+    /// Proxy a request with no idempotency: streamed both ways, bounded by
+    /// `upstream_timeout` until the response head arrives.
+    async fn forward_plain(
+        &self,
+        route: &Route,
+        request: Request<Body>,
+        client: SocketAddr,
+    ) -> Result<Response<Body>, GatewayError> {
+        let request = upstream::prepare(request, &route.upstream, client);
+        let response = tokio::time::timeout(route.upstream_timeout, self.upstream.send(request))
+            .await
+            .map_err(|_| GatewayError::UpstreamTimeout {
+                timeout: route.upstream_timeout,
+                held: false,
+            })?
+            .map_err(|e| match e {
+                UpstreamError::NotSent(detail) => GatewayError::UpstreamUnreachable(detail),
+                UpstreamError::Failed(detail) => GatewayError::UpstreamFailed {
+                    detail,
+                    held: false,
+                },
+            })?;
+        let (mut parts, incoming) = response.into_parts();
+        strip_hop_by_hop(&mut parts.headers);
+        Ok(Response::from_parts(parts, body::boxed(incoming)))
+    }
+
+    /// One claimed attempt: forward, capture, decide, persist, answer.
+    async fn attempt(
+        self: &Arc<Self>,
+        route: &Route,
+        key: &RecordKey,
+        token: Token,
+        request: Request<Body>,
+    ) -> Result<Response<Body>, GatewayError> {
+        let _renewer = self.renew_while_working(route, key, token);
+        let exchange = tokio::time::timeout(route.upstream_timeout, async {
+            let response = self.upstream.send(request).await?;
+            let (parts, incoming) = response.into_parts();
+            let collected = collect_up_to(incoming, route.max_recorded_response, |_| {})
+                .await
+                .map_err(|e| UpstreamError::Failed(format!("reading the response body: {e}")))?;
+            Ok::<_, UpstreamError>((parts, collected))
+        })
+        .await;
+
+        let (mut parts, collected) = match exchange {
+            Err(_elapsed) => {
+                let held = self
+                    .settle_unknown(route, key, token, HeldReason::UpstreamTimeout)
+                    .await?;
+                return Err(GatewayError::UpstreamTimeout {
+                    timeout: route.upstream_timeout,
+                    held,
+                });
+            }
+            Ok(Err(UpstreamError::NotSent(detail))) => {
+                // Nothing reached the upstream: the key is free again.
+                self.persist(route, || self.store.release(key, token))
+                    .await
+                    .map_err(GatewayError::RecordFailed)?;
+                return Err(GatewayError::UpstreamUnreachable(detail));
+            }
+            Ok(Err(UpstreamError::Failed(detail))) => {
+                let held = self
+                    .settle_unknown(route, key, token, HeldReason::UpstreamFailed)
+                    .await?;
+                return Err(GatewayError::UpstreamFailed { detail, held });
+            }
+            Ok(Ok(done)) => done,
+        };
+        strip_hop_by_hop(&mut parts.headers);
+
+        match collected {
+            Collected::Complete(bytes) if route.record.records(parts.status) => {
+                let stored = StoredResponse {
+                    status: parts.status,
+                    headers: replayable(&parts.headers, &route.replay_headers_deny),
+                    body: bytes.clone(),
+                };
+                // G5: durable first, then sent.
+                match self
+                    .persist(route, || {
+                        self.store.complete(key, token, &stored, route.retention)
+                    })
+                    .await
+                    .map_err(GatewayError::RecordFailed)?
+                {
+                    Cas::Applied => Ok(Response::from_parts(parts, body::full(bytes))),
+                    Cas::Fenced => Err(GatewayError::LeaseLost),
+                }
+            }
+            Collected::Complete(bytes) => {
+                // Not a recordable status (5xx, 429, …): release, then send.
+                let released = self.persist(route, || self.store.release(key, token)).await;
+                if let Err(error) = released {
+                    tracing::warn!(route = %route.name, token, error = %error, "could not release the key; it stays in flight until its lease lapses");
+                }
+                Ok(Response::from_parts(parts, body::full(bytes)))
+            }
+            Collected::Over { prefix, rest } => {
+                // Too large to record: hold the key, then forward this once.
+                match self
+                    .persist(route, || {
+                        self.store
+                            .hold(key, token, HeldReason::ResponseTooLarge, route.retention)
+                    })
+                    .await
+                    .map_err(GatewayError::RecordFailed)?
+                {
+                    Cas::Applied => Ok(Response::from_parts(
+                        parts,
+                        body::boxed(Prefixed::new(prefix, rest)),
+                    )),
+                    Cas::Fenced => Err(GatewayError::LeaseLost),
+                }
+            }
+        }
+    }
+
+    /// The outcome is unknown: hold the key or release it, per route. Returns
+    /// whether the key is held.
+    async fn settle_unknown(
+        &self,
+        route: &Route,
+        key: &RecordKey,
+        token: Token,
+        reason: HeldReason,
+    ) -> Result<bool, GatewayError> {
+        match route.on_unknown_outcome {
+            UnknownOutcome::Hold => {
+                self.persist(route, || {
+                    self.store.hold(key, token, reason, route.retention)
+                })
+                .await
+                .map_err(GatewayError::RecordFailed)?;
+                Ok(true)
+            }
+            UnknownOutcome::Release => {
+                self.persist(route, || self.store.release(key, token))
+                    .await
+                    .map_err(GatewayError::RecordFailed)?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Run a post-forward store write, retrying store errors with backoff
+    /// for up to one lease (the answer is worth waiting for: the upstream
+    /// has acted). Fencing is not an error and is returned at once.
+    async fn persist<'a, F, Fut>(&self, route: &Route, mut op: F) -> Result<Cas, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Cas, StoreError>> + 'a,
+    {
+        let deadline = Instant::now() + route.lease;
+        let mut delay = Duration::from_millis(50);
+        loop {
+            match op().await {
+                Ok(cas) => return Ok(cas),
+                Err(error) if Instant::now() + delay < deadline => {
+                    tracing::warn!(route = %route.name, error = %error, "store write failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Renew the lease every third of it while the upstream works; stops when dropped.
+    fn renew_while_working(
+        self: &Arc<Self>,
+        route: &Route,
+        key: &RecordKey,
+        token: Token,
+    ) -> AbortOnDrop {
+        let gateway = self.clone();
+        let key = key.clone();
+        let lease = route.lease;
+        let route_name = route.name.clone();
+        AbortOnDrop(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(lease / 3);
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                match gateway.store.renew(&key, token, lease).await {
+                    Ok(Cas::Applied) => {}
+                    Ok(Cas::Fenced) => {
+                        tracing::warn!(route = %route_name, token, "lease lost: the key was taken over or held");
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::warn!(route = %route_name, token, error = %error, "lease renewal failed")
+                    }
+                }
+            }
+        }))
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The SHA-256 of the route's scope header (all values), or empty if unscoped.
+fn scope_digest(route: &Route, headers: &HeaderMap) -> Vec<u8> {
+    let Some(name) = &route.scope_header else {
+        return Vec::new();
+    };
+    let mut hasher = Sha256::new();
+    for value in headers.get_all(name) {
+        hasher.update((value.len() as u64).to_be_bytes());
+        hasher.update(value.as_bytes());
+    }
+    hasher.finalize().to_vec()
+}
+
+/// The headers worth recording: the response's (already without hop-by-hop
+/// headers), minus the route's `replay_headers` deny list.
+fn replayable(headers: &HeaderMap, deny: &[http::HeaderName]) -> HeaderMap {
+    let mut kept = headers.clone();
+    for name in deny {
+        kept.remove(name);
+    }
+    kept
+}
+
+/// A recorded response, marked as a replay.
+fn replay(stored: StoredResponse) -> Response<Body> {
+    let mut response = Response::new(body::full(stored.body));
+    *response.status_mut() = stored.status;
+    *response.headers_mut() = stored.headers;
+    response
+        .headers_mut()
+        .insert(REPLAYED, HeaderValue::from_static("true"));
+    response
+}

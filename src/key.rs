@@ -1,0 +1,124 @@
+//! The idempotency key: parsing the header (DESIGN.md §2 step 3).
+//!
+//! The IETF draft defines the header as an RFC 8941 sf-string (`"abc"`, with
+//! `\"` and `\\` escapes). For compatibility with clients that send Stripe-style
+//! keys, a bare value of visible ASCII is accepted too; `"abc"` and `abc` are
+//! the same key.
+
+use http::HeaderValue;
+
+/// Longest key accepted, in characters (after unescaping).
+pub const MAX_KEY_LEN: usize = 255;
+
+/// Why a key header was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// The header is present but empty.
+    #[error("the key is empty")]
+    Empty,
+    /// Longer than [`MAX_KEY_LEN`].
+    #[error("the key is longer than {MAX_KEY_LEN} characters")]
+    TooLong,
+    /// Contains a control character, a non-ASCII byte or (bare form) a space.
+    #[error("the key may contain only visible ASCII characters")]
+    BadCharacter,
+    /// Starts with `"` but is not a valid RFC 8941 sf-string.
+    #[error("the key is not a valid structured-field string (RFC 8941 §3.3.3)")]
+    BadString,
+    /// The header appears more than once.
+    #[error("the key header appears more than once")]
+    Repeated,
+}
+
+/// Parse one key header value into the key it names.
+pub fn parse(value: &HeaderValue) -> Result<String, KeyError> {
+    let bytes = trim_ows(value.as_bytes());
+    let key = match bytes.first() {
+        None => return Err(KeyError::Empty),
+        Some(b'"') => parse_sf_string(bytes)?,
+        Some(_) => {
+            if !bytes.iter().all(|b| (0x21..=0x7e).contains(b)) {
+                return Err(KeyError::BadCharacter);
+            }
+            // Checked visible ASCII above, so this is valid UTF-8.
+            String::from_utf8_lossy(bytes).into_owned()
+        }
+    };
+    if key.is_empty() {
+        return Err(KeyError::Empty);
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(KeyError::TooLong);
+    }
+    Ok(key)
+}
+
+fn trim_ows(mut b: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = b {
+        b = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = b {
+        b = rest;
+    }
+    b
+}
+
+/// RFC 8941 §4.2.5: DQUOTE *( unescaped / "\" ( DQUOTE / "\" ) ) DQUOTE, the
+/// whole value and nothing after it.
+fn parse_sf_string(bytes: &[u8]) -> Result<String, KeyError> {
+    let mut out = String::with_capacity(bytes.len());
+    let mut iter = bytes[1..].iter();
+    loop {
+        match iter.next() {
+            None => return Err(KeyError::BadString),
+            Some(b'"') => break,
+            Some(b'\\') => match iter.next() {
+                Some(c @ (b'"' | b'\\')) => out.push(*c as char),
+                _ => return Err(KeyError::BadString),
+            },
+            Some(c) if (0x20..=0x7e).contains(c) => out.push(*c as char),
+            Some(_) => return Err(KeyError::BadCharacter),
+        }
+    }
+    if iter.next().is_some() {
+        return Err(KeyError::BadString);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &[u8]) -> Result<String, KeyError> {
+        parse(&HeaderValue::from_bytes(s).unwrap())
+    }
+
+    #[test]
+    fn quoted_and_bare_forms_are_the_same_key() {
+        assert_eq!(p(b"\"abc-123\"").unwrap(), "abc-123");
+        assert_eq!(p(b"abc-123").unwrap(), "abc-123");
+        assert_eq!(p(b"  abc-123 ").unwrap(), "abc-123");
+    }
+
+    #[test]
+    fn sf_string_escapes_and_spaces() {
+        assert_eq!(p(br#""a \"b\" \\c""#).unwrap(), r#"a "b" \c"#);
+        assert_eq!(p(br#""a\nb""#), Err(KeyError::BadString));
+        assert_eq!(p(br#""abc"#), Err(KeyError::BadString));
+        assert_eq!(p(br#""abc"x"#), Err(KeyError::BadString));
+        assert_eq!(p(br#""ab\"#), Err(KeyError::BadString));
+    }
+
+    #[test]
+    fn empty_long_and_control_characters_are_invalid() {
+        assert_eq!(p(b""), Err(KeyError::Empty));
+        assert_eq!(p(b"\"\""), Err(KeyError::Empty));
+        assert_eq!(p(b"a b"), Err(KeyError::BadCharacter));
+        assert_eq!(p(b"a\tb"), Err(KeyError::BadCharacter));
+        assert_eq!(p(b"\"a\tb\""), Err(KeyError::BadCharacter));
+        assert_eq!(p("é".as_bytes()), Err(KeyError::BadCharacter));
+        assert_eq!(p(&[b'k'; 255]).unwrap().len(), 255);
+        assert_eq!(p(&[b'k'; 256]), Err(KeyError::TooLong));
+    }
+}

@@ -1,0 +1,330 @@
+//! Every synthetic answer idemgate gives: the [`GatewayError`] enum, its one
+//! exhaustive mapping to an HTTP status, and its RFC 9457
+//! `application/problem+json` rendering (DESIGN.md §2 step 8).
+
+use std::time::Duration;
+
+use http::{HeaderValue, Response, StatusCode, header};
+use serde::Serialize;
+
+use crate::body::{Body, full};
+use crate::key::KeyError;
+use crate::store::{HeldReason, StoreError};
+
+/// Every way the gateway answers instead of (or after) the upstream.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// No route matches the path.
+    #[error("no route matches {path}")]
+    NoRoute {
+        /// The request path.
+        path: String,
+    },
+    /// The route requires a key and the request has none.
+    #[error("missing {header} header")]
+    MissingKey {
+        /// The key header's name.
+        header: String,
+    },
+    /// The key header is malformed.
+    #[error("invalid {header} header: {reason}")]
+    InvalidKey {
+        /// The key header's name.
+        header: String,
+        /// What is wrong with it.
+        reason: KeyError,
+    },
+    /// The request body is larger than `max_request_body`.
+    #[error("request body larger than {limit} bytes")]
+    BodyTooLarge {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The client's body could not be read.
+    #[error("could not read the request body: {0}")]
+    BodyRead(String),
+    /// Another request with this key is in flight.
+    #[error("a request with this key is in flight")]
+    InFlight {
+        /// Time left on its lease.
+        retry_after: Duration,
+    },
+    /// The key was used with a different request.
+    #[error("key reused with a different request")]
+    Mismatch,
+    /// The key is held.
+    #[error("key held: {}", .0.as_str())]
+    Held(HeldReason),
+    /// The store is unreachable and the route fails closed.
+    #[error("store unavailable: {0}")]
+    StoreUnavailable(StoreError),
+    /// The upstream could not be reached; nothing was sent, the key is free again.
+    #[error("upstream unreachable: {0}")]
+    UpstreamUnreachable(String),
+    /// The exchange failed after the request was sent; the outcome is unknown.
+    #[error("upstream failed: {detail}")]
+    UpstreamFailed {
+        /// What failed.
+        detail: String,
+        /// Whether the key is now held (else it was released).
+        held: bool,
+    },
+    /// The upstream did not answer in time; the outcome is unknown.
+    #[error("upstream timed out after {timeout:?}")]
+    UpstreamTimeout {
+        /// The route's `upstream_timeout`.
+        timeout: Duration,
+        /// Whether the key is now held (else it was released).
+        held: bool,
+    },
+    /// The attempt's lease lapsed and another attempt owns the key now.
+    #[error("lease lost before the response could be recorded")]
+    LeaseLost,
+    /// The upstream answered but the store did not take the record.
+    #[error("response could not be recorded: {0}")]
+    RecordFailed(StoreError),
+    /// A bug: the forward task ended without an answer.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+/// The fields of one problem type.
+struct Kind {
+    status: StatusCode,
+    slug: &'static str,
+    title: &'static str,
+    retry_after: Option<Duration>,
+}
+
+impl GatewayError {
+    /// The one exhaustive mapping from error to status, type and title.
+    fn kind(&self) -> Kind {
+        use GatewayError as E;
+        let k = |status, slug, title| Kind {
+            status,
+            slug,
+            title,
+            retry_after: None,
+        };
+        match self {
+            E::NoRoute { .. } => k(StatusCode::NOT_FOUND, "no-route", "No route for this path"),
+            E::MissingKey { .. } => k(
+                StatusCode::BAD_REQUEST,
+                "missing-key",
+                "Idempotency key required",
+            ),
+            E::InvalidKey { .. } => k(
+                StatusCode::BAD_REQUEST,
+                "invalid-key",
+                "Invalid idempotency key",
+            ),
+            E::BodyTooLarge { .. } => k(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body-too-large",
+                "Request body too large",
+            ),
+            E::BodyRead(_) => k(
+                StatusCode::BAD_REQUEST,
+                "body-unreadable",
+                "Request body could not be read",
+            ),
+            E::InFlight { retry_after } => Kind {
+                retry_after: Some(*retry_after),
+                ..k(
+                    StatusCode::CONFLICT,
+                    "in-flight",
+                    "A request with this key is in progress",
+                )
+            },
+            E::Mismatch => k(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "key-reused",
+                "Idempotency key reused with a different request",
+            ),
+            E::Held(HeldReason::ResponseTooLarge) => k(
+                StatusCode::CONFLICT,
+                "response-not-retained",
+                "The response for this key was not retained",
+            ),
+            E::Held(
+                HeldReason::UpstreamFailed | HeldReason::UpstreamTimeout | HeldReason::LeaseLapsed,
+            ) => k(
+                StatusCode::BAD_GATEWAY,
+                "outcome-unknown",
+                "The outcome of the request with this key is unknown",
+            ),
+            E::StoreUnavailable(_) => Kind {
+                retry_after: Some(Duration::from_secs(1)),
+                ..k(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "store-unavailable",
+                    "Idempotency store unavailable",
+                )
+            },
+            E::UpstreamUnreachable(_) => k(
+                StatusCode::BAD_GATEWAY,
+                "upstream-unreachable",
+                "Upstream unreachable",
+            ),
+            E::UpstreamFailed { .. } => k(
+                StatusCode::BAD_GATEWAY,
+                "upstream-failed",
+                "Upstream exchange failed",
+            ),
+            E::UpstreamTimeout { .. } => k(
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream-timeout",
+                "Upstream timed out",
+            ),
+            E::LeaseLost => k(StatusCode::BAD_GATEWAY, "lease-lost", "Attempt superseded"),
+            E::RecordFailed(_) => Kind {
+                retry_after: Some(Duration::from_secs(1)),
+                ..k(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "record-failed",
+                    "Response could not be recorded",
+                )
+            },
+            E::Internal(_) => k(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Internal gateway error",
+            ),
+        }
+    }
+
+    /// The HTTP status this error is answered with.
+    pub fn status(&self) -> StatusCode {
+        self.kind().status
+    }
+
+    /// What happened and what the client should do.
+    fn detail(&self) -> String {
+        use GatewayError as E;
+        let unknown = |held: bool| {
+            if held {
+                "The upstream may have acted. The key is now held: retries with it get this answer until an operator releases it (idemgate keys release) or its retention ends."
+            } else {
+                "The upstream may have acted. The key was released: a retry with the same key is forwarded again."
+            }
+        };
+        match self {
+            E::NoRoute { path } => format!("No configured route matches {path}. Check the URL, or the gateway's [[routes]] configuration."),
+            E::MissingKey { header } => format!("This endpoint requires an {header} header. Send a unique key (e.g. a UUID) per operation and reuse it when you retry."),
+            E::InvalidKey { header, reason } => format!("The {header} header is invalid: {reason}. Send 1 to 255 visible ASCII characters, bare or as a quoted string (\"key\")."),
+            E::BodyTooLarge { limit } => format!("The request body exceeds this endpoint's limit of {limit} bytes. Send a smaller body."),
+            E::BodyRead(e) => format!("The request body could not be read ({e}). Retry the request."),
+            E::InFlight { retry_after } => format!("A request with this key is still being processed. Retry after {} seconds to get its result.", retry_secs(*retry_after)),
+            E::Mismatch => "This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend exactly the original request.".to_string(),
+            E::Held(HeldReason::ResponseTooLarge) => "The first request with this key was processed, but its response was too large to record, so it cannot be replayed. Look up the result with the API, or use a new key.".to_string(),
+            E::Held(reason) => format!("A previous request with this key may or may not have been processed ({}); idemgate will not forward it again. Check the result with the API; an operator can release the key (idemgate keys release), or use a new key.", reason.as_str()),
+            E::StoreUnavailable(_) => "The idempotency store cannot be reached, so this request was not forwarded. Retry with the same key shortly.".to_string(),
+            E::UpstreamUnreachable(e) => format!("The upstream could not be reached ({e}); the request was not sent and the key was released. Retry with the same key."),
+            E::UpstreamFailed { detail, held } => format!("The upstream exchange failed ({detail}). {}", unknown(*held)),
+            E::UpstreamTimeout { timeout, held } => format!("The upstream did not answer within {}s. {}", timeout.as_secs_f64(), unknown(*held)),
+            E::LeaseLost => "This attempt took longer than its lease and another attempt now owns the key; its response was not recorded and is not sent. Retry with the same key to get the key's current state.".to_string(),
+            E::RecordFailed(_) => "The upstream answered, but the answer could not be recorded, so it is not sent. Retry with the same key: you will get the result once the key settles.".to_string(),
+            E::Internal(_) => "idemgate failed unexpectedly. Retry with the same key; if it persists, contact the operator.".to_string(),
+        }
+    }
+
+    /// Render as `application/problem+json`.
+    pub fn to_response(&self, docs_url: Option<&str>) -> Response<Body> {
+        let kind = self.kind();
+        let problem = Problem {
+            r#type: format!("urn:idemgate:problem:{}", kind.slug),
+            title: kind.title,
+            status: kind.status.as_u16(),
+            detail: self.detail(),
+        };
+        let body = serde_json::to_vec(&problem).unwrap_or_default();
+        let mut response = Response::new(full(body));
+        *response.status_mut() = kind.status;
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(after) = kind.retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_secs(after)));
+        }
+        if let Some(docs) = docs_url {
+            let link = format!(
+                "<{}#{}>; rel=\"describedby\"",
+                docs.trim_end_matches('#'),
+                kind.slug
+            );
+            if let Ok(v) = HeaderValue::from_str(&link) {
+                headers.insert(header::LINK, v);
+            }
+        }
+        response
+    }
+}
+
+/// Whole seconds to wait, rounded up, at least 1.
+fn retry_secs(d: Duration) -> u64 {
+    d.as_millis().div_ceil(1000).max(1) as u64
+}
+
+#[derive(Serialize)]
+struct Problem {
+    r#type: String,
+    title: &'static str,
+    status: u16,
+    detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn conflict_carries_retry_after_and_problem_json() {
+        let r = GatewayError::InFlight {
+            retry_after: Duration::from_millis(1500),
+        }
+        .to_response(Some("https://docs.example/errors"));
+        assert_eq!(r.status(), StatusCode::CONFLICT);
+        assert_eq!(r.headers()["retry-after"], "2");
+        assert_eq!(r.headers()["content-type"], "application/problem+json");
+        assert_eq!(
+            r.headers()["link"],
+            "<https://docs.example/errors#in-flight>; rel=\"describedby\""
+        );
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["type"], "urn:idemgate:problem:in-flight");
+        assert_eq!(v["status"], 409);
+        assert!(
+            v["detail"]
+                .as_str()
+                .unwrap()
+                .contains("Retry after 2 seconds")
+        );
+    }
+
+    #[test]
+    fn statuses_follow_design() {
+        assert_eq!(
+            GatewayError::Mismatch.status(),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+        assert_eq!(
+            GatewayError::Held(HeldReason::LeaseLapsed).status(),
+            StatusCode::BAD_GATEWAY
+        );
+        assert_eq!(
+            GatewayError::Held(HeldReason::ResponseTooLarge).status(),
+            StatusCode::CONFLICT
+        );
+        let e = GatewayError::StoreUnavailable(StoreError::Unavailable("x".into()));
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.to_response(None).headers()["retry-after"], "1");
+        assert_eq!(
+            GatewayError::BodyTooLarge { limit: 1 }.status(),
+            StatusCode::PAYLOAD_TOO_LARGE
+        );
+    }
+}

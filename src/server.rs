@@ -1,0 +1,90 @@
+//! The accept loop: hyper-util's auto builder (HTTP/1.1 and h2c), a cap on
+//! concurrent connections, a header-read timeout, and graceful shutdown that
+//! stops accepting, lets open requests finish, and waits for every forward
+//! task and its record before returning.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use crate::config::Config;
+use crate::handler::Gateway;
+
+/// Serve `gateway` on `listener` until `shutdown` resolves, then drain.
+pub async fn serve(
+    listener: TcpListener,
+    gateway: Arc<Gateway>,
+    config: &Config,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout);
+    builder.http2().timer(TokioTimer::new());
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(config.max_connections));
+    tokio::pin!(shutdown);
+
+    loop {
+        // Past the cap, connections wait in the kernel's backlog.
+        let permit = tokio::select! {
+            permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
+        let (stream, client) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let gateway = gateway.clone();
+        let service = service_fn(move |request| {
+            let gateway = gateway.clone();
+            async move { Ok::<_, Infallible>(gateway.handle(request, client).await) }
+        });
+        let connection = builder
+            .serve_connection(TokioIo::new(stream), service)
+            .into_owned();
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+
+    drop(listener);
+    tracing::info!("shutting down: finishing open requests and forwards");
+    let deadline = config.shutdown_timeout;
+    if tokio::time::timeout(deadline, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(?deadline, "connections still open at the shutdown deadline");
+    }
+    gateway.tasks().close();
+    if tokio::time::timeout(deadline, gateway.tasks().wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(?deadline, "forwards still running at the shutdown deadline");
+    }
+}

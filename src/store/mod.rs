@@ -1,0 +1,235 @@
+//! The record store: one trait the handler depends on, the claim outcomes
+//! (DESIGN.md §2 step 5) and the record states (§3).
+//!
+//! Every transition after the claim is a compare-and-set on the attempt's
+//! fencing token: an attempt whose token is no longer the record's current
+//! one can never overwrite it (G7). Tokens come from one store-wide counter,
+//! so they never repeat for a key, even after it was released or expired.
+
+mod headers;
+pub mod postgres;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, StatusCode};
+
+use crate::config::{StoreConfig, UnknownOutcome};
+use crate::fingerprint::Fingerprint;
+
+pub use headers::{decode_headers, encode_headers};
+
+/// The key space of DESIGN.md §4: `(route, scope, key)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RecordKey {
+    /// The route's name.
+    pub route: String,
+    /// SHA-256 of the route's `scope_header` value; empty for unscoped routes.
+    pub scope: Vec<u8>,
+    /// The client's idempotency key.
+    pub key: String,
+}
+
+/// An attempt's fencing token.
+pub type Token = i64;
+
+/// Everything a claim needs to decide.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    /// The key.
+    pub key: &'a RecordKey,
+    /// The request's fingerprint.
+    pub fingerprint: &'a Fingerprint,
+    /// How long the claimed attempt owns the key without renewing.
+    pub lease: Duration,
+    /// How long the record lives.
+    pub retention: Duration,
+    /// What a lapsed lease found by this claim turns into.
+    pub on_unknown_outcome: UnknownOutcome,
+}
+
+/// A recorded upstream response, replayed byte for byte.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// The upstream's status.
+    pub status: StatusCode,
+    /// The replayable headers, in order.
+    pub headers: HeaderMap,
+    /// The body bytes.
+    pub body: Bytes,
+}
+
+/// Why a key is `held` (DESIGN.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldReason {
+    /// The exchange failed after the request was sent (reset, protocol error).
+    UpstreamFailed,
+    /// The upstream did not answer within `upstream_timeout`.
+    UpstreamTimeout,
+    /// The attempt's lease lapsed (its gateway died or stalled).
+    LeaseLapsed,
+    /// The response was larger than `max_recorded_response`.
+    ResponseTooLarge,
+}
+
+impl HeldReason {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::UpstreamFailed => "upstream_failed",
+            Self::UpstreamTimeout => "upstream_timeout",
+            Self::LeaseLapsed => "lease_lapsed",
+            Self::ResponseTooLarge => "response_too_large",
+        }
+    }
+
+    /// Parse a stored name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::UpstreamFailed,
+            Self::UpstreamTimeout,
+            Self::LeaseLapsed,
+            Self::ResponseTooLarge,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+}
+
+/// The outcome of a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This request owns the key and may forward.
+    Claimed {
+        /// Its fencing token.
+        token: Token,
+        /// It took over a lapsed attempt (`on_unknown_outcome = "release"`).
+        takeover: bool,
+    },
+    /// A response is recorded: replay it.
+    Replay(StoredResponse),
+    /// Another attempt holds a live lease.
+    InFlight {
+        /// Time left on that lease.
+        retry_after: Duration,
+    },
+    /// The key was used with a different request.
+    Mismatch,
+    /// The outcome is unknown or the response was not retained.
+    Held(HeldReason),
+}
+
+/// Whether a compare-and-set on a token took effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cas {
+    /// It did.
+    Applied,
+    /// The record's token or state is no longer this attempt's: nothing changed.
+    Fenced,
+}
+
+/// A store failure. Everything the handler sees is one of these.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store could not be reached or did not answer in time.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The store answered with something idemgate cannot read.
+    #[error("store returned an unreadable record: {0}")]
+    Corrupt(String),
+    /// Applying migrations failed.
+    #[error("store migration failed: {0}")]
+    Migration(String),
+    /// The store URL names no backend idemgate has.
+    #[error("unsupported store URL {0:?}: use postgres://")]
+    UnsupportedUrl(String),
+}
+
+/// A record store shared by every gateway instance.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Atomically claim a key, or report why it cannot be claimed.
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
+    /// Extend an in-flight attempt's lease.
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Cas, StoreError>;
+    /// Record the response (`in_flight` → `completed`).
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        response: &StoredResponse,
+        retention: Duration,
+    ) -> Result<Cas, StoreError>;
+    /// Forget an in-flight attempt so the next request forwards again.
+    async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError>;
+    /// Mark the key `held`: never forwarded again until released or expired.
+    async fn hold(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        reason: HeldReason,
+        retention: Duration,
+    ) -> Result<Cas, StoreError>;
+    /// Check the store answers (readiness).
+    async fn ping(&self) -> Result<(), StoreError>;
+}
+
+/// Open the store the configuration names, applying migrations if asked.
+pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
+    let url = config.url.as_str();
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let store = postgres::PgStore::connect(config).await?;
+        if config.migrate {
+            store.migrate().await?;
+        }
+        Ok(Arc::new(store))
+    } else {
+        Err(StoreError::UnsupportedUrl(redact_url(url)))
+    }
+}
+
+/// A store URL fit for logs and errors: the password replaced by `***`.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) => {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+            }
+            parsed.to_string()
+        }
+        Err(_) => "<unparseable url>".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_hides_only_the_password() {
+        assert_eq!(
+            redact_url("postgres://u:secret@db:5432/x"),
+            "postgres://u:***@db:5432/x"
+        );
+        assert_eq!(redact_url("postgres://u@db/x"), "postgres://u@db/x");
+        assert!(!redact_url("post gres://u:secret@").contains("secret"));
+    }
+
+    #[test]
+    fn held_reasons_round_trip() {
+        for r in [
+            HeldReason::UpstreamFailed,
+            HeldReason::UpstreamTimeout,
+            HeldReason::LeaseLapsed,
+            HeldReason::ResponseTooLarge,
+        ] {
+            assert_eq!(HeldReason::parse(r.as_str()), Some(r));
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The PostgreSQL store (DESIGN.md §6), the default and the source of truth.
+//!
+//! The claim is one call of the `idemgate_claim` function (migrations/), one
+//! round trip; every later transition is one `UPDATE`/`DELETE` that is a
+//! compare-and-set on the fencing token. Connections come from a bounded
+//! sqlx pool; every operation is bounded by `[store] timeout`.
+
+use std::future::Future;
+use std::str::FromStr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+
+use super::{
+    Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
+    decode_headers, encode_headers, redact_url,
+};
+use crate::config::{StoreConfig, UnknownOutcome};
+
+/// The migrations under `migrations/`, embedded in the binary.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// A PostgreSQL-backed [`Store`].
+#[derive(Debug, Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    timeout: Duration,
+}
+
+#[derive(sqlx::FromRow)]
+struct ClaimRow {
+    o_outcome: String,
+    o_token: Option<i64>,
+    o_lease_ms: Option<i64>,
+    o_held_reason: Option<String>,
+    o_status: Option<i16>,
+    o_headers: Option<Vec<u8>>,
+    o_body: Option<Vec<u8>>,
+}
+
+fn unavailable(e: sqlx::Error) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn cas(rows: u64) -> Cas {
+    if rows == 1 { Cas::Applied } else { Cas::Fenced }
+}
+
+impl PgStore {
+    /// Connect, failing with a message that says what to do when the database is unreachable.
+    pub async fn connect(config: &StoreConfig) -> Result<Self, StoreError> {
+        let shown = redact_url(&config.url);
+        let options = PgConnectOptions::from_str(&config.url)
+            .map_err(|e| StoreError::Unavailable(format!("invalid store URL {shown}: {e}")))?
+            .application_name("idemgate");
+        let pool = PgPoolOptions::new()
+            .max_connections(config.pool_size)
+            .acquire_timeout(config.timeout)
+            // A ping before every use would double the round trips on the hot
+            // path; a dead connection fails its query and is dropped instead.
+            .test_before_acquire(false)
+            .connect_with(options)
+            .await
+            .map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "cannot reach store at {shown}: {e}; start PostgreSQL or point [store] url at a reachable database"
+                ))
+            })?;
+        Ok(Self {
+            pool,
+            timeout: config.timeout,
+        })
+    }
+
+    /// Apply the embedded migrations (safe to run from many instances at once).
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR
+            .run(&self.pool)
+            .await
+            .map_err(|e| StoreError::Migration(e.to_string()))
+    }
+
+    /// The underlying pool (tests and administration).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn bounded<T>(
+        &self,
+        op: impl Future<Output = Result<T, sqlx::Error>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(self.timeout, op).await {
+            Ok(result) => result.map_err(unavailable),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no answer within {:?}",
+                self.timeout
+            ))),
+        }
+    }
+}
+
+fn claim_from_row(row: ClaimRow) -> Result<Claim, StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("claim returned {what}"));
+    Ok(match row.o_outcome.as_str() {
+        "claimed" | "takeover" => Claim::Claimed {
+            token: row.o_token.ok_or_else(|| corrupt("no token"))?,
+            takeover: row.o_outcome == "takeover",
+        },
+        "replay" => {
+            let status = row
+                .o_status
+                .and_then(|s| u16::try_from(s).ok())
+                .and_then(|s| StatusCode::from_u16(s).ok())
+                .ok_or_else(|| corrupt("a bad status"))?;
+            let headers = decode_headers(row.o_headers.as_deref().unwrap_or_default())
+                .ok_or_else(|| corrupt("undecodable headers"))?;
+            Claim::Replay(StoredResponse {
+                status,
+                headers,
+                body: Bytes::from(row.o_body.unwrap_or_default()),
+            })
+        }
+        "in_flight" => Claim::InFlight {
+            retry_after: Duration::from_millis(row.o_lease_ms.unwrap_or(0).max(0) as u64),
+        },
+        "mismatch" => Claim::Mismatch,
+        "held" => Claim::Held(
+            row.o_held_reason
+                .as_deref()
+                .and_then(HeldReason::parse)
+                .ok_or_else(|| corrupt("an unknown held reason"))?,
+        ),
+        other => return Err(corrupt(&format!("outcome {other:?}"))),
+    })
+}
+
+#[async_trait::async_trait]
+impl Store for PgStore {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let row: ClaimRow = self
+            .bounded(
+                sqlx::query_as("SELECT * FROM idemgate_claim($1, $2, $3, $4, $5, $6, $7)")
+                    .bind(&req.key.route)
+                    .bind(&req.key.scope)
+                    .bind(&req.key.key)
+                    .bind(&req.fingerprint[..])
+                    .bind(millis(req.lease))
+                    .bind(millis(req.retention))
+                    .bind(req.on_unknown_outcome == UnknownOutcome::Release)
+                    .fetch_one(&self.pool),
+            )
+            .await?;
+        claim_from_row(row)
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Cas, StoreError> {
+        let done = self
+            .bounded(
+                sqlx::query(
+                    "UPDATE idemgate_records
+                        SET lease_until = clock_timestamp() + $5 * INTERVAL '1 millisecond',
+                            updated_at = clock_timestamp()
+                      WHERE route = $1 AND scope = $2 AND key = $3
+                        AND token = $4 AND state = 'in_flight'",
+                )
+                .bind(&key.route)
+                .bind(&key.scope)
+                .bind(&key.key)
+                .bind(token)
+                .bind(millis(lease))
+                .execute(&self.pool),
+            )
+            .await?;
+        Ok(cas(done.rows_affected()))
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        response: &StoredResponse,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        // A record held only because this attempt's lease lapsed may still be
+        // completed by it: the real answer replaces "unknown".
+        let done = self
+            .bounded(
+                sqlx::query(
+                    "UPDATE idemgate_records
+                        SET state = 'completed', status = $5, headers = $6, body = $7,
+                            lease_until = NULL, held_reason = NULL,
+                            expires_at = clock_timestamp() + $8 * INTERVAL '1 millisecond',
+                            updated_at = clock_timestamp()
+                      WHERE route = $1 AND scope = $2 AND key = $3 AND token = $4
+                        AND (state = 'in_flight' OR (state = 'held' AND held_reason = 'lease_lapsed'))",
+                )
+                .bind(&key.route)
+                .bind(&key.scope)
+                .bind(&key.key)
+                .bind(token)
+                .bind(response.status.as_u16() as i16)
+                .bind(encode_headers(&response.headers))
+                .bind(&response.body[..])
+                .bind(millis(retention))
+                .execute(&self.pool),
+            )
+            .await?;
+        Ok(cas(done.rows_affected()))
+    }
+
+    async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
+        let done = self
+            .bounded(
+                sqlx::query(
+                    "DELETE FROM idemgate_records
+                      WHERE route = $1 AND scope = $2 AND key = $3
+                        AND token = $4 AND state = 'in_flight'",
+                )
+                .bind(&key.route)
+                .bind(&key.scope)
+                .bind(&key.key)
+                .bind(token)
+                .execute(&self.pool),
+            )
+            .await?;
+        Ok(cas(done.rows_affected()))
+    }
+
+    async fn hold(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        reason: HeldReason,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        let done = self
+            .bounded(
+                sqlx::query(
+                    "UPDATE idemgate_records
+                        SET state = 'held', held_reason = $5, lease_until = NULL,
+                            expires_at = clock_timestamp() + $6 * INTERVAL '1 millisecond',
+                            updated_at = clock_timestamp()
+                      WHERE route = $1 AND scope = $2 AND key = $3 AND token = $4
+                        AND (state = 'in_flight' OR (state = 'held' AND held_reason = 'lease_lapsed'))",
+                )
+                .bind(&key.route)
+                .bind(&key.scope)
+                .bind(&key.key)
+                .bind(token)
+                .bind(reason.as_str())
+                .bind(millis(retention))
+                .execute(&self.pool),
+            )
+            .await?;
+        Ok(cas(done.rows_affected()))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.bounded(sqlx::query("SELECT 1").execute(&self.pool))
+            .await
+            .map(|_| ())
+    }
+}

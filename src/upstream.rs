@@ -1,0 +1,193 @@
+//! Talking to upstreams: the pooled hyper-util client, the request rewrite
+//! (upstream URI, `X-Forwarded-*`), and hop-by-hop header hygiene in both
+//! directions (RFC 9110 §7.6.1, including the headers `Connection` names).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{PathAndQuery, Uri};
+use http::{Request, Response, Version};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use crate::body::Body;
+
+/// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1
+/// plus the classic RFC 2616 list and the non-standard `Proxy-Connection`).
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Remove hop-by-hop headers and every header the `Connection` header names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(HOP_BY_HOP.iter()) {
+        headers.remove(name);
+    }
+}
+
+/// Why an exchange with the upstream failed.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The request never reached the upstream (connection refused, DNS, …).
+    #[error("could not connect to the upstream: {0}")]
+    NotSent(String),
+    /// The exchange broke after the request may have been sent.
+    #[error("the upstream exchange failed: {0}")]
+    Failed(String),
+}
+
+/// A pooled HTTP/1.1 client shared by every route.
+#[derive(Clone)]
+pub struct Upstream {
+    client: Client<HttpConnector, Body>,
+}
+
+impl Default for Upstream {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Upstream {
+    /// A client with connection pooling, `TCP_NODELAY` and a connect timeout.
+    pub fn new() -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(60))
+            .build(connector);
+        Self { client }
+    }
+
+    /// Send a prepared request; distinguishes "never sent" from "failed after sending".
+    pub async fn send(&self, request: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
+        self.client.request(request).await.map_err(|e| {
+            let detail = error_chain(&e);
+            if e.is_connect() {
+                UpstreamError::NotSent(detail)
+            } else {
+                UpstreamError::Failed(detail)
+            }
+        })
+    }
+}
+
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// Rewrite a client request for `upstream` (`http://host:port[/prefix]`):
+/// the upstream URI, HTTP/1.1, hop-by-hop headers removed, `Host` set by the
+/// client to the upstream's authority, and `X-Forwarded-For/-Proto/-Host`.
+/// Every other header — the idempotency key included — passes through.
+pub fn prepare<B>(mut request: Request<B>, upstream: &Uri, client: SocketAddr) -> Request<B> {
+    let original_host = request.headers().get(header::HOST).cloned().or_else(|| {
+        request
+            .uri()
+            .authority()
+            .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+    });
+    *request.uri_mut() = upstream_uri(upstream, request.uri());
+    *request.version_mut() = Version::HTTP_11;
+    let headers = request.headers_mut();
+    strip_hop_by_hop(headers);
+    headers.remove(header::HOST);
+    let ip = client.ip().to_string();
+    let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
+        Some(prior) => format!("{prior}, {ip}"),
+        None => ip,
+    };
+    if let Ok(v) = HeaderValue::from_str(&forwarded_for) {
+        headers.insert(X_FORWARDED_FOR, v);
+    }
+    if !headers.contains_key(&X_FORWARDED_PROTO) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    }
+    if let Some(host) = original_host {
+        if !headers.contains_key(&X_FORWARDED_HOST) {
+            headers.insert(X_FORWARDED_HOST, host);
+        }
+    }
+    request
+}
+
+fn upstream_uri(upstream: &Uri, original: &Uri) -> Uri {
+    let base = upstream.path().trim_end_matches('/');
+    let pq = original.path_and_query().map_or("/", PathAndQuery::as_str);
+    let mut parts = upstream.clone().into_parts();
+    parts.path_and_query = format!("{base}{pq}").parse().ok();
+    Uri::from_parts(parts).unwrap_or_else(|_| upstream.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hop_by_hop_and_connection_named_headers_are_removed() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "connection",
+            HeaderValue::from_static("keep-alive, X-Secret-Hop"),
+        );
+        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        h.insert("x-secret-hop", HeaderValue::from_static("1"));
+        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        h.insert("te", HeaderValue::from_static("trailers"));
+        h.insert("upgrade", HeaderValue::from_static("websocket"));
+        h.insert("idempotency-key", HeaderValue::from_static("k"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert!(h.contains_key("idempotency-key"));
+    }
+
+    #[test]
+    fn prepare_rewrites_uri_and_forwarding_headers() {
+        let upstream: Uri = "http://10.0.0.1:9000/base/".parse().unwrap();
+        let req = Request::builder()
+            .uri("/v1/pay?x=1")
+            .header("host", "api.example.com")
+            .header("x-forwarded-for", "1.2.3.4")
+            .header("idempotency-key", "\"k\"")
+            .body(())
+            .unwrap();
+        let out = prepare(req, &upstream, "127.0.0.9:5000".parse().unwrap());
+        assert_eq!(out.uri(), "http://10.0.0.1:9000/base/v1/pay?x=1");
+        let h = out.headers();
+        assert_eq!(h["x-forwarded-for"], "1.2.3.4, 127.0.0.9");
+        assert_eq!(h["x-forwarded-proto"], "http");
+        assert_eq!(h["x-forwarded-host"], "api.example.com");
+        assert_eq!(h["idempotency-key"], "\"k\"");
+        assert!(!h.contains_key("host"));
+    }
+}
