@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::time::Duration;
 
 use common::*;
 use http::StatusCode;
@@ -40,7 +41,430 @@ async fn replay_is_byte_exact_with_location_and_etag() {
     assert_eq!(&second.body[..], BINARY_BODY);
     assert_eq!(second.header("location"), Some("/v1/things/42"));
     assert_eq!(second.header("etag"), Some("\"v1-abc\""));
-    assert_eq!(second.header("content-type"), Some("application/octet-stream"));
+    assert_eq!(
+        second.header("content-type"),
+        Some("application/octet-stream")
+    );
     assert_eq!(s.upstream.count("k-bin"), 1);
     drop(s.db);
+}
+
+#[tokio::test]
+async fn same_key_different_request_is_422_and_never_forwarded() {
+    let s = setup("").await;
+    let url = s.gateway.url("/v1/payments");
+    assert_eq!(
+        post(&s.client, &url, "k1", r#"{"amount":10}"#).await.status,
+        StatusCode::CREATED
+    );
+    let other = post(&s.client, &url, "k1", r#"{"amount":99}"#).await;
+    assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(other.problem_type(), "urn:idemgate:problem:key-reused");
+    let other_path = post(
+        &s.client,
+        &s.gateway.url("/v1/refunds"),
+        "k1",
+        r#"{"amount":10}"#,
+    )
+    .await;
+    assert_eq!(other_path.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(s.upstream.count("k1"), 1);
+}
+
+#[tokio::test]
+async fn missing_and_invalid_keys_are_400() {
+    let s = setup("").await;
+    let url = s.gateway.url("/v1/payments");
+    let missing = send(&s.client, "POST", &url, &[], "{}").await;
+    assert_eq!(missing.status, StatusCode::BAD_REQUEST);
+    assert_eq!(missing.problem_type(), "urn:idemgate:problem:missing-key");
+    let long = "k".repeat(256);
+    // HTTP parsers already refuse most control characters; a tab gets through.
+    for bad in [
+        "",
+        "\"\"",
+        long.as_str(),
+        "\"unterminated",
+        "\"a\\nb\"",
+        "\"a\"b",
+        "a b",
+        "a\tb",
+        "\"a\tb\"",
+        "caf\u{e9}",
+    ] {
+        let reply = send(&s.client, "POST", &url, &[("idempotency-key", bad)], "{}").await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "key {bad:?}");
+        assert_eq!(
+            reply.problem_type(),
+            "urn:idemgate:problem:invalid-key",
+            "key {bad:?}"
+        );
+    }
+    let twice = send(
+        &s.client,
+        "POST",
+        &url,
+        &[("idempotency-key", "a"), ("idempotency-key", "b")],
+        "{}",
+    )
+    .await;
+    assert_eq!(twice.status, StatusCode::BAD_REQUEST);
+    let ok = "k".repeat(255);
+    assert_eq!(
+        post(&s.client, &url, &ok, "{}").await.status,
+        StatusCode::CREATED
+    );
+    assert_eq!(
+        s.upstream.total(),
+        1,
+        "no invalid request reached the upstream"
+    );
+}
+
+#[tokio::test]
+async fn optional_key_route_passes_keyless_requests_through() {
+    let s = setup("key_required = false").await;
+    let url = s.gateway.url("/v1/payments");
+    for _ in 0..2 {
+        let reply = send(&s.client, "POST", &url, &[], "{}").await;
+        assert_eq!(reply.status, StatusCode::CREATED);
+        assert!(!reply.is_replay());
+    }
+    assert_eq!(s.upstream.total(), 2);
+}
+
+#[tokio::test]
+async fn quoted_and_bare_forms_are_one_key() {
+    let s = setup("").await;
+    let url = s.gateway.url("/v1/payments");
+    let first = post(&s.client, &url, "\"order-7\"", "{}").await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let second = post(&s.client, &url, "order-7", "{}").await;
+    assert!(second.is_replay(), "{second:?}");
+    assert_eq!(second.body, first.body);
+    assert_eq!(s.upstream.total(), 1);
+}
+
+#[tokio::test]
+async fn unprotected_methods_pass_through_untouched() {
+    let s = setup("").await;
+    let url = s.gateway.url("/v1/payments?x=1");
+    for _ in 0..3 {
+        let reply = send(&s.client, "GET", &url, &[("idempotency-key", "g1")], "").await;
+        assert_eq!(reply.status, StatusCode::CREATED);
+        assert!(!reply.is_replay());
+    }
+    assert_eq!(s.upstream.count("g1"), 3);
+    assert_eq!(s.upstream.last_headers()["idempotency-key"], "g1");
+    let unrouted = send(
+        &s.client,
+        "POST",
+        &s.gateway.url("/elsewhere"),
+        &[("idempotency-key", "x")],
+        "",
+    )
+    .await;
+    assert_eq!(unrouted.status, StatusCode::NOT_FOUND);
+    assert_eq!(unrouted.problem_type(), "urn:idemgate:problem:no-route");
+}
+
+#[tokio::test]
+async fn key_and_forwarding_headers_reach_the_upstream() {
+    let s = setup("").await;
+    post(&s.client, &s.gateway.url("/v1/payments"), "\"fwd-1\"", "{}").await;
+    let h = s.upstream.last_headers();
+    assert_eq!(
+        h["idempotency-key"], "\"fwd-1\"",
+        "the key header passes through intact"
+    );
+    assert_eq!(h["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(h["x-forwarded-proto"], "http");
+    assert_eq!(h["x-forwarded-host"], s.gateway.addr.to_string());
+}
+
+#[tokio::test]
+async fn storm_of_40_reaches_the_upstream_once() {
+    let s = setup("").await;
+    let url = s.gateway.url("/v1/slow/400");
+    let mut tasks = Vec::new();
+    for _ in 0..40 {
+        let (client, url) = (s.client.clone(), url.clone());
+        tasks.push(tokio::spawn(async move {
+            post(&client, &url, "storm", "{\"a\":1}").await
+        }));
+    }
+    let mut originals = Vec::new();
+    for task in tasks {
+        let reply = task.await.unwrap();
+        match reply.status {
+            StatusCode::CREATED => originals.push(reply),
+            StatusCode::CONFLICT => {
+                assert!(
+                    reply.header("retry-after").is_some(),
+                    "409 without Retry-After"
+                );
+                assert_eq!(reply.problem_type(), "urn:idemgate:problem:in-flight");
+            }
+            other => panic!("unexpected {other}: {reply:?}"),
+        }
+    }
+    assert_eq!(s.upstream.count("storm"), 1);
+    assert!(originals.iter().filter(|r| !r.is_replay()).count() == 1);
+    let after = post(&s.client, &url, "storm", "{\"a\":1}").await;
+    assert!(after.is_replay());
+    assert_eq!(after.body, originals[0].body);
+}
+
+#[tokio::test]
+async fn client_disconnect_mid_forward_is_recorded_and_replayed() {
+    let s = setup("").await;
+    let url = s.gateway.url("/v1/slow/800");
+    let (client, u) = (s.client.clone(), url.clone());
+    let impatient = tokio::spawn(async move { post(&client, &u, "gone", "{}").await });
+    let seen = eventually(Duration::from_secs(5), || async {
+        (s.upstream.count("gone") == 1).then_some(())
+    })
+    .await;
+    assert!(seen.is_some(), "the upstream got the request");
+    impatient.abort(); // the client goes away mid-forward
+    let replay = eventually(Duration::from_secs(10), || async {
+        let r = post(&s.client, &url, "gone", "{}").await;
+        r.is_replay().then_some(r)
+    })
+    .await
+    .expect("the abandoned exchange was recorded");
+    assert_eq!(replay.status, StatusCode::CREATED);
+    assert_eq!(s.upstream.count("gone"), 1);
+}
+
+#[tokio::test]
+async fn upstream_500_and_429_release_but_400_is_recorded() {
+    let s = setup("").await;
+    for code in [500u16, 429] {
+        let url = s.gateway.url(&format!("/v1/status/{code}"));
+        let key = format!("rel-{code}");
+        assert_eq!(
+            post(&s.client, &url, &key, "{}").await.status.as_u16(),
+            code
+        );
+        let again = post(&s.client, &url, &key, "{}").await;
+        assert_eq!(again.status.as_u16(), code);
+        assert!(!again.is_replay());
+        assert_eq!(s.upstream.count(&key), 2, "{code} released the key");
+    }
+    let url = s.gateway.url("/v1/status/400");
+    assert_eq!(
+        post(&s.client, &url, "rec-400", "{}").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    let again = post(&s.client, &url, "rec-400", "{}").await;
+    assert_eq!(again.status, StatusCode::BAD_REQUEST);
+    assert!(again.is_replay());
+    assert_eq!(s.upstream.count("rec-400"), 1);
+}
+
+#[tokio::test]
+async fn upstream_reset_and_timeout_hold_the_key() {
+    let s = setup("").await;
+    let reset = post(&s.client, &s.gateway.url("/v1/reset"), "r1", "{}").await;
+    assert_eq!(reset.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(reset.problem_type(), "urn:idemgate:problem:upstream-failed");
+    let timeout = post(&s.client, &s.gateway.url("/v1/hang"), "t1", "{}").await;
+    assert_eq!(timeout.status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(
+        timeout.problem_type(),
+        "urn:idemgate:problem:upstream-timeout"
+    );
+    for (path, key) in [("/v1/reset", "r1"), ("/v1/hang", "t1")] {
+        let retry = post(&s.client, &s.gateway.url(path), key, "{}").await;
+        assert_eq!(retry.status, StatusCode::BAD_GATEWAY, "{key}");
+        assert_eq!(retry.problem_type(), "urn:idemgate:problem:outcome-unknown");
+        assert_eq!(
+            s.upstream.count(key),
+            1,
+            "a held key is never forwarded again"
+        );
+        assert_eq!(record_state(&s.db.url, key).await.as_deref(), Some("held"));
+    }
+}
+
+#[tokio::test]
+async fn release_policy_lets_the_retry_through_after_reset_and_timeout() {
+    let s = setup("on_unknown_outcome = \"release\"").await;
+    let reset = post(&s.client, &s.gateway.url("/v1/reset"), "r2", "{}").await;
+    assert_eq!(reset.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(
+        post(&s.client, &s.gateway.url("/v1/reset"), "r2", "{}")
+            .await
+            .status,
+        StatusCode::BAD_GATEWAY
+    );
+    assert_eq!(s.upstream.count("r2"), 2);
+    let timeout = post(&s.client, &s.gateway.url("/v1/hang"), "t2", "{}").await;
+    assert_eq!(timeout.status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(record_state(&s.db.url, "t2").await, None, "released");
+}
+
+#[tokio::test]
+async fn two_tenants_with_one_key_do_not_collide() {
+    let s = setup("scope_header = \"Authorization\"").await;
+    let url = s.gateway.url("/v1/payments");
+    let send_as = |who: &'static str, body: &'static str| {
+        let (client, url) = (s.client.clone(), url.clone());
+        async move {
+            send(
+                &client,
+                "POST",
+                &url,
+                &[("idempotency-key", "shared"), ("authorization", who)],
+                body,
+            )
+            .await
+        }
+    };
+    let alice = send_as("Bearer alice", r#"{"a":1}"#).await;
+    let bob = send_as("Bearer bob", r#"{"b":2}"#).await;
+    assert_eq!(alice.status, StatusCode::CREATED);
+    assert_eq!(
+        bob.status,
+        StatusCode::CREATED,
+        "bob's key is his own, not a 422"
+    );
+    assert!(!bob.is_replay());
+    assert_eq!(s.upstream.count("shared"), 2);
+    let alice_again = send_as("Bearer alice", r#"{"a":1}"#).await;
+    assert!(alice_again.is_replay());
+    assert_eq!(alice_again.body, alice.body);
+    // The scope is stored only as a digest.
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&s.db.url)
+        .await
+        .unwrap();
+    let scopes: Vec<Vec<u8>> = sqlx::query_scalar("SELECT scope FROM idemgate_records")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert!(
+        scopes
+            .iter()
+            .all(|s| s.len() == 32 && !s.windows(5).any(|w| w == b"alice"))
+    );
+}
+
+#[tokio::test]
+async fn oversized_request_body_is_413() {
+    let s = setup("max_request_body = \"1KiB\"").await;
+    let url = s.gateway.url("/v1/payments");
+    let big = "x".repeat(1025);
+    let reply = post(&s.client, &url, "big", &big).await;
+    assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(reply.problem_type(), "urn:idemgate:problem:body-too-large");
+    assert_eq!(
+        post(&s.client, &url, "fits", &"x".repeat(1024))
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    assert_eq!(s.upstream.count("big"), 0);
+}
+
+#[tokio::test]
+async fn over_cap_response_is_forwarded_once_then_held() {
+    let s = setup("max_recorded_response = \"1KiB\"").await;
+    let url = s.gateway.url("/v1/big/5000");
+    let first = post(&s.client, &url, "huge", "{}").await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(
+        first.body.len(),
+        5000,
+        "the whole response is forwarded once"
+    );
+    let retry = post(&s.client, &url, "huge", "{}").await;
+    assert_eq!(retry.status, StatusCode::CONFLICT);
+    assert_eq!(
+        retry.problem_type(),
+        "urn:idemgate:problem:response-not-retained"
+    );
+    assert_eq!(s.upstream.count("huge"), 1);
+    let small = post(&s.client, &s.gateway.url("/v1/big/1024"), "small", "{}").await;
+    assert_eq!(small.body.len(), 1024);
+    assert!(
+        post(&s.client, &s.gateway.url("/v1/big/1024"), "small", "{}")
+            .await
+            .is_replay()
+    );
+}
+
+#[tokio::test]
+async fn hop_by_hop_headers_never_reach_the_upstream() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = setup("").await;
+    for method in ["POST", "GET"] {
+        let mut tcp = tokio::net::TcpStream::connect(s.gateway.addr)
+            .await
+            .unwrap();
+        let request = format!(
+            "{method} /v1/payments HTTP/1.1\r\nHost: api.test\r\nIdempotency-Key: hop-{method}\r\n\
+             Connection: close, X-Private-Hop\r\nX-Private-Hop: secret\r\nKeep-Alive: timeout=5\r\n\
+             Proxy-Connection: keep-alive\r\nTE: trailers\r\nX-Kept: yes\r\nContent-Length: 2\r\n\r\n{{}}"
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        tcp.read_to_end(&mut answer).await.unwrap();
+        assert!(
+            answer.starts_with(b"HTTP/1.1 201"),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+        let h = s.upstream.last_headers();
+        for hop in [
+            "x-private-hop",
+            "keep-alive",
+            "proxy-connection",
+            "te",
+            "transfer-encoding",
+            "upgrade",
+        ] {
+            assert!(
+                !h.contains_key(hop),
+                "{method}: {hop} reached the upstream: {h:?}"
+            );
+        }
+        assert!(
+            h.get("connection")
+                .is_none_or(|v| !v.to_str().unwrap().contains("X-Private-Hop"))
+        );
+        assert_eq!(h["x-kept"], "yes");
+    }
+}
+
+#[tokio::test]
+async fn lease_renewal_keeps_a_slow_request_from_being_taken_over() {
+    // The upstream takes 3.5 s; the lease is 1 s. Without renewal, the
+    // duplicate at 2.5 s would take the key over under `release`.
+    let s =
+        setup("lease = \"1s\"\nupstream_timeout = \"10s\"\non_unknown_outcome = \"release\"").await;
+    let url = s.gateway.url("/v1/slow/3500");
+    let (client, u) = (s.client.clone(), url.clone());
+    let first = tokio::spawn(async move { post(&client, &u, "slow", "{}").await });
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let duplicate = post(&s.client, &url, "slow", "{}").await;
+    assert_eq!(duplicate.status, StatusCode::CONFLICT, "{duplicate:?}");
+    let first = first.await.unwrap();
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert!(!first.is_replay());
+    assert_eq!(s.upstream.count("slow"), 1);
+    assert!(post(&s.client, &url, "slow", "{}").await.is_replay());
+}
+
+#[tokio::test]
+async fn replay_drops_set_cookie_and_date_but_the_original_keeps_them() {
+    let s = setup("").await;
+    let url = s.gateway.url("/v1/payments");
+    let first = post(&s.client, &url, "ck", "{}").await;
+    assert_eq!(first.header("set-cookie"), Some("session=abc; HttpOnly"));
+    let replay = post(&s.client, &url, "ck", "{}").await;
+    assert!(replay.is_replay());
+    assert_eq!(replay.header("set-cookie"), None);
+    assert_eq!(replay.header("location"), first.header("location"));
+    assert_eq!(replay.header("etag"), first.header("etag"));
 }

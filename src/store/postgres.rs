@@ -193,7 +193,9 @@ impl Store for PgStore {
         retention: Duration,
     ) -> Result<Cas, StoreError> {
         // A record held only because this attempt's lease lapsed may still be
-        // completed by it: the real answer replaces "unknown".
+        // completed by it: the real answer replaces "unknown". A completion
+        // already applied by this attempt applies again (a retried write
+        // whose first answer was lost must not look fenced).
         let done = self
             .bounded(
                 sqlx::query(
@@ -203,7 +205,8 @@ impl Store for PgStore {
                             expires_at = clock_timestamp() + $8 * INTERVAL '1 millisecond',
                             updated_at = clock_timestamp()
                       WHERE route = $1 AND scope = $2 AND key = $3 AND token = $4
-                        AND (state = 'in_flight' OR (state = 'held' AND held_reason = 'lease_lapsed'))",
+                        AND (state IN ('in_flight', 'completed')
+                             OR (state = 'held' AND held_reason = 'lease_lapsed'))",
                 )
                 .bind(&key.route)
                 .bind(&key.scope)
@@ -252,7 +255,7 @@ impl Store for PgStore {
                             expires_at = clock_timestamp() + $6 * INTERVAL '1 millisecond',
                             updated_at = clock_timestamp()
                       WHERE route = $1 AND scope = $2 AND key = $3 AND token = $4
-                        AND (state = 'in_flight' OR (state = 'held' AND held_reason = 'lease_lapsed'))",
+                        AND state IN ('in_flight', 'held')",
                 )
                 .bind(&key.route)
                 .bind(&key.scope)

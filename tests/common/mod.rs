@@ -26,7 +26,8 @@ pub mod process;
 
 /// The server tests create their databases on.
 pub fn admin_url() -> String {
-    std::env::var("IDEMGATE_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+    std::env::var("IDEMGATE_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
 fn unique(prefix: &str) -> String {
@@ -35,7 +36,12 @@ fn unique(prefix: &str) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos();
-    format!("{prefix}_{}_{}_{}", std::process::id(), nanos % 1_000_000_000, N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}_{}_{}_{}",
+        std::process::id(),
+        nanos % 1_000_000_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// A throwaway database, dropped (forcibly) when this value is dropped.
@@ -50,7 +56,9 @@ impl TestDb {
         let admin = admin_url();
         let mut conn = sqlx::PgConnection::connect(&admin)
             .await
-            .unwrap_or_else(|e| panic!("tests need PostgreSQL at {admin} ({e}); run .ci/run or start it"));
+            .unwrap_or_else(|e| {
+                panic!("tests need PostgreSQL at {admin} ({e}); run .ci/run or start it")
+            });
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
             .execute(&mut conn)
             .await
@@ -69,12 +77,17 @@ impl Drop for TestDb {
         let admin = admin_url();
         // Async drop is not a thing: a short-lived runtime on its own thread.
         let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async {
                 if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
-                        .execute(&mut conn)
-                        .await;
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    )))
+                    .execute(&mut conn)
+                    .await;
                 }
             });
         })
@@ -148,7 +161,13 @@ impl Upstream {
 
     /// How many requests carrying this exact key header value arrived.
     pub fn count(&self, key_header_value: &str) -> u64 {
-        self.seen.lock().unwrap().per_key.get(key_header_value).copied().unwrap_or(0)
+        self.seen
+            .lock()
+            .unwrap()
+            .per_key
+            .get(key_header_value)
+            .copied()
+            .unwrap_or(0)
     }
 
     pub fn total(&self) -> u64 {
@@ -156,7 +175,13 @@ impl Upstream {
     }
 
     pub fn last_headers(&self) -> HeaderMap {
-        self.seen.lock().unwrap().headers.last().cloned().unwrap_or_default()
+        self.seen
+            .lock()
+            .unwrap()
+            .headers
+            .last()
+            .cloned()
+            .unwrap_or_default()
     }
 
     pub fn stop(&mut self) {
@@ -181,7 +206,10 @@ impl std::fmt::Display for Reset {
 }
 impl std::error::Error for Reset {}
 
-async fn upstream_answer(req: Request<Incoming>, seen: Arc<Mutex<Seen>>) -> Result<Response<Full<Bytes>>, Reset> {
+async fn upstream_answer(
+    req: Request<Incoming>,
+    seen: Arc<Mutex<Seen>>,
+) -> Result<Response<Full<Bytes>>, Reset> {
     let n = {
         let mut s = seen.lock().unwrap();
         s.total += 1;
@@ -202,10 +230,17 @@ async fn upstream_answer(req: Request<Incoming>, seen: Arc<Mutex<Seen>>) -> Resu
         Response::builder()
             .status(status)
             .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(format!("{{\"n\":{n},\"path\":\"{path}\"}}"))))
+            .body(Full::new(Bytes::from(format!(
+                "{{\"n\":{n},\"path\":\"{path}\"}}"
+            ))))
             .unwrap()
     };
-    let find = |name: &str| segments.iter().position(|s| *s == name).and_then(|i| segments.get(i + 1));
+    let find = |name: &str| {
+        segments
+            .iter()
+            .position(|s| *s == name)
+            .and_then(|i| segments.get(i + 1))
+    };
     if let Some(code) = find("status") {
         return Ok(json(code.parse().unwrap()));
     }
@@ -244,7 +279,8 @@ async fn upstream_answer(req: Request<Incoming>, seen: Arc<Mutex<Seen>>) -> Resu
 }
 
 /// Config text for one gateway in front of `upstream` on `store_url`;
-/// `extra` lines are appended to the route table.
+/// `extra` lines are appended to the route table (they override the
+/// short `lease` and `upstream_timeout` set in `[defaults]`).
 pub fn config_text(store_url: &str, upstream: &str, extra: &str) -> String {
     format!(
         r#"
@@ -256,12 +292,14 @@ shutdown_timeout = "10s"
 url = "{store_url}"
 timeout = "1s"
 
+[defaults]
+lease = "3s"
+upstream_timeout = "2s"
+
 [[routes]]
 name = "api"
 match = "/v1/*"
 upstream = "{upstream}"
-lease = "3s"
-upstream_timeout = "2s"
 {extra}
 "#
     )
@@ -279,12 +317,20 @@ impl Gateway {
         let config = idemgate::Config::parse(config_text).expect("test config is valid");
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let store = idemgate::store::open(&config.store).await.expect("store opens");
+        let store = idemgate::store::open(&config.store)
+            .await
+            .expect("store opens");
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(idemgate::run_with(listener, admin, config, store, async move {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(idemgate::run_with(
+            listener,
+            admin,
+            config,
+            store,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
         Self {
             addr,
             stop: Some(stop),
@@ -330,7 +376,11 @@ impl Reply {
 
     /// The problem `type` of a problem+json answer.
     pub fn problem_type(&self) -> String {
-        assert_eq!(self.header("content-type"), Some("application/problem+json"), "{self:?}");
+        assert_eq!(
+            self.header("content-type"),
+            Some("application/problem+json"),
+            "{self:?}"
+        );
         self.json()["type"].as_str().unwrap_or_default().to_string()
     }
 }
@@ -367,7 +417,17 @@ pub async fn send(
 
 /// POST with an `Idempotency-Key`.
 pub async fn post(client: &HttpClient, url: &str, key: &str, body: &str) -> Reply {
-    send(client, "POST", url, &[("idempotency-key", key), ("content-type", "application/json")], body.to_string()).await
+    send(
+        client,
+        "POST",
+        url,
+        &[
+            ("idempotency-key", key),
+            ("content-type", "application/json"),
+        ],
+        body.to_string(),
+    )
+    .await
 }
 
 /// The path of the built `idemgate` binary.

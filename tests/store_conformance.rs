@@ -1,0 +1,334 @@
+//! One conformance suite for every store (DESIGN.md §6): the same tests,
+//! unchanged, instantiated per backend by `conformance!` at the bottom.
+//! Adding a backend means adding one line there.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode};
+use idemgate::config::{StoreConfig, UnknownOutcome};
+use idemgate::store::{Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoredResponse};
+
+const LEASE: Duration = Duration::from_secs(30);
+const RETENTION: Duration = Duration::from_secs(3600);
+
+/// A store on fresh storage, and what keeps that storage alive.
+struct Fixture {
+    store: Arc<dyn Store>,
+    _guard: Box<dyn std::any::Any + Send>,
+}
+
+async fn postgres() -> Fixture {
+    let db = common::TestDb::new().await;
+    let config = StoreConfig {
+        url: db.url.clone(),
+        migrate: true,
+        pool_size: 8,
+        timeout: Duration::from_secs(5),
+    };
+    let store = idemgate::store::open(&config)
+        .await
+        .expect("postgres store opens");
+    Fixture {
+        store,
+        _guard: Box::new(db),
+    }
+}
+
+fn key(k: &str) -> RecordKey {
+    RecordKey {
+        route: "r".into(),
+        scope: Vec::new(),
+        key: k.into(),
+    }
+}
+
+fn fp(n: u8) -> [u8; 32] {
+    [n; 32]
+}
+
+async fn claim_with(
+    store: &dyn Store,
+    k: &RecordKey,
+    f: u8,
+    lease: Duration,
+    on_unknown: UnknownOutcome,
+) -> Claim {
+    store
+        .claim(&ClaimRequest {
+            key: k,
+            fingerprint: &fp(f),
+            lease,
+            retention: RETENTION,
+            on_unknown_outcome: on_unknown,
+        })
+        .await
+        .expect("claim")
+}
+
+async fn claim(store: &dyn Store, k: &RecordKey, f: u8) -> Claim {
+    claim_with(store, k, f, LEASE, UnknownOutcome::Hold).await
+}
+
+fn token(c: Claim) -> i64 {
+    match c {
+        Claim::Claimed { token, .. } => token,
+        other => panic!("expected Claimed, got {other:?}"),
+    }
+}
+
+fn response(body: impl Into<Bytes>) -> StoredResponse {
+    let mut headers = HeaderMap::new();
+    headers.append("location", HeaderValue::from_static("/things/1"));
+    headers.append("x-multi", HeaderValue::from_static("a"));
+    headers.append("x-multi", HeaderValue::from_static("b"));
+    StoredResponse {
+        status: StatusCode::CREATED,
+        headers,
+        body: body.into(),
+    }
+}
+
+async fn claim_outcomes(s: Fixture) {
+    let s = s.store.as_ref();
+    let k = key("a");
+    let t = token(claim(s, &k, 1).await);
+    match claim(s, &k, 1).await {
+        Claim::InFlight { retry_after } => {
+            assert!(retry_after <= LEASE && retry_after > Duration::ZERO)
+        }
+        other => panic!("expected InFlight, got {other:?}"),
+    }
+    assert_eq!(claim(s, &k, 2).await, Claim::Mismatch);
+    let r = response(&b"\x00\xffbinary\r\n"[..]);
+    assert_eq!(
+        s.complete(&k, t, &r, RETENTION).await.unwrap(),
+        Cas::Applied
+    );
+    assert_eq!(claim(s, &k, 1).await, Claim::Replay(r));
+    assert_eq!(claim(s, &k, 2).await, Claim::Mismatch);
+}
+
+async fn fenced_late_writer_cannot_overwrite(s: Fixture) {
+    let s = s.store.as_ref();
+    let k = key("fence");
+    let short = Duration::from_millis(200);
+    let old = token(claim_with(s, &k, 1, short, UnknownOutcome::Release).await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let new = match claim_with(s, &k, 1, LEASE, UnknownOutcome::Release).await {
+        Claim::Claimed { token, takeover } => {
+            assert!(takeover, "a lapsed lease is taken over");
+            token
+        }
+        other => panic!("expected a takeover, got {other:?}"),
+    };
+    assert!(new > old, "takeover gets a higher token");
+    assert_eq!(
+        s.complete(&k, old, &response("late"), RETENTION)
+            .await
+            .unwrap(),
+        Cas::Fenced
+    );
+    assert_eq!(s.renew(&k, old, LEASE).await.unwrap(), Cas::Fenced);
+    assert_eq!(
+        s.hold(&k, old, HeldReason::UpstreamFailed, RETENTION)
+            .await
+            .unwrap(),
+        Cas::Fenced
+    );
+    assert_eq!(s.release(&k, old).await.unwrap(), Cas::Fenced);
+    assert_eq!(
+        s.complete(&k, new, &response("current"), RETENTION)
+            .await
+            .unwrap(),
+        Cas::Applied
+    );
+    assert_eq!(claim(s, &k, 1).await, Claim::Replay(response("current")));
+    assert_eq!(
+        s.complete(&k, old, &response("late"), RETENTION)
+            .await
+            .unwrap(),
+        Cas::Fenced
+    );
+    assert_eq!(claim(s, &k, 1).await, Claim::Replay(response("current")));
+}
+
+async fn lapsed_lease_is_held_under_hold(s: Fixture) {
+    let s = s.store.as_ref();
+    let k = key("lapse");
+    let t = token(claim_with(s, &k, 1, Duration::from_millis(200), UnknownOutcome::Hold).await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(claim(s, &k, 1).await, Claim::Held(HeldReason::LeaseLapsed));
+    assert_eq!(claim(s, &k, 1).await, Claim::Held(HeldReason::LeaseLapsed));
+    assert_eq!(claim(s, &k, 2).await, Claim::Mismatch);
+    // The attempt that lapsed may still deliver the real answer.
+    assert_eq!(s.renew(&k, t, LEASE).await.unwrap(), Cas::Fenced);
+    assert_eq!(
+        s.complete(&k, t, &response("late but real"), RETENTION)
+            .await
+            .unwrap(),
+        Cas::Applied
+    );
+    assert_eq!(
+        claim(s, &k, 1).await,
+        Claim::Replay(response("late but real"))
+    );
+}
+
+async fn renew_extends_the_lease(s: Fixture) {
+    let s = s.store.as_ref();
+    let k = key("renew");
+    let short = Duration::from_millis(300);
+    let t = token(claim_with(s, &k, 1, short, UnknownOutcome::Release).await);
+    assert_eq!(s.renew(&k, t, LEASE).await.unwrap(), Cas::Applied);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(matches!(
+        claim_with(s, &k, 1, LEASE, UnknownOutcome::Release).await,
+        Claim::InFlight { .. }
+    ));
+}
+
+async fn release_frees_the_key_with_a_new_token(s: Fixture) {
+    let s = s.store.as_ref();
+    let k = key("release");
+    let t1 = token(claim(s, &k, 1).await);
+    assert_eq!(s.release(&k, t1).await.unwrap(), Cas::Applied);
+    // Released: even a different request may use the key now.
+    let t2 = token(claim(s, &k, 2).await);
+    assert!(t2 > t1);
+    assert_eq!(
+        s.complete(&k, t1, &response("stale"), RETENTION)
+            .await
+            .unwrap(),
+        Cas::Fenced
+    );
+}
+
+async fn hold_blocks_until_retention(s: Fixture) {
+    let s = s.store.as_ref();
+    let k = key("hold");
+    let t = token(claim(s, &k, 1).await);
+    assert_eq!(
+        s.hold(&k, t, HeldReason::ResponseTooLarge, RETENTION)
+            .await
+            .unwrap(),
+        Cas::Applied
+    );
+    assert_eq!(
+        claim(s, &k, 1).await,
+        Claim::Held(HeldReason::ResponseTooLarge)
+    );
+    assert_eq!(claim(s, &k, 3).await, Claim::Mismatch);
+    assert_eq!(
+        s.release(&k, t).await.unwrap(),
+        Cas::Fenced,
+        "release clears in-flight attempts only"
+    );
+}
+
+async fn expired_records_are_claimable_again(s: Fixture) {
+    let s = s.store.as_ref();
+    let k = key("expiry");
+    let t = token(claim(s, &k, 1).await);
+    let short = Duration::from_millis(200);
+    assert_eq!(
+        s.complete(&k, t, &response("old"), short).await.unwrap(),
+        Cas::Applied
+    );
+    assert!(matches!(claim(s, &k, 1).await, Claim::Replay(_)));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let t2 = token(claim(s, &k, 2).await);
+    assert!(t2 > t);
+}
+
+async fn scopes_and_routes_are_isolated(s: Fixture) {
+    let s = s.store.as_ref();
+    let a = key("same");
+    let b = RecordKey {
+        scope: vec![7; 32],
+        ..a.clone()
+    };
+    let c = RecordKey {
+        route: "other".into(),
+        ..a.clone()
+    };
+    token(claim(s, &a, 1).await);
+    token(claim(s, &b, 2).await);
+    token(claim(s, &c, 3).await);
+}
+
+async fn concurrent_claims_have_one_winner(s: Fixture) {
+    let store = s.store.clone();
+    let mut tasks = Vec::new();
+    for _ in 0..50 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            claim(store.as_ref(), &key("race"), 1).await
+        }));
+    }
+    let mut winners = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Claim::Claimed { .. } => winners += 1,
+            Claim::InFlight { .. } => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(winners, 1);
+}
+
+async fn large_bodies_round_trip(s: Fixture) {
+    let s = s.store.as_ref();
+    let k = key("large");
+    let t = token(claim(s, &k, 1).await);
+    let body: Vec<u8> = (0..8 * 1024 * 1024u32)
+        .map(|i| (i * 31 % 251) as u8)
+        .collect();
+    let r = response(body);
+    assert_eq!(
+        s.complete(&k, t, &r, RETENTION).await.unwrap(),
+        Cas::Applied
+    );
+    assert_eq!(claim(s, &k, 1).await, Claim::Replay(r));
+}
+
+async fn completion_is_idempotent_for_its_own_attempt(s: Fixture) {
+    // A retried completion (its first answer lost) must not report fencing.
+    let s = s.store.as_ref();
+    let k = key("twice");
+    let t = token(claim(s, &k, 1).await);
+    assert_eq!(
+        s.complete(&k, t, &response("x"), RETENTION).await.unwrap(),
+        Cas::Applied
+    );
+    assert_eq!(
+        s.complete(&k, t, &response("x"), RETENTION).await.unwrap(),
+        Cas::Applied
+    );
+}
+
+macro_rules! conformance {
+    ($backend:ident) => {
+        mod $backend {
+            conformance!(@tests $backend,
+                claim_outcomes, fenced_late_writer_cannot_overwrite, lapsed_lease_is_held_under_hold,
+                renew_extends_the_lease, release_frees_the_key_with_a_new_token,
+                hold_blocks_until_retention, expired_records_are_claimable_again,
+                scopes_and_routes_are_isolated, concurrent_claims_have_one_winner,
+                large_bodies_round_trip, completion_is_idempotent_for_its_own_attempt);
+        }
+    };
+    (@tests $backend:ident, $($test:ident),*) => {
+        $(
+            #[tokio::test]
+            async fn $test() {
+                super::$test(super::$backend().await).await;
+            }
+        )*
+    };
+}
+
+conformance!(postgres);
