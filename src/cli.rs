@@ -1,4 +1,4 @@
-//! The command line (clap): `serve` (the default), `check`, `migrate`.
+//! The command line (clap): `serve` (the default), `check`, `migrate`, `sweep`.
 
 use std::path::PathBuf;
 
@@ -46,6 +46,8 @@ pub enum Command {
     Serve,
     /// Validate the configuration and exit (non-zero, naming the key, if invalid).
     Check,
-    /// Apply the store's migrations and exit.
+    /// Apply the store's migrations and exit (PostgreSQL).
     Migrate,
+    /// Delete expired records once and exit (the server also sweeps in the background).
+    Sweep,
 }

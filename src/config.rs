@@ -82,7 +82,7 @@ pub struct Config {
 /// Where records are kept.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
-    /// `postgres://…` (later also `redis://…`, `memory://`).
+    /// `postgres://…`, `redis://…` or `memory://`.
     pub url: String,
     /// Apply embedded migrations at start.
     pub migrate: bool,
@@ -90,6 +90,14 @@ pub struct StoreConfig {
     pub pool_size: u32,
     /// Longest any single store operation (including getting a connection) may take.
     pub timeout: Duration,
+    /// Redis only: prefix of every key idemgate writes.
+    pub prefix: String,
+    /// memory only: most live records kept.
+    pub max_records: usize,
+    /// How often the sweeper deletes expired records (PostgreSQL, memory).
+    pub sweep_interval: Duration,
+    /// Most records one sweep statement deletes.
+    pub sweep_batch: usize,
 }
 
 /// How a route's path is matched.
@@ -285,6 +293,10 @@ struct RawStore {
     migrate: Option<bool>,
     pool_size: Option<u32>,
     timeout: Option<String>,
+    prefix: Option<String>,
+    max_records: Option<usize>,
+    sweep_interval: Option<String>,
+    sweep_batch: Option<usize>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -515,7 +527,24 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         migrate: raw.store.migrate.unwrap_or(true),
         pool_size: raw.store.pool_size.unwrap_or(16),
         timeout: duration("store.timeout", raw.store.timeout.as_deref(), "2s")?,
+        prefix: raw.store.prefix.unwrap_or_else(|| "idemgate:".to_string()),
+        max_records: raw.store.max_records.unwrap_or(100_000),
+        sweep_interval: duration(
+            "store.sweep_interval",
+            raw.store.sweep_interval.as_deref(),
+            "60s",
+        )?,
+        sweep_batch: raw.store.sweep_batch.unwrap_or(1000),
     };
+    if store.max_records == 0 {
+        return Err(invalid("store.max_records", "must be at least 1"));
+    }
+    if store.sweep_batch == 0 {
+        return Err(invalid("store.sweep_batch", "must be at least 1"));
+    }
+    if store.sweep_interval.is_zero() {
+        return Err(invalid("store.sweep_interval", "must be greater than zero"));
+    }
     if store.pool_size == 0 {
         return Err(invalid("store.pool_size", "must be at least 1"));
     }

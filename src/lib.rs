@@ -8,7 +8,8 @@
 //! - [`server`]: accept loop, connection cap, graceful shutdown.
 //! - [`handler`]: the request pipeline (route, key, body, claim, forward, record).
 //! - [`key`], [`fingerprint`]: key parsing and the request fingerprint.
-//! - [`store`]: the [`store::Store`] trait, claim outcomes, and the PostgreSQL store.
+//! - [`store`]: the [`store::Store`] trait, claim outcomes, and the PostgreSQL,
+//!   Redis and in-memory stores.
 //! - [`upstream`]: the upstream client and header hygiene.
 //! - [`problem`]: every synthetic answer, as `application/problem+json`.
 //! - [`admin`]: health and readiness on the admin listener.
@@ -88,8 +89,41 @@ pub async fn run_with(
         store.clone(),
         stop_admin.clone().cancelled_owned(),
     ));
+    let sweeper = tokio::spawn(sweep_forever(
+        store.clone(),
+        config.store.sweep_interval,
+        config.store.sweep_batch,
+    ));
     let gateway = Arc::new(Gateway::new(&config, store));
     server::serve(listener, gateway, &config, shutdown).await;
+    sweeper.abort();
     stop_admin.cancel();
     let _ = admin_task.await;
+}
+
+/// Delete expired records until fewer than a batch remain; returns how many went.
+pub async fn sweep_once(store: &dyn store::Store, batch: usize) -> Result<u64, store::StoreError> {
+    let mut total = 0;
+    loop {
+        let deleted = store.sweep(batch).await?;
+        total += deleted;
+        if deleted < batch as u64 {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The background sweeper: one pass every `interval`.
+async fn sweep_forever(store: Arc<dyn store::Store>, interval: std::time::Duration, batch: usize) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match sweep_once(store.as_ref(), batch).await {
+            Ok(0) => {}
+            Ok(swept) => tracing::info!(swept, "expired records swept"),
+            Err(error) => tracing::warn!(%error, "sweep failed; will retry"),
+        }
+    }
 }

@@ -45,12 +45,25 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Migrate => {
+            if !config.store.url.starts_with("postgres") {
+                println!(
+                    "{}: nothing to migrate (only PostgreSQL has migrations)",
+                    store::redact_url(&config.store.url)
+                );
+                return Ok(());
+            }
             let pg = store::postgres::PgStore::connect(&config.store).await?;
             pg.migrate().await?;
             println!(
                 "migrations applied to {}",
                 store::redact_url(&config.store.url)
             );
+            Ok(())
+        }
+        Command::Sweep => {
+            let store = store::open(&config.store).await?;
+            let swept = idemgate::sweep_once(store.as_ref(), config.store.sweep_batch).await?;
+            println!("{swept} expired records deleted");
             Ok(())
         }
         Command::Serve => {

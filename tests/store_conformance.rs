@@ -18,23 +18,56 @@ const RETENTION: Duration = Duration::from_secs(3600);
 /// A store on fresh storage, and what keeps that storage alive.
 struct Fixture {
     store: Arc<dyn Store>,
+    /// The backend expires records by itself (Redis TTLs): sweeps find nothing.
+    expires_by_itself: bool,
     _guard: Box<dyn std::any::Any + Send>,
+}
+
+fn store_config(url: &str, prefix: &str) -> StoreConfig {
+    StoreConfig {
+        url: url.to_string(),
+        migrate: true,
+        pool_size: 8,
+        timeout: Duration::from_secs(5),
+        prefix: prefix.to_string(),
+        max_records: 10_000,
+        sweep_interval: Duration::from_secs(60),
+        sweep_batch: 100,
+    }
 }
 
 async fn postgres() -> Fixture {
     let db = common::TestDb::new().await;
-    let config = StoreConfig {
-        url: db.url.clone(),
-        migrate: true,
-        pool_size: 8,
-        timeout: Duration::from_secs(5),
-    };
-    let store = idemgate::store::open(&config)
+    let store = idemgate::store::open(&store_config(&db.url, ""))
         .await
         .expect("postgres store opens");
     Fixture {
         store,
+        expires_by_itself: false,
         _guard: Box::new(db),
+    }
+}
+
+async fn redis() -> Fixture {
+    let prefix = common::RedisPrefix::new();
+    let store = idemgate::store::open(&store_config(&common::redis_url(), &prefix.prefix))
+        .await
+        .expect("redis store opens");
+    Fixture {
+        store,
+        expires_by_itself: true,
+        _guard: Box::new(prefix),
+    }
+}
+
+async fn memory() -> Fixture {
+    let store = idemgate::store::open(&store_config("memory://", ""))
+        .await
+        .expect("memory store opens");
+    Fixture {
+        store,
+        expires_by_itself: false,
+        _guard: Box::new(()),
     }
 }
 
@@ -318,7 +351,8 @@ macro_rules! conformance {
                 renew_extends_the_lease, release_frees_the_key_with_a_new_token,
                 hold_blocks_until_retention, expired_records_are_claimable_again,
                 scopes_and_routes_are_isolated, concurrent_claims_have_one_winner,
-                large_bodies_round_trip, completion_is_idempotent_for_its_own_attempt);
+                large_bodies_round_trip, completion_is_idempotent_for_its_own_attempt,
+                sweep_deletes_only_expired_records);
         }
     };
     (@tests $backend:ident, $($test:ident),*) => {
@@ -331,4 +365,62 @@ macro_rules! conformance {
     };
 }
 
+async fn sweep_deletes_only_expired_records(f: Fixture) {
+    let s = f.store.as_ref();
+    let short = Duration::from_millis(200);
+    for i in 0..5 {
+        let k = key(&format!("old{i}"));
+        let t = token(claim(s, &k, 1).await);
+        assert_eq!(
+            s.complete(&k, t, &response("x"), short).await.unwrap(),
+            Cas::Applied
+        );
+    }
+    let live = key("live");
+    let t = token(claim(s, &live, 1).await);
+    s.complete(&live, t, &response("keep"), RETENTION)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let swept = idemgate::sweep_once(s, 2).await.unwrap();
+    assert_eq!(swept, if f.expires_by_itself { 0 } else { 5 });
+    assert_eq!(idemgate::sweep_once(s, 2).await.unwrap(), 0);
+    assert_eq!(claim(s, &live, 1).await, Claim::Replay(response("keep")));
+    token(claim(s, &key("old0"), 2).await);
+}
+
+#[tokio::test]
+async fn memory_store_refuses_new_keys_when_full_of_live_records() {
+    let mut config = store_config("memory://", "");
+    config.max_records = 3;
+    let store = idemgate::store::open(&config).await.unwrap();
+    let s = store.as_ref();
+    let short = Duration::from_millis(200);
+    for i in 0..3 {
+        let k = key(&format!("m{i}"));
+        let t = token(claim_with(s, &k, 1, LEASE, UnknownOutcome::Hold).await);
+        let retention = if i == 0 { short } else { RETENTION };
+        s.complete(&k, t, &response("x"), retention).await.unwrap();
+    }
+    let refused = s
+        .claim(&ClaimRequest {
+            key: &key("m3"),
+            fingerprint: &fp(1),
+            lease: LEASE,
+            retention: RETENTION,
+            on_unknown_outcome: UnknownOutcome::Hold,
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(idemgate::store::StoreError::Full(3))),
+        "{refused:?}"
+    );
+    // Existing keys still replay; once one expires there is room again.
+    assert!(matches!(claim(s, &key("m1"), 1).await, Claim::Replay(_)));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    token(claim(s, &key("m3"), 1).await);
+}
+
 conformance!(postgres);
+conformance!(redis);
+conformance!(memory);

@@ -7,7 +7,9 @@
 //! so they never repeat for a key, even after it was released or expired.
 
 mod headers;
+pub mod memory;
 pub mod postgres;
+pub mod redis;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -141,8 +143,13 @@ pub enum StoreError {
     /// Applying migrations failed.
     #[error("store migration failed: {0}")]
     Migration(String),
+    /// The in-memory store holds `max_records` live records already.
+    #[error(
+        "the in-memory store is full ({0} records); raise [store] max_records or use PostgreSQL"
+    )]
+    Full(usize),
     /// The store URL names no backend idemgate has.
-    #[error("unsupported store URL {0:?}: use postgres://")]
+    #[error("unsupported store URL {0:?}: use postgres://, redis:// or memory://")]
     UnsupportedUrl(String),
 }
 
@@ -176,21 +183,35 @@ pub trait Store: Send + Sync + 'static {
         reason: HeldReason,
         retention: Duration,
     ) -> Result<Cas, StoreError>;
+    /// Delete up to `batch` expired records; returns how many went.
+    async fn sweep(&self, batch: usize) -> Result<u64, StoreError>;
     /// Check the store answers (readiness).
     async fn ping(&self) -> Result<(), StoreError>;
 }
 
-/// Open the store the configuration names, applying migrations if asked.
+/// Open the store the configuration names (by URL scheme), applying
+/// migrations if asked.
 pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
     let url = config.url.as_str();
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let store = postgres::PgStore::connect(config).await?;
-        if config.migrate {
-            store.migrate().await?;
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    match scheme {
+        "postgres" | "postgresql" => {
+            let store = postgres::PgStore::connect(config).await?;
+            if config.migrate {
+                store.migrate().await?;
+            }
+            Ok(Arc::new(store))
         }
-        Ok(Arc::new(store))
-    } else {
-        Err(StoreError::UnsupportedUrl(redact_url(url)))
+        "redis" => Ok(Arc::new(redis::RedisStore::connect(config).await?)),
+        "memory" => {
+            tracing::warn!(
+                max_records = config.max_records,
+                "memory:// store: records live in this process only and are lost on restart; \
+                 instances do not share them. Use PostgreSQL or Redis in production."
+            );
+            Ok(Arc::new(memory::MemoryStore::new(config.max_records)))
+        }
+        _ => Err(StoreError::UnsupportedUrl(redact_url(url))),
     }
 }
 

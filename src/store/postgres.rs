@@ -269,6 +269,23 @@ impl Store for PgStore {
         Ok(cas(done.rows_affected()))
     }
 
+    async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
+        // Bounded, and skipping rows other transactions hold: never a long lock.
+        let done = self
+            .bounded(
+                sqlx::query(
+                    "DELETE FROM idemgate_records
+                      WHERE ctid IN (SELECT ctid FROM idemgate_records
+                                      WHERE expires_at <= clock_timestamp()
+                                      LIMIT $1 FOR UPDATE SKIP LOCKED)",
+                )
+                .bind(i64::try_from(batch).unwrap_or(i64::MAX))
+                .execute(&self.pool),
+            )
+            .await?;
+        Ok(done.rows_affected())
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.bounded(sqlx::query("SELECT 1").execute(&self.pool))
             .await

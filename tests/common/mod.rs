@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use deadpool_redis::redis;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -90,6 +91,40 @@ impl Drop for TestDb {
                     .await;
                 }
             });
+        })
+        .join();
+    }
+}
+
+/// The Redis server tests use.
+pub fn redis_url() -> String {
+    std::env::var("IDEMGATE_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
+}
+
+/// A key prefix of its own for one test; its keys are deleted on drop.
+pub struct RedisPrefix {
+    pub prefix: String,
+}
+
+impl RedisPrefix {
+    pub fn new() -> Self {
+        Self {
+            prefix: format!("{}:", unique("idemgate_test")),
+        }
+    }
+}
+
+impl Drop for RedisPrefix {
+    fn drop(&mut self) {
+        let pattern = format!("{}*", self.prefix);
+        let _ = std::thread::spawn(move || {
+            let client = redis::Client::open(redis_url()).ok()?;
+            let mut conn = client.get_connection().ok()?;
+            let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg(&pattern).query(&mut conn).ok()?;
+            for chunk in keys.chunks(500) {
+                let _: redis::RedisResult<()> = redis::cmd("DEL").arg(chunk).query(&mut conn);
+            }
+            Some(())
         })
         .join();
     }

@@ -1,0 +1,241 @@
+//! The in-memory store (`memory://`): for trying idemgate on one machine
+//! with no database, and for fast tests. Per-process and lost on restart,
+//! which the gateway warns about at start. It follows exactly the state
+//! machine of the PostgreSQL claim function (migrations/0001_records.sql):
+//! same outcomes, same fencing, same expiry, on a monotonic clock.
+//!
+//! Memory is bounded by `[store] max_records`: when that many live records
+//! exist, expired ones are swept first, and if none are, a new key is
+//! refused with [`StoreError::Full`] (a `503`), never grown without bound.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{
+    Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
+};
+use crate::config::UnknownOutcome;
+use crate::fingerprint::Fingerprint;
+
+#[derive(Debug, Clone)]
+enum State {
+    InFlight { lease_until: Instant },
+    Completed(StoredResponse),
+    Held(HeldReason),
+}
+
+#[derive(Debug, Clone)]
+struct Record {
+    fingerprint: Fingerprint,
+    token: Token,
+    state: State,
+    expires_at: Instant,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    records: HashMap<RecordKey, Record>,
+    last_token: Token,
+}
+
+impl Inner {
+    fn next_token(&mut self) -> Token {
+        self.last_token += 1;
+        self.last_token
+    }
+
+    fn sweep(&mut self, now: Instant, limit: usize) -> u64 {
+        let expired: Vec<RecordKey> = self
+            .records
+            .iter()
+            .filter(|(_, r)| r.expires_at <= now)
+            .map(|(k, _)| k.clone())
+            .take(limit)
+            .collect();
+        for k in &expired {
+            self.records.remove(k);
+        }
+        expired.len() as u64
+    }
+}
+
+/// A per-process [`Store`].
+#[derive(Debug)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+    max_records: usize,
+}
+
+impl MemoryStore {
+    /// An empty store holding at most `max_records` records.
+    pub fn new(max_records: usize) -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+            max_records,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave a record half-written
+        // (every transition is a single assignment), so poison is harmless.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn owned(record: &Record, token: Token) -> bool {
+    record.token == token
+}
+
+#[async_trait::async_trait]
+impl Store for MemoryStore {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let fresh = |token| Record {
+            fingerprint: *req.fingerprint,
+            token,
+            state: State::InFlight {
+                lease_until: now + req.lease,
+            },
+            expires_at: now + req.retention,
+        };
+        let live = inner
+            .records
+            .get(req.key)
+            .filter(|r| r.expires_at > now)
+            .cloned();
+        let Some(record) = live else {
+            if !inner.records.contains_key(req.key) && inner.records.len() >= self.max_records {
+                let room = inner.records.len() - self.max_records + 1;
+                if inner.sweep(now, room.max(64)) < room as u64 {
+                    return Err(StoreError::Full(self.max_records));
+                }
+            }
+            let token = inner.next_token();
+            inner.records.insert(req.key.clone(), fresh(token));
+            return Ok(Claim::Claimed {
+                token,
+                takeover: false,
+            });
+        };
+        if record.fingerprint != *req.fingerprint {
+            return Ok(Claim::Mismatch);
+        }
+        Ok(match record.state {
+            State::Completed(response) => Claim::Replay(response),
+            State::Held(reason) => Claim::Held(reason),
+            State::InFlight { lease_until } if lease_until > now => Claim::InFlight {
+                retry_after: lease_until - now,
+            },
+            State::InFlight { .. } => match req.on_unknown_outcome {
+                UnknownOutcome::Release => {
+                    let token = inner.next_token();
+                    let entry = inner.records.get_mut(req.key).expect("read above");
+                    entry.token = token;
+                    entry.state = State::InFlight {
+                        lease_until: now + req.lease,
+                    };
+                    Claim::Claimed {
+                        token,
+                        takeover: true,
+                    }
+                }
+                UnknownOutcome::Hold => {
+                    let entry = inner.records.get_mut(req.key).expect("read above");
+                    entry.state = State::Held(HeldReason::LeaseLapsed);
+                    Claim::Held(HeldReason::LeaseLapsed)
+                }
+            },
+        })
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Cas, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        Ok(match inner.records.get_mut(key) {
+            Some(r) if owned(r, token) && matches!(r.state, State::InFlight { .. }) => {
+                r.state = State::InFlight {
+                    lease_until: now + lease,
+                };
+                Cas::Applied
+            }
+            _ => Cas::Fenced,
+        })
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        response: &StoredResponse,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        Ok(match inner.records.get_mut(key) {
+            Some(r)
+                if owned(r, token)
+                    && matches!(
+                        r.state,
+                        State::InFlight { .. }
+                            | State::Completed(_)
+                            | State::Held(HeldReason::LeaseLapsed)
+                    ) =>
+            {
+                r.state = State::Completed(response.clone());
+                r.expires_at = now + retention;
+                Cas::Applied
+            }
+            _ => Cas::Fenced,
+        })
+    }
+
+    async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
+        let mut inner = self.lock();
+        match inner.records.get(key) {
+            Some(r) if owned(r, token) && matches!(r.state, State::InFlight { .. }) => {
+                inner.records.remove(key);
+                Ok(Cas::Applied)
+            }
+            _ => Ok(Cas::Fenced),
+        }
+    }
+
+    async fn hold(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        reason: HeldReason,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        Ok(match inner.records.get_mut(key) {
+            Some(r)
+                if owned(r, token)
+                    && matches!(r.state, State::InFlight { .. } | State::Held(_)) =>
+            {
+                r.state = State::Held(reason);
+                r.expires_at = now + retention;
+                Cas::Applied
+            }
+            _ => Cas::Fenced,
+        })
+    }
+
+    async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
+        Ok(self.lock().sweep(Instant::now(), batch))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}

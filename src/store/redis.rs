@@ -1,0 +1,368 @@
+//! The Redis store (`redis://`), on deadpool-redis. Every transition is one
+//! Lua script, so it is atomic on the server; each is fenced by the same
+//! token rules as the PostgreSQL store, and reads the clock with Redis's own
+//! `TIME`, so every gateway instance agrees on leases.
+//!
+//! A record is one hash, `{prefix}rec:{len(route)}:{route}:{hex(scope)}:{key}`,
+//! whose TTL is the retention; the lease is a field, separate from the TTL.
+//! Tokens come from one counter, `{prefix}token`. Durability is whatever the
+//! server's persistence gives: see the README's "Choosing a store".
+
+use std::future::Future;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use bytes::Bytes;
+use deadpool_redis::redis::{self, Script, Value};
+use deadpool_redis::{Config as PoolSettings, Pool, PoolConfig, Runtime, Timeouts};
+use http::StatusCode;
+
+use super::{
+    Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
+    decode_headers, encode_headers, redact_url,
+};
+use crate::config::{StoreConfig, UnknownOutcome};
+
+/// Milliseconds since the epoch by the server's clock, as `now`.
+const NOW: &str =
+    "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)\n";
+
+/// The claim: KEYS = record, token counter; ARGV = fingerprint, lease ms,
+/// retention ms, release-lapsed (1/0). Mirrors `idemgate_claim` in PostgreSQL.
+static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{NOW}{}",
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'held_reason', 'status', 'headers', 'body')
+if not r[2] then
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'state', 'in_flight', 'token', token,
+             'lease_until', now + tonumber(ARGV[2]), 'created_at', now, 'updated_at', now)
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return {'claimed', token}
+end
+if r[1] ~= ARGV[1] then return {'mismatch'} end
+if r[2] == 'completed' then return {'replay', tonumber(r[3]), tonumber(r[6]), r[7], r[8]} end
+if r[2] == 'held' then return {'held', tonumber(r[3]), r[5]} end
+local left = tonumber(r[4]) - now
+if left > 0 then return {'in_flight', tonumber(r[3]), left} end
+if ARGV[4] == '1' then
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], 'token', token, 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
+  return {'takeover', token}
+end
+redis.call('HSET', KEYS[1], 'state', 'held', 'held_reason', 'lease_lapsed', 'updated_at', now)
+redis.call('HDEL', KEYS[1], 'lease_until')
+return {'held', tonumber(r[3]), 'lease_lapsed'}
+"#
+    ))
+});
+
+/// KEYS = record; ARGV = token, lease ms.
+static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{NOW}{}",
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'token', 'state')
+if r[1] ~= ARGV[1] or r[2] ~= 'in_flight' then return 0 end
+redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
+return 1
+"#
+    ))
+});
+
+/// KEYS = record; ARGV = token, status, headers, body, retention ms.
+static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{NOW}{}",
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'held_reason')
+if r[1] ~= ARGV[1] then return 0 end
+if not (r[2] == 'in_flight' or r[2] == 'completed' or (r[2] == 'held' and r[3] == 'lease_lapsed')) then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'completed', 'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'updated_at', now)
+redis.call('HDEL', KEYS[1], 'lease_until', 'held_reason')
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+"#
+    ))
+});
+
+/// KEYS = record; ARGV = token.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'token', 'state')
+if r[1] ~= ARGV[1] or r[2] ~= 'in_flight' then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+"#,
+    )
+});
+
+/// KEYS = record; ARGV = token, reason, retention ms.
+static HOLD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{NOW}{}",
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'token', 'state')
+if r[1] ~= ARGV[1] or not (r[2] == 'in_flight' or r[2] == 'held') then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'held', 'held_reason', ARGV[2], 'updated_at', now)
+redis.call('HDEL', KEYS[1], 'lease_until')
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"#
+    ))
+});
+
+/// A Redis-backed [`Store`].
+pub struct RedisStore {
+    pool: Pool,
+    prefix: String,
+    timeout: Duration,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn corrupt(what: &str) -> StoreError {
+    StoreError::Corrupt(format!("redis script returned {what}"))
+}
+
+fn int(v: Option<&Value>) -> Option<i64> {
+    match v? {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+fn bytes(v: Option<&Value>) -> Option<Vec<u8>> {
+    match v? {
+        Value::BulkString(b) => Some(b.clone()),
+        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        _ => None,
+    }
+}
+
+fn cas(v: i64) -> Cas {
+    if v == 1 { Cas::Applied } else { Cas::Fenced }
+}
+
+impl RedisStore {
+    /// Connect (and check the server answers), failing with a clear message.
+    pub async fn connect(config: &StoreConfig) -> Result<Self, StoreError> {
+        let shown = redact_url(&config.url);
+        let mut settings = PoolSettings::from_url(config.url.clone());
+        settings.pool = Some(PoolConfig {
+            max_size: config.pool_size as usize,
+            timeouts: Timeouts {
+                wait: Some(config.timeout),
+                create: Some(config.timeout),
+                recycle: Some(config.timeout),
+            },
+            ..PoolConfig::default()
+        });
+        let pool = settings
+            .create_pool(Some(Runtime::Tokio1))
+            .map_err(|e| StoreError::Unavailable(format!("invalid store URL {shown}: {e}")))?;
+        let store = Self {
+            pool,
+            prefix: config.prefix.clone(),
+            timeout: config.timeout,
+        };
+        store.ping().await.map_err(|e| {
+            StoreError::Unavailable(format!(
+                "cannot reach store at {shown}: {e}; start Redis or point [store] url at a reachable server"
+            ))
+        })?;
+        Ok(store)
+    }
+
+    fn record_key(&self, key: &RecordKey) -> Vec<u8> {
+        let mut k = Vec::with_capacity(self.prefix.len() + key.route.len() + key.key.len() + 80);
+        k.extend_from_slice(self.prefix.as_bytes());
+        k.extend_from_slice(
+            format!(
+                "rec:{}:{}:{}:",
+                key.route.len(),
+                key.route,
+                hex::encode(&key.scope)
+            )
+            .as_bytes(),
+        );
+        k.extend_from_slice(key.key.as_bytes());
+        k
+    }
+
+    fn token_key(&self) -> String {
+        format!("{}token", self.prefix)
+    }
+
+    /// Run `op` on a pooled connection, bounded by `[store] timeout`.
+    async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(deadpool_redis::Connection) -> Fut,
+        Fut: Future<Output = redis::RedisResult<T>>,
+    {
+        let work = async {
+            let conn = self
+                .pool
+                .get()
+                .await
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            op(conn)
+                .await
+                .map_err(|e| StoreError::Unavailable(e.to_string()))
+        };
+        match tokio::time::timeout(self.timeout, work).await {
+            Ok(result) => result,
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "no answer within {:?}",
+                self.timeout
+            ))),
+        }
+    }
+
+    async fn cas_script(
+        &self,
+        script: &Script,
+        key: &RecordKey,
+        args: &[&[u8]],
+    ) -> Result<Cas, StoreError> {
+        let record = self.record_key(key);
+        let n: i64 = self
+            .bounded(|mut conn| async move {
+                let mut invocation = script.key(&record[..]);
+                for a in args {
+                    invocation.arg(*a);
+                }
+                invocation.invoke_async(&mut conn).await
+            })
+            .await?;
+        Ok(cas(n))
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for RedisStore {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let record = self.record_key(req.key);
+        let token_key = self.token_key();
+        let release = if req.on_unknown_outcome == UnknownOutcome::Release {
+            "1"
+        } else {
+            "0"
+        };
+        let reply: Vec<Value> = self
+            .bounded(|mut conn| async move {
+                CLAIM
+                    .key(&record[..])
+                    .key(token_key)
+                    .arg(&req.fingerprint[..])
+                    .arg(millis(req.lease))
+                    .arg(millis(req.retention))
+                    .arg(release)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        let outcome = bytes(reply.first()).ok_or_else(|| corrupt("no outcome"))?;
+        Ok(match &outcome[..] {
+            b"claimed" | b"takeover" => Claim::Claimed {
+                token: int(reply.get(1)).ok_or_else(|| corrupt("no token"))?,
+                takeover: outcome == b"takeover",
+            },
+            b"mismatch" => Claim::Mismatch,
+            b"replay" => Claim::Replay(StoredResponse {
+                status: int(reply.get(2))
+                    .and_then(|s| u16::try_from(s).ok())
+                    .and_then(|s| StatusCode::from_u16(s).ok())
+                    .ok_or_else(|| corrupt("a bad status"))?,
+                headers: decode_headers(&bytes(reply.get(3)).unwrap_or_default())
+                    .ok_or_else(|| corrupt("undecodable headers"))?,
+                body: Bytes::from(bytes(reply.get(4)).unwrap_or_default()),
+            }),
+            b"held" => Claim::Held(
+                bytes(reply.get(2))
+                    .and_then(|r| HeldReason::parse(std::str::from_utf8(&r).ok()?))
+                    .ok_or_else(|| corrupt("an unknown held reason"))?,
+            ),
+            b"in_flight" => Claim::InFlight {
+                retry_after: Duration::from_millis(int(reply.get(2)).unwrap_or(0).max(0) as u64),
+            },
+            other => {
+                return Err(corrupt(&format!(
+                    "outcome {:?}",
+                    String::from_utf8_lossy(other)
+                )));
+            }
+        })
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Cas, StoreError> {
+        let (token, lease) = (token.to_string(), millis(lease).to_string());
+        self.cas_script(&RENEW, key, &[token.as_bytes(), lease.as_bytes()])
+            .await
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        response: &StoredResponse,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        let token = token.to_string();
+        let status = response.status.as_u16().to_string();
+        let headers = encode_headers(&response.headers);
+        let retention = millis(retention).to_string();
+        let args: [&[u8]; 5] = [
+            token.as_bytes(),
+            status.as_bytes(),
+            &headers,
+            &response.body,
+            retention.as_bytes(),
+        ];
+        self.cas_script(&COMPLETE, key, &args).await
+    }
+
+    async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
+        let token = token.to_string();
+        self.cas_script(&RELEASE, key, &[token.as_bytes()]).await
+    }
+
+    async fn hold(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        reason: HeldReason,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        let (token, retention) = (token.to_string(), millis(retention).to_string());
+        let args: [&[u8]; 3] = [
+            token.as_bytes(),
+            reason.as_str().as_bytes(),
+            retention.as_bytes(),
+        ];
+        self.cas_script(&HOLD, key, &args).await
+    }
+
+    async fn sweep(&self, _batch: usize) -> Result<u64, StoreError> {
+        // Retention is the keys' TTL: Redis expires records by itself.
+        Ok(0)
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.bounded(
+            |mut conn| async move { redis::cmd("PING").query_async::<String>(&mut conn).await },
+        )
+        .await
+        .map(|_| ())
+    }
+}
