@@ -9,27 +9,26 @@ use common::*;
 use http::StatusCode;
 
 struct Setup {
-    db: TestDb,
+    store: TestStore,
     upstream: Upstream,
     gateway: Gateway,
     client: HttpClient,
 }
 
-async fn setup(extra: &str) -> Setup {
-    let db = TestDb::new().await;
+async fn setup(backend: Backend, extra: &str) -> Setup {
+    let store = TestStore::new(backend).await;
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&config_text(&db.url, &upstream.url(), extra)).await;
+    let gateway = Gateway::start(&store.config(&upstream.url(), extra)).await;
     Setup {
-        db,
+        store,
         upstream,
         gateway,
         client: client(),
     }
 }
 
-#[tokio::test]
-async fn replay_is_byte_exact_with_location_and_etag() {
-    let s = setup("").await;
+async fn replay_is_byte_exact_with_location_and_etag(b: Backend) {
+    let s = setup(b, "").await;
     let url = s.gateway.url("/v1/binary");
     let first = post(&s.client, &url, "k-bin", "{}").await;
     assert_eq!(first.status, StatusCode::CREATED);
@@ -46,12 +45,10 @@ async fn replay_is_byte_exact_with_location_and_etag() {
         Some("application/octet-stream")
     );
     assert_eq!(s.upstream.count("k-bin"), 1);
-    drop(s.db);
 }
 
-#[tokio::test]
-async fn same_key_different_request_is_422_and_never_forwarded() {
-    let s = setup("").await;
+async fn same_key_different_request_is_422_and_never_forwarded(b: Backend) {
+    let s = setup(b, "").await;
     let url = s.gateway.url("/v1/payments");
     assert_eq!(
         post(&s.client, &url, "k1", r#"{"amount":10}"#).await.status,
@@ -71,9 +68,8 @@ async fn same_key_different_request_is_422_and_never_forwarded() {
     assert_eq!(s.upstream.count("k1"), 1);
 }
 
-#[tokio::test]
-async fn missing_and_invalid_keys_are_400() {
-    let s = setup("").await;
+async fn missing_and_invalid_keys_are_400(b: Backend) {
+    let s = setup(b, "").await;
     let url = s.gateway.url("/v1/payments");
     let missing = send(&s.client, "POST", &url, &[], "{}").await;
     assert_eq!(missing.status, StatusCode::BAD_REQUEST);
@@ -121,9 +117,8 @@ async fn missing_and_invalid_keys_are_400() {
     );
 }
 
-#[tokio::test]
-async fn optional_key_route_passes_keyless_requests_through() {
-    let s = setup("key_required = false").await;
+async fn optional_key_route_passes_keyless_requests_through(b: Backend) {
+    let s = setup(b, "key_required = false").await;
     let url = s.gateway.url("/v1/payments");
     for _ in 0..2 {
         let reply = send(&s.client, "POST", &url, &[], "{}").await;
@@ -133,9 +128,8 @@ async fn optional_key_route_passes_keyless_requests_through() {
     assert_eq!(s.upstream.total(), 2);
 }
 
-#[tokio::test]
-async fn quoted_and_bare_forms_are_one_key() {
-    let s = setup("").await;
+async fn quoted_and_bare_forms_are_one_key(b: Backend) {
+    let s = setup(b, "").await;
     let url = s.gateway.url("/v1/payments");
     let first = post(&s.client, &url, "\"order-7\"", "{}").await;
     assert_eq!(first.status, StatusCode::CREATED);
@@ -145,9 +139,8 @@ async fn quoted_and_bare_forms_are_one_key() {
     assert_eq!(s.upstream.total(), 1);
 }
 
-#[tokio::test]
-async fn unprotected_methods_pass_through_untouched() {
-    let s = setup("").await;
+async fn unprotected_methods_pass_through_untouched(b: Backend) {
+    let s = setup(b, "").await;
     let url = s.gateway.url("/v1/payments?x=1");
     for _ in 0..3 {
         let reply = send(&s.client, "GET", &url, &[("idempotency-key", "g1")], "").await;
@@ -168,9 +161,8 @@ async fn unprotected_methods_pass_through_untouched() {
     assert_eq!(unrouted.problem_type(), "urn:idemgate:problem:no-route");
 }
 
-#[tokio::test]
-async fn key_and_forwarding_headers_reach_the_upstream() {
-    let s = setup("").await;
+async fn key_and_forwarding_headers_reach_the_upstream(b: Backend) {
+    let s = setup(b, "").await;
     post(&s.client, &s.gateway.url("/v1/payments"), "\"fwd-1\"", "{}").await;
     let h = s.upstream.last_headers();
     assert_eq!(
@@ -182,9 +174,8 @@ async fn key_and_forwarding_headers_reach_the_upstream() {
     assert_eq!(h["x-forwarded-host"], s.gateway.addr.to_string());
 }
 
-#[tokio::test]
-async fn storm_of_40_reaches_the_upstream_once() {
-    let s = setup("").await;
+async fn storm_of_40_reaches_the_upstream_once(b: Backend) {
+    let s = setup(b, "").await;
     let url = s.gateway.url("/v1/slow/400");
     let mut tasks = Vec::new();
     for _ in 0..40 {
@@ -215,9 +206,8 @@ async fn storm_of_40_reaches_the_upstream_once() {
     assert_eq!(after.body, originals[0].body);
 }
 
-#[tokio::test]
-async fn client_disconnect_mid_forward_is_recorded_and_replayed() {
-    let s = setup("").await;
+async fn client_disconnect_mid_forward_is_recorded_and_replayed(b: Backend) {
+    let s = setup(b, "").await;
     let url = s.gateway.url("/v1/slow/800");
     let (client, u) = (s.client.clone(), url.clone());
     let impatient = tokio::spawn(async move { post(&client, &u, "gone", "{}").await });
@@ -237,9 +227,8 @@ async fn client_disconnect_mid_forward_is_recorded_and_replayed() {
     assert_eq!(s.upstream.count("gone"), 1);
 }
 
-#[tokio::test]
-async fn upstream_500_and_429_release_but_400_is_recorded() {
-    let s = setup("").await;
+async fn upstream_500_and_429_release_but_400_is_recorded(b: Backend) {
+    let s = setup(b, "").await;
     for code in [500u16, 429] {
         let url = s.gateway.url(&format!("/v1/status/{code}"));
         let key = format!("rel-{code}");
@@ -263,9 +252,8 @@ async fn upstream_500_and_429_release_but_400_is_recorded() {
     assert_eq!(s.upstream.count("rec-400"), 1);
 }
 
-#[tokio::test]
-async fn upstream_reset_and_timeout_hold_the_key() {
-    let s = setup("").await;
+async fn upstream_reset_and_timeout_hold_the_key(b: Backend) {
+    let s = setup(b, "").await;
     let reset = post(&s.client, &s.gateway.url("/v1/reset"), "r1", "{}").await;
     assert_eq!(reset.status, StatusCode::BAD_GATEWAY);
     assert_eq!(reset.problem_type(), "urn:idemgate:problem:upstream-failed");
@@ -284,13 +272,14 @@ async fn upstream_reset_and_timeout_hold_the_key() {
             1,
             "a held key is never forwarded again"
         );
-        assert_eq!(record_state(&s.db.url, key).await.as_deref(), Some("held"));
+        if let Some(db) = s.store.pg_url() {
+            assert_eq!(record_state(db, key).await.as_deref(), Some("held"));
+        }
     }
 }
 
-#[tokio::test]
-async fn release_policy_lets_the_retry_through_after_reset_and_timeout() {
-    let s = setup("on_unknown_outcome = \"release\"").await;
+async fn release_policy_lets_the_retry_through_after_reset_and_timeout(b: Backend) {
+    let s = setup(b, "on_unknown_outcome = \"release\"").await;
     let reset = post(&s.client, &s.gateway.url("/v1/reset"), "r2", "{}").await;
     assert_eq!(reset.status, StatusCode::BAD_GATEWAY);
     assert_eq!(
@@ -302,12 +291,17 @@ async fn release_policy_lets_the_retry_through_after_reset_and_timeout() {
     assert_eq!(s.upstream.count("r2"), 2);
     let timeout = post(&s.client, &s.gateway.url("/v1/hang"), "t2", "{}").await;
     assert_eq!(timeout.status, StatusCode::GATEWAY_TIMEOUT);
-    assert_eq!(record_state(&s.db.url, "t2").await, None, "released");
+    let retry = post(&s.client, &s.gateway.url("/v1/hang"), "t2", "{}").await;
+    assert_eq!(
+        retry.status,
+        StatusCode::GATEWAY_TIMEOUT,
+        "released: forwarded again"
+    );
+    assert_eq!(s.upstream.count("t2"), 2);
 }
 
-#[tokio::test]
-async fn two_tenants_with_one_key_do_not_collide() {
-    let s = setup("scope_header = \"Authorization\"").await;
+async fn two_tenants_with_one_key_do_not_collide(b: Backend) {
+    let s = setup(b, "scope_header = \"Authorization\"").await;
     let url = s.gateway.url("/v1/payments");
     let send_as = |who: &'static str, body: &'static str| {
         let (client, url) = (s.client.clone(), url.clone());
@@ -336,23 +330,24 @@ async fn two_tenants_with_one_key_do_not_collide() {
     assert!(alice_again.is_replay());
     assert_eq!(alice_again.body, alice.body);
     // The scope is stored only as a digest.
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&s.db.url)
-        .await
-        .unwrap();
-    let scopes: Vec<Vec<u8>> = sqlx::query_scalar("SELECT scope FROM idemgate_records")
-        .fetch_all(&mut conn)
-        .await
-        .unwrap();
-    assert!(
-        scopes
-            .iter()
-            .all(|s| s.len() == 32 && !s.windows(5).any(|w| w == b"alice"))
-    );
+    if let Some(db) = s.store.pg_url() {
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(db)
+            .await
+            .unwrap();
+        let scopes: Vec<Vec<u8>> = sqlx::query_scalar("SELECT scope FROM idemgate_records")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        assert!(
+            scopes
+                .iter()
+                .all(|s| s.len() == 32 && !s.windows(5).any(|w| w == b"alice"))
+        );
+    }
 }
 
-#[tokio::test]
-async fn oversized_request_body_is_413() {
-    let s = setup("max_request_body = \"1KiB\"").await;
+async fn oversized_request_body_is_413(b: Backend) {
+    let s = setup(b, "max_request_body = \"1KiB\"").await;
     let url = s.gateway.url("/v1/payments");
     let big = "x".repeat(1025);
     let reply = post(&s.client, &url, "big", &big).await;
@@ -367,9 +362,8 @@ async fn oversized_request_body_is_413() {
     assert_eq!(s.upstream.count("big"), 0);
 }
 
-#[tokio::test]
-async fn over_cap_response_is_forwarded_once_then_held() {
-    let s = setup("max_recorded_response = \"1KiB\"").await;
+async fn over_cap_response_is_forwarded_once_then_held(b: Backend) {
+    let s = setup(b, "max_recorded_response = \"1KiB\"").await;
     let url = s.gateway.url("/v1/big/5000");
     let first = post(&s.client, &url, "huge", "{}").await;
     assert_eq!(first.status, StatusCode::OK);
@@ -394,10 +388,9 @@ async fn over_cap_response_is_forwarded_once_then_held() {
     );
 }
 
-#[tokio::test]
-async fn hop_by_hop_headers_never_reach_the_upstream() {
+async fn hop_by_hop_headers_never_reach_the_upstream(b: Backend) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let s = setup("").await;
+    let s = setup(b, "").await;
     for method in ["POST", "GET"] {
         let mut tcp = tokio::net::TcpStream::connect(s.gateway.addr)
             .await
@@ -437,12 +430,14 @@ async fn hop_by_hop_headers_never_reach_the_upstream() {
     }
 }
 
-#[tokio::test]
-async fn lease_renewal_keeps_a_slow_request_from_being_taken_over() {
+async fn lease_renewal_keeps_a_slow_request_from_being_taken_over(b: Backend) {
     // The upstream takes 3.5 s; the lease is 1 s. Without renewal, the
     // duplicate at 2.5 s would take the key over under `release`.
-    let s =
-        setup("lease = \"1s\"\nupstream_timeout = \"10s\"\non_unknown_outcome = \"release\"").await;
+    let s = setup(
+        b,
+        "lease = \"1s\"\nupstream_timeout = \"10s\"\non_unknown_outcome = \"release\"",
+    )
+    .await;
     let url = s.gateway.url("/v1/slow/3500");
     let (client, u) = (s.client.clone(), url.clone());
     let first = tokio::spawn(async move { post(&client, &u, "slow", "{}").await });
@@ -456,9 +451,8 @@ async fn lease_renewal_keeps_a_slow_request_from_being_taken_over() {
     assert!(post(&s.client, &url, "slow", "{}").await.is_replay());
 }
 
-#[tokio::test]
-async fn replay_drops_set_cookie_and_date_but_the_original_keeps_them() {
-    let s = setup("").await;
+async fn replay_drops_set_cookie_and_date_but_the_original_keeps_them(b: Backend) {
+    let s = setup(b, "").await;
     let url = s.gateway.url("/v1/payments");
     let first = post(&s.client, &url, "ck", "{}").await;
     assert_eq!(first.header("set-cookie"), Some("session=abc; HttpOnly"));
@@ -467,4 +461,52 @@ async fn replay_drops_set_cookie_and_date_but_the_original_keeps_them() {
     assert_eq!(replay.header("set-cookie"), None);
     assert_eq!(replay.header("location"), first.header("location"));
     assert_eq!(replay.header("etag"), first.header("etag"));
+}
+
+/// Every test above, once per backend.
+macro_rules! per_backend {
+    ($($backend:ident => $variant:ident),*) => {$(
+        mod $backend {
+            per_backend!(@tests $variant, replay_is_byte_exact_with_location_and_etag, same_key_different_request_is_422_and_never_forwarded, missing_and_invalid_keys_are_400, optional_key_route_passes_keyless_requests_through, quoted_and_bare_forms_are_one_key, unprotected_methods_pass_through_untouched, key_and_forwarding_headers_reach_the_upstream, storm_of_40_reaches_the_upstream_once, client_disconnect_mid_forward_is_recorded_and_replayed, upstream_500_and_429_release_but_400_is_recorded, upstream_reset_and_timeout_hold_the_key, release_policy_lets_the_retry_through_after_reset_and_timeout, two_tenants_with_one_key_do_not_collide, oversized_request_body_is_413, over_cap_response_is_forwarded_once_then_held, hop_by_hop_headers_never_reach_the_upstream, lease_renewal_keeps_a_slow_request_from_being_taken_over, replay_drops_set_cookie_and_date_but_the_original_keeps_them);
+        }
+    )*};
+    (@tests $variant:ident, $($test:ident),*) => {$(
+        #[tokio::test]
+        async fn $test() {
+            super::$test(super::Backend::$variant).await;
+        }
+    )*};
+}
+
+per_backend!(postgres => Postgres, redis => Redis, memory => Memory);
+
+#[tokio::test]
+async fn full_memory_store_answers_503_not_unbounded_growth() {
+    let store = TestStore::new(Backend::Memory).await;
+    let upstream = Upstream::start().await;
+    let text = store.config(&upstream.url(), "").replace(
+        "url = \"memory://\"",
+        "url = \"memory://\"\nmax_records = 2",
+    );
+    let gateway = Gateway::start(&text).await;
+    let c = client();
+    let url = gateway.url("/v1/payments");
+    for key in ["m1", "m2"] {
+        assert_eq!(post(&c, &url, key, "{}").await.status, StatusCode::CREATED);
+    }
+    let full = post(&c, &url, "m3", "{}").await;
+    assert_eq!(full.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        full.problem_type(),
+        "urn:idemgate:problem:store-unavailable"
+    );
+    assert!(full.header("retry-after").is_some());
+    assert!(
+        full.json()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("max_records")
+    );
+    assert_eq!(upstream.count("m3"), 0);
+    assert!(post(&c, &url, "m1", "{}").await.is_replay());
 }

@@ -130,6 +130,70 @@ impl Drop for RedisPrefix {
     }
 }
 
+/// A store backend for gateway-level tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Redis,
+    Memory,
+}
+
+/// Fresh storage on one backend, cleaned up on drop.
+pub struct TestStore {
+    pub backend: Backend,
+    pub url: String,
+    prefix: String,
+    _db: Option<TestDb>,
+    _redis: Option<RedisPrefix>,
+}
+
+impl TestStore {
+    pub async fn new(backend: Backend) -> Self {
+        match backend {
+            Backend::Postgres => {
+                let db = TestDb::new().await;
+                Self {
+                    backend,
+                    url: db.url.clone(),
+                    prefix: String::new(),
+                    _db: Some(db),
+                    _redis: None,
+                }
+            }
+            Backend::Redis => {
+                let p = RedisPrefix::new();
+                Self {
+                    backend,
+                    url: redis_url(),
+                    prefix: p.prefix.clone(),
+                    _db: None,
+                    _redis: Some(p),
+                }
+            }
+            Backend::Memory => Self {
+                backend,
+                url: "memory://".into(),
+                prefix: String::new(),
+                _db: None,
+                _redis: None,
+            },
+        }
+    }
+
+    /// The PostgreSQL URL, when the backend is PostgreSQL.
+    pub fn pg_url(&self) -> Option<&str> {
+        (self.backend == Backend::Postgres).then_some(self.url.as_str())
+    }
+
+    /// [`config_text`] for this store.
+    pub fn config(&self, upstream: &str, extra: &str) -> String {
+        config_text(&self.url, upstream, extra).replace(
+            "timeout = \"1s\"\n",
+            &format!("timeout = \"1s\"\nprefix = \"{}\"\n", self.prefix),
+        )
+    }
+}
+
 /// What the test upstream saw.
 #[derive(Default)]
 pub struct Seen {
