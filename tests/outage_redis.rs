@@ -1,0 +1,210 @@
+//! Redis outages (G8) and several gateways sharing one Redis: a private
+//! `redis-server` on a free port is stopped, frozen and restarted under a
+//! running gateway, which must answer 503 (or fail open) and recover by
+//! itself.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use http::StatusCode;
+
+/// A private redis-server child process on a free loopback port.
+struct PrivateRedis {
+    port: u16,
+    child: Option<Child>,
+}
+
+impl PrivateRedis {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut redis = Self { port, child: None };
+        redis.restart();
+        redis
+    }
+
+    fn restart(&mut self) {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (.ci/run installs it)");
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "private redis did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        assert!(
+            Command::new("kill")
+                .args([signal, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.signal("-CONT");
+        }
+        self.kill();
+    }
+}
+
+async fn created_eventually(c: &HttpClient, url: &str, key: &str) -> bool {
+    eventually(Duration::from_secs(20), || async {
+        (post(c, url, key, "{}").await.status == StatusCode::CREATED).then_some(())
+    })
+    .await
+    .is_some()
+}
+
+#[tokio::test]
+async fn stopped_redis_fails_closed_then_recovers_without_restart() {
+    let mut redis = PrivateRedis::start();
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&config_text(&redis.url(), &upstream.url(), "")).await;
+    let c = client();
+    let url = gateway.url("/v1/payments");
+    assert_eq!(
+        post(&c, &url, "before", "{}").await.status,
+        StatusCode::CREATED
+    );
+
+    redis.kill();
+    let down = post(&c, &url, "during", "{}").await;
+    assert_eq!(down.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        down.problem_type(),
+        "urn:idemgate:problem:store-unavailable"
+    );
+    assert!(down.header("retry-after").is_some());
+    assert_eq!(
+        upstream.count("during"),
+        0,
+        "nothing is forwarded without a claim"
+    );
+
+    redis.restart();
+    assert!(
+        created_eventually(&c, &url, "after").await,
+        "the gateway recovered by itself"
+    );
+    assert_eq!(upstream.count("after"), 1);
+}
+
+#[tokio::test]
+async fn frozen_redis_answers_503_within_the_store_timeout() {
+    let redis = PrivateRedis::start();
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&config_text(&redis.url(), &upstream.url(), "")).await;
+    let c = client();
+    let url = gateway.url("/v1/payments");
+    assert_eq!(
+        post(&c, &url, "warm", "{}").await.status,
+        StatusCode::CREATED
+    );
+
+    redis.signal("-STOP");
+    let frozen = post(&c, &url, "frozen", "{}").await;
+    assert_eq!(frozen.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(upstream.count("frozen"), 0);
+
+    redis.signal("-CONT");
+    assert!(created_eventually(&c, &url, "thawed").await);
+    assert!(
+        post(&c, &url, "warm", "{}").await.is_replay(),
+        "records survive a freeze"
+    );
+}
+
+#[tokio::test]
+async fn stopped_redis_fails_open_when_configured() {
+    let mut redis = PrivateRedis::start();
+    let upstream = Upstream::start().await;
+    let text = config_text(
+        &redis.url(),
+        &upstream.url(),
+        "on_store_error = \"fail_open\"",
+    );
+    let gateway = Gateway::start(&text).await;
+    let c = client();
+    let url = gateway.url("/v1/payments");
+    redis.kill();
+    let open = post(&c, &url, "open", "{}").await;
+    assert_eq!(open.status, StatusCode::CREATED);
+    assert!(!open.is_replay());
+    assert_eq!(upstream.count("open"), 1);
+}
+
+#[tokio::test]
+async fn gateways_sharing_a_store_forward_a_key_once() {
+    for backend in [Backend::Redis, Backend::Postgres] {
+        let store = TestStore::new(backend).await;
+        let upstream = Upstream::start().await;
+        let text = store.config(&upstream.url(), "");
+        let (a, b) = (Gateway::start(&text).await, Gateway::start(&text).await);
+        let c = client();
+        let mut tasks = Vec::new();
+        for i in 0..40 {
+            let url = if i % 2 == 0 {
+                a.url("/v1/slow/300")
+            } else {
+                b.url("/v1/slow/300")
+            };
+            let c = c.clone();
+            tasks.push(tokio::spawn(
+                async move { post(&c, &url, "shared", "{}").await },
+            ));
+        }
+        for task in tasks {
+            let reply = task.await.unwrap();
+            assert!(
+                reply.status == StatusCode::CREATED || reply.status == StatusCode::CONFLICT,
+                "{backend:?}: {reply:?}"
+            );
+        }
+        assert_eq!(upstream.count("shared"), 1, "{backend:?}");
+        let from_b = post(&c, &b.url("/v1/slow/300"), "shared", "{}").await;
+        let from_a = post(&c, &a.url("/v1/slow/300"), "shared", "{}").await;
+        assert!(from_a.is_replay() && from_b.is_replay());
+        assert_eq!(from_a.body, from_b.body);
+    }
+}
