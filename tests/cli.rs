@@ -1,0 +1,79 @@
+//! The command line, run as the real binary: `check`, `serve` against an
+//! unreachable store, `migrate`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::process::{GatewayProcess, run_command};
+use common::*;
+use sqlx::Connection;
+
+/// An upstream nobody listens on: these commands never forward.
+const NO_UPSTREAM: &str = "http://127.0.0.1:9";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_rejects_unknown_key() {
+    let store = "postgres://postgres@127.0.0.1:5432/postgres";
+    let typo = config_text(store, NO_UPSTREAM, "retension = \"1h\"");
+    let (status, _, stderr) = run_command("check", &typo, Duration::from_secs(30)).await;
+    assert!(!status.success(), "check accepted `retension`: {stderr}");
+    assert!(stderr.contains("retension"), "stderr: {stderr}");
+
+    let valid = config_text(store, NO_UPSTREAM, "retention = \"1h\"");
+    let (status, stdout, stderr) = run_command("check", &valid, Duration::from_secs(30)).await;
+    assert!(
+        status.success(),
+        "check rejected a valid config: {stdout}{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_store_fails_at_startup_with_clear_message() {
+    let config = config_text("postgres://postgres:s3cret@127.0.0.1:1/x", NO_UPSTREAM, "");
+    let mut gateway = GatewayProcess::spawn("unreachable", &config);
+    let status = gateway.wait(Duration::from_secs(30)).await;
+    let (stdout, stderr) = (gateway.stdout(), gateway.stderr());
+    let status = status.unwrap_or_else(|| {
+        panic!("serve kept running without its store\n--- stderr ---\n{stderr}")
+    });
+    assert!(!status.success(), "serve exited 0 without its store");
+    assert!(stderr.contains("cannot reach store"), "stderr: {stderr}");
+    assert!(
+        !stderr.contains("s3cret") && !stdout.contains("s3cret"),
+        "the password leaked: {stdout}{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_applies_migrations() {
+    let db = TestDb::new().await;
+    assert!(
+        !table_exists(&db.url).await,
+        "a fresh database has no table"
+    );
+
+    let config = config_text(&db.url, NO_UPSTREAM, "");
+    let (status, stdout, stderr) = run_command("migrate", &config, Duration::from_secs(45)).await;
+    assert!(status.success(), "migrate failed: {stdout}{stderr}");
+    assert!(
+        table_exists(&db.url).await,
+        "no idemgate_records after migrate"
+    );
+
+    // Running it again is harmless.
+    let (status, stdout, stderr) = run_command("migrate", &config, Duration::from_secs(45)).await;
+    assert!(
+        status.success(),
+        "a second migrate failed: {stdout}{stderr}"
+    );
+}
+
+async fn table_exists(db_url: &str) -> bool {
+    let mut conn = sqlx::PgConnection::connect(db_url).await.unwrap();
+    let found: Option<String> = sqlx::query_scalar("SELECT to_regclass('idemgate_records')::text")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    found.is_some()
+}
