@@ -58,8 +58,9 @@ BEGIN
             CONTINUE;  -- someone inserted first: read what they wrote
         END IF;
 
-        IF r.expires_at <= v_now THEN
-            -- Past retention: the key is free again, with a new token.
+        IF r.expires_at <= v_now AND NOT (r.state = 'in_flight' AND r.lease_until > v_now) THEN
+            -- Past retention (and not held by a live lease): the key is free
+            -- again, with a new token.
             v_token := nextval('idemgate_token_seq');
             UPDATE idemgate_records
                SET fingerprint = p_fingerprint, state = 'in_flight', token = v_token,

@@ -335,7 +335,7 @@ impl Gateway {
                 },
             })?;
         let (mut parts, incoming) = response.into_parts();
-        strip_hop_by_hop(&mut parts.headers);
+        to_client(&mut parts);
         Ok(Response::from_parts(parts, body::boxed(incoming)))
     }
 
@@ -383,7 +383,7 @@ impl Gateway {
             }
             Ok(Ok(done)) => done,
         };
-        strip_hop_by_hop(&mut parts.headers);
+        to_client(&mut parts);
 
         match collected {
             Collected::Complete(bytes) if route.record.records(parts.status) => {
@@ -520,6 +520,14 @@ impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
     }
+}
+
+/// Make an upstream response head fit for the client: no hop-by-hop
+/// headers, and the version left to the client's own connection (an
+/// HTTP/1.0 upstream must not turn the answer into HTTP/1.0).
+fn to_client(parts: &mut http::response::Parts) {
+    strip_hop_by_hop(&mut parts.headers);
+    parts.version = http::Version::default();
 }
 
 /// The SHA-256 of the route's scope header (all values), or empty if unscoped.

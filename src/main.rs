@@ -1,6 +1,8 @@
 //! The `idemgate` binary: parse the command line, set up logging, and hand
 //! over to the library. Errors end here, printed once, with a non-zero exit.
 
+use std::io::IsTerminal;
+
 use anyhow::Context;
 use clap::Parser;
 use idemgate::cli::{Cli, Command, LogFormat};
@@ -21,9 +23,12 @@ fn main() -> std::process::ExitCode {
 }
 
 fn init_logging(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // sqlx reports migration notices at INFO on every start: keep it to warnings.
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -128,8 +128,10 @@ impl GatewayError {
                 "body-unreadable",
                 "Request body could not be read",
             ),
+            // The lease bounds the wait; most requests finish far sooner, so
+            // clients are asked to come back in a second, not at the bound.
             E::InFlight { retry_after } => Kind {
-                retry_after: Some(*retry_after),
+                retry_after: Some((*retry_after).min(IN_FLIGHT_RETRY)),
                 ..k(
                     StatusCode::CONFLICT,
                     "in-flight",
@@ -203,7 +205,7 @@ impl GatewayError {
         use GatewayError as E;
         let unknown = |held: bool| {
             if held {
-                "The upstream may have acted. The key is now held: retries with it get this answer until an operator releases it (idemgate keys release) or its retention ends."
+                "The upstream may have acted. The key is now held: retries with it get this answer until an operator releases it or its retention ends."
             } else {
                 "The upstream may have acted. The key was released: a retry with the same key is forwarded again."
             }
@@ -214,10 +216,10 @@ impl GatewayError {
             E::InvalidKey { header, reason } => format!("The {header} header is invalid: {reason}. Send 1 to 255 visible ASCII characters, bare or as a quoted string (\"key\")."),
             E::BodyTooLarge { limit } => format!("The request body exceeds this endpoint's limit of {limit} bytes. Send a smaller body."),
             E::BodyRead(e) => format!("The request body could not be read ({e}). Retry the request."),
-            E::InFlight { retry_after } => format!("A request with this key is still being processed. Retry after {} seconds to get its result.", retry_secs(*retry_after)),
+            E::InFlight { retry_after } => format!("A request with this key is still being processed (its lease runs at most {} more seconds). Retry with the same key shortly to get its result.", retry_secs(*retry_after)),
             E::Mismatch => "This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend exactly the original request.".to_string(),
             E::Held(HeldReason::ResponseTooLarge) => "The first request with this key was processed, but its response was too large to record, so it cannot be replayed. Look up the result with the API, or use a new key.".to_string(),
-            E::Held(reason) => format!("A previous request with this key may or may not have been processed ({}); idemgate will not forward it again. Check the result with the API; an operator can release the key (idemgate keys release), or use a new key.", reason.as_str()),
+            E::Held(reason) => format!("A previous request with this key may or may not have been processed ({}); idemgate will not forward it again. Check the result with the API, ask the operator to release the key, or use a new key.", reason.as_str()),
             E::StoreUnavailable(StoreError::Full(_)) => "The gateway's in-memory idempotency store is full, so this request was not forwarded. Retry with the same key later; the operator should raise [store] max_records or use PostgreSQL.".to_string(),
             E::StoreUnavailable(_) => "The idempotency store cannot be reached, so this request was not forwarded. Retry with the same key shortly.".to_string(),
             E::UpstreamUnreachable(e) => format!("The upstream could not be reached ({e}); the request was not sent and the key was released. Retry with the same key."),
@@ -263,6 +265,9 @@ impl GatewayError {
     }
 }
 
+/// The `Retry-After` sent with an in-flight `409` (at most).
+const IN_FLIGHT_RETRY: Duration = Duration::from_secs(1);
+
 /// Whole seconds to wait, rounded up, at least 1.
 fn retry_secs(d: Duration) -> u64 {
     d.as_millis().div_ceil(1000).max(1) as u64
@@ -288,7 +293,7 @@ mod tests {
         }
         .to_response(Some("https://docs.example/errors"));
         assert_eq!(r.status(), StatusCode::CONFLICT);
-        assert_eq!(r.headers()["retry-after"], "2");
+        assert_eq!(r.headers()["retry-after"], "1");
         assert_eq!(r.headers()["content-type"], "application/problem+json");
         assert_eq!(
             r.headers()["link"],
@@ -302,7 +307,7 @@ mod tests {
             v["detail"]
                 .as_str()
                 .unwrap()
-                .contains("Retry after 2 seconds")
+                .contains("at most 2 more seconds")
         );
     }
 

@@ -107,8 +107,10 @@ async fn stopped_redis_fails_closed_then_recovers_without_restart() {
         post(&c, &url, "before", "{}").await.status,
         StatusCode::CREATED
     );
+    assert_eq!(gateway.readyz().await, StatusCode::OK);
 
     redis.kill();
+    assert_eq!(gateway.readyz().await, StatusCode::SERVICE_UNAVAILABLE);
     let down = post(&c, &url, "during", "{}").await;
     assert_eq!(down.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
@@ -127,6 +129,7 @@ async fn stopped_redis_fails_closed_then_recovers_without_restart() {
         created_eventually(&c, &url, "after").await,
         "the gateway recovered by itself"
     );
+    assert_eq!(gateway.readyz().await, StatusCode::OK);
     assert_eq!(upstream.count("after"), 1);
 }
 
@@ -207,4 +210,94 @@ async fn gateways_sharing_a_store_forward_a_key_once() {
         assert!(from_a.is_replay() && from_b.is_replay());
         assert_eq!(from_a.body, from_b.body);
     }
+}
+
+#[tokio::test]
+async fn rediss_urls_speak_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl is installed");
+    assert!(made.success());
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = Command::new("redis-server")
+        .args([
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--tls-auth-clients",
+            "no",
+        ])
+        .arg("--tls-cert-file")
+        .arg(&cert)
+        .arg("--tls-key-file")
+        .arg(&key)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = eventually(Duration::from_secs(10), || async {
+        std::net::TcpStream::connect(("127.0.0.1", port))
+            .ok()
+            .map(|_| ())
+    })
+    .await;
+    assert!(started.is_some(), "TLS redis did not start");
+
+    let upstream = Upstream::start().await;
+    // The certificate is self-signed: `#insecure` skips verification (test only).
+    let url = format!("rediss://127.0.0.1:{port}/#insecure");
+    let gateway = Gateway::start(&config_text(&url, &upstream.url(), "")).await;
+    let c = client();
+    let first = post(&c, &gateway.url("/v1/payments"), "tls", "{}").await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert!(
+        post(&c, &gateway.url("/v1/payments"), "tls", "{}")
+            .await
+            .is_replay()
+    );
+    assert_eq!(upstream.count("tls"), 1);
+
+    // Plain redis:// against the TLS port fails at startup, clearly.
+    let plain = idemgate::Config::parse(&config_text(
+        &format!("redis://127.0.0.1:{port}/"),
+        &upstream.url(),
+        "",
+    ))
+    .unwrap();
+    let refused = idemgate::store::open(&plain.store)
+        .await
+        .err()
+        .expect("no TLS, no store");
+    assert!(
+        refused.to_string().contains("cannot reach store"),
+        "{refused}"
+    );
+    let _ = server.kill();
+    let _ = server.wait();
 }

@@ -463,11 +463,28 @@ async fn replay_drops_set_cookie_and_date_but_the_original_keeps_them(b: Backend
     assert_eq!(replay.header("etag"), first.header("etag"));
 }
 
+async fn an_exchange_longer_than_retention_keeps_its_key(b: Backend) {
+    // G1 even when retention is shorter than the upstream exchange.
+    let s = setup(
+        b,
+        "lease = \"1s\"\nretention = \"1s\"\nupstream_timeout = \"10s\"",
+    )
+    .await;
+    let url = s.gateway.url("/v1/slow/3000");
+    let (client, u) = (s.client.clone(), url.clone());
+    let first = tokio::spawn(async move { post(&client, &u, "long", "{}").await });
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let duplicate = post(&s.client, &url, "long", "{}").await;
+    assert_eq!(duplicate.status, StatusCode::CONFLICT, "{duplicate:?}");
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    assert_eq!(s.upstream.count("long"), 1);
+}
+
 /// Every test above, once per backend.
 macro_rules! per_backend {
     ($($backend:ident => $variant:ident),*) => {$(
         mod $backend {
-            per_backend!(@tests $variant, replay_is_byte_exact_with_location_and_etag, same_key_different_request_is_422_and_never_forwarded, missing_and_invalid_keys_are_400, optional_key_route_passes_keyless_requests_through, quoted_and_bare_forms_are_one_key, unprotected_methods_pass_through_untouched, key_and_forwarding_headers_reach_the_upstream, storm_of_40_reaches_the_upstream_once, client_disconnect_mid_forward_is_recorded_and_replayed, upstream_500_and_429_release_but_400_is_recorded, upstream_reset_and_timeout_hold_the_key, release_policy_lets_the_retry_through_after_reset_and_timeout, two_tenants_with_one_key_do_not_collide, oversized_request_body_is_413, over_cap_response_is_forwarded_once_then_held, hop_by_hop_headers_never_reach_the_upstream, lease_renewal_keeps_a_slow_request_from_being_taken_over, replay_drops_set_cookie_and_date_but_the_original_keeps_them);
+            per_backend!(@tests $variant, an_exchange_longer_than_retention_keeps_its_key, replay_is_byte_exact_with_location_and_etag, same_key_different_request_is_422_and_never_forwarded, missing_and_invalid_keys_are_400, optional_key_route_passes_keyless_requests_through, quoted_and_bare_forms_are_one_key, unprotected_methods_pass_through_untouched, key_and_forwarding_headers_reach_the_upstream, storm_of_40_reaches_the_upstream_once, client_disconnect_mid_forward_is_recorded_and_replayed, upstream_500_and_429_release_but_400_is_recorded, upstream_reset_and_timeout_hold_the_key, release_policy_lets_the_retry_through_after_reset_and_timeout, two_tenants_with_one_key_do_not_collide, oversized_request_body_is_413, over_cap_response_is_forwarded_once_then_held, hop_by_hop_headers_never_reach_the_upstream, lease_renewal_keeps_a_slow_request_from_being_taken_over, replay_drops_set_cookie_and_date_but_the_original_keeps_them);
         }
     )*};
     (@tests $variant:ident, $($test:ident),*) => {$(
@@ -509,4 +526,21 @@ async fn full_memory_store_answers_503_not_unbounded_growth() {
     );
     assert_eq!(upstream.count("m3"), 0);
     assert!(post(&c, &url, "m1", "{}").await.is_replay());
+}
+
+#[tokio::test]
+async fn readiness_needs_a_migrated_database() {
+    let db = TestDb::new().await;
+    let upstream = Upstream::start().await;
+    let text = config_text(&db.url, &upstream.url(), "")
+        .replace("timeout = \"1s\"\n", "timeout = \"1s\"\nmigrate = false\n");
+    let gateway = Gateway::start(&text).await;
+    assert_eq!(gateway.readyz().await, StatusCode::SERVICE_UNAVAILABLE);
+    let migrated = Gateway::start(&config_text(&db.url, &upstream.url(), "")).await;
+    assert_eq!(migrated.readyz().await, StatusCode::OK);
+    assert_eq!(
+        gateway.readyz().await,
+        StatusCode::OK,
+        "ready once migrated"
+    );
 }

@@ -352,7 +352,7 @@ macro_rules! conformance {
                 hold_blocks_until_retention, expired_records_are_claimable_again,
                 scopes_and_routes_are_isolated, concurrent_claims_have_one_winner,
                 large_bodies_round_trip, completion_is_idempotent_for_its_own_attempt,
-                sweep_deletes_only_expired_records);
+                sweep_deletes_only_expired_records, a_live_lease_outlives_retention);
         }
     };
     (@tests $backend:ident, $($test:ident),*) => {
@@ -387,6 +387,40 @@ async fn sweep_deletes_only_expired_records(f: Fixture) {
     assert_eq!(idemgate::sweep_once(s, 2).await.unwrap(), 0);
     assert_eq!(claim(s, &live, 1).await, Claim::Replay(response("keep")));
     token(claim(s, &key("old0"), 2).await);
+}
+
+async fn a_live_lease_outlives_retention(f: Fixture) {
+    // An attempt that runs longer than the retention must keep its key (G1).
+    let s = f.store.as_ref();
+    let k = key("outlive");
+    let short = Duration::from_millis(300);
+    let request = ClaimRequest {
+        key: &k,
+        fingerprint: &fp(1),
+        lease: short,
+        retention: short,
+        on_unknown_outcome: UnknownOutcome::Release,
+    };
+    let t = token(s.claim(&request).await.unwrap());
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert_eq!(s.renew(&k, t, short).await.unwrap(), Cas::Applied);
+    }
+    assert!(matches!(
+        s.claim(&request).await.unwrap(),
+        Claim::InFlight { .. }
+    ));
+    assert_eq!(idemgate::sweep_once(s, 10).await.unwrap(), 0);
+    assert_eq!(
+        s.complete(&k, t, &response("done"), RETENTION)
+            .await
+            .unwrap(),
+        Cas::Applied
+    );
+    assert_eq!(
+        s.claim(&request).await.unwrap(),
+        Claim::Replay(response("done"))
+    );
 }
 
 #[tokio::test]

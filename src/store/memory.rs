@@ -41,6 +41,14 @@ struct Inner {
     last_token: Token,
 }
 
+impl Record {
+    /// Past retention and not held by a live lease (a lease outlives retention).
+    fn expired(&self, now: Instant) -> bool {
+        let leased = matches!(self.state, State::InFlight { lease_until } if lease_until > now);
+        self.expires_at <= now && !leased
+    }
+}
+
 impl Inner {
     fn next_token(&mut self) -> Token {
         self.last_token += 1;
@@ -51,7 +59,7 @@ impl Inner {
         let expired: Vec<RecordKey> = self
             .records
             .iter()
-            .filter(|(_, r)| r.expires_at <= now)
+            .filter(|(_, r)| r.expired(now))
             .map(|(k, _)| k.clone())
             .take(limit)
             .collect();
@@ -105,7 +113,7 @@ impl Store for MemoryStore {
         let live = inner
             .records
             .get(req.key)
-            .filter(|r| r.expires_at > now)
+            .filter(|r| !r.expired(now))
             .cloned();
         let Some(record) = live else {
             if !inner.records.contains_key(req.key) && inner.records.len() >= self.max_records {
@@ -165,6 +173,7 @@ impl Store for MemoryStore {
                 r.state = State::InFlight {
                     lease_until: now + lease,
                 };
+                r.expires_at = r.expires_at.max(now + lease);
                 Cas::Applied
             }
             _ => Cas::Fenced,

@@ -143,6 +143,9 @@ pub enum StoreError {
     /// Applying migrations failed.
     #[error("store migration failed: {0}")]
     Migration(String),
+    /// The database lacks migrations this build needs.
+    #[error("store is not migrated: {0}; run `idemgate migrate` (or set [store] migrate = true)")]
+    NotMigrated(String),
     /// The in-memory store holds `max_records` live records already.
     #[error(
         "the in-memory store is full ({0} records); raise [store] max_records or use PostgreSQL"
@@ -185,7 +188,7 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Cas, StoreError>;
     /// Delete up to `batch` expired records; returns how many went.
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError>;
-    /// Check the store answers (readiness).
+    /// Readiness: the store answers and (where it has a schema) is migrated.
     async fn ping(&self) -> Result<(), StoreError>;
 }
 
@@ -202,7 +205,7 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
             }
             Ok(Arc::new(store))
         }
-        "redis" => Ok(Arc::new(redis::RedisStore::connect(config).await?)),
+        "redis" | "rediss" => Ok(Arc::new(redis::RedisStore::connect(config).await?)),
         "memory" => {
             tracing::warn!(
                 max_records = config.max_records,

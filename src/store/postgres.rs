@@ -170,6 +170,7 @@ impl Store for PgStore {
                 sqlx::query(
                     "UPDATE idemgate_records
                         SET lease_until = clock_timestamp() + $5 * INTERVAL '1 millisecond',
+                            expires_at = GREATEST(expires_at, clock_timestamp() + $5 * INTERVAL '1 millisecond'),
                             updated_at = clock_timestamp()
                       WHERE route = $1 AND scope = $2 AND key = $3
                         AND token = $4 AND state = 'in_flight'",
@@ -277,6 +278,7 @@ impl Store for PgStore {
                     "DELETE FROM idemgate_records
                       WHERE ctid IN (SELECT ctid FROM idemgate_records
                                       WHERE expires_at <= clock_timestamp()
+                                        AND NOT (state = 'in_flight' AND lease_until > clock_timestamp())
                                       LIMIT $1 FOR UPDATE SKIP LOCKED)",
                 )
                 .bind(i64::try_from(batch).unwrap_or(i64::MAX))
@@ -287,8 +289,31 @@ impl Store for PgStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.bounded(sqlx::query("SELECT 1").execute(&self.pool))
-            .await
-            .map(|_| ())
+        let expected = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
+        let table: Option<String> = self
+            .bounded(
+                sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
+                    .fetch_one(&self.pool),
+            )
+            .await?;
+        let applied: Option<i64> = match table {
+            None => None,
+            Some(_) => Some(
+                self.bounded(
+                    sqlx::query_scalar(
+                        "SELECT COALESCE(max(version), 0) FROM _sqlx_migrations WHERE success",
+                    )
+                    .fetch_one(&self.pool),
+                )
+                .await?,
+            ),
+        };
+        match applied {
+            Some(v) if v >= expected => Ok(()),
+            Some(v) => Err(StoreError::NotMigrated(format!(
+                "schema version {v}, this build needs {expected}"
+            ))),
+            None => Err(StoreError::NotMigrated("no migrations applied".into())),
+        }
     }
 }

@@ -49,6 +49,7 @@ if left > 0 then return {'in_flight', tonumber(r[3]), left} end
 if ARGV[4] == '1' then
   local token = redis.call('INCR', KEYS[2])
   redis.call('HSET', KEYS[1], 'token', token, 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
   return {'takeover', token}
 end
 redis.call('HSET', KEYS[1], 'state', 'held', 'held_reason', 'lease_lapsed', 'updated_at', now)
@@ -66,6 +67,8 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| {
 local r = redis.call('HMGET', KEYS[1], 'token', 'state')
 if r[1] ~= ARGV[1] or r[2] ~= 'in_flight' then return 0 end
 redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
+-- A live lease outlives retention: the key must not expire under it.
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 1
 "#
     ))

@@ -407,6 +407,7 @@ upstream = "{upstream}"
 /// The real gateway, in this process, on port 0.
 pub struct Gateway {
     pub addr: SocketAddr,
+    pub admin: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -420,6 +421,7 @@ impl Gateway {
             .await
             .expect("store opens");
         let admin = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let admin_addr = admin.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(idemgate::run_with(
             listener,
@@ -432,6 +434,7 @@ impl Gateway {
         ));
         Self {
             addr,
+            admin: admin_addr,
             stop: Some(stop),
             task: Some(task),
         }
@@ -439,6 +442,19 @@ impl Gateway {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    /// The status of `GET /readyz` on the admin listener.
+    pub async fn readyz(&self) -> StatusCode {
+        send(
+            &client(),
+            "GET",
+            &format!("http://{}/readyz", self.admin),
+            &[],
+            "",
+        )
+        .await
+        .status
     }
 
     /// Graceful shutdown; returns when the gateway has drained.
