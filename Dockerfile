@@ -34,8 +34,10 @@ RUN touch src/main.rs src/lib.rs \
 
 # ---- runtime ----------------------------------------------------------------
 FROM debian:bookworm-slim
-# No ca-certificates: idemgate speaks plain http:// to upstreams and PostgreSQL
-# without TLS for now.
+# ca-certificates: rediss:// verifies the Redis server against the system roots.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin idemgate
 COPY --from=build /src/target/release/idemgate /usr/local/bin/idemgate
 COPY gateway.toml /etc/idemgate/gateway.toml
