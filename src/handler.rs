@@ -22,6 +22,7 @@ use crate::body::{self, Body, Collected, Prefixed, collect_up_to};
 use crate::config::{Config, OnStoreError, Route, UnknownOutcome};
 use crate::fingerprint::Fingerprinter;
 use crate::key;
+use crate::metrics::{Metrics, RenewalLabels, RouteLabels};
 use crate::problem::GatewayError;
 use crate::store::{
     Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
@@ -104,17 +105,19 @@ pub struct Gateway {
     upstream: Upstream,
     tasks: TaskTracker,
     docs_url: Option<String>,
+    metrics: Arc<Metrics>,
 }
 
 impl Gateway {
     /// Build a gateway over an opened store.
-    pub fn new(config: &Config, store: Arc<dyn Store>) -> Self {
+    pub fn new(config: &Config, store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
         Self {
             routes: config.routes.iter().cloned().map(Arc::new).collect(),
             store,
             upstream: Upstream::new(),
             tasks: TaskTracker::new(),
             docs_url: config.docs_url.clone(),
+            metrics,
         }
     }
 
@@ -157,6 +160,8 @@ impl Gateway {
                 (error.to_response(self.docs_url.as_deref()), outcome)
             }
         };
+        self.metrics
+            .request(trace.route.as_deref().unwrap_or("-"), outcome.as_str());
         tracing::info!(
             target: "idemgate::request",
             method = %method,
@@ -271,6 +276,12 @@ impl Gateway {
                 trace.token = Some(token);
                 if takeover {
                     tracing::warn!(route = %route.name, token, "took over a key whose lease lapsed");
+                    self.metrics
+                        .lease_takeovers
+                        .get_or_create(&RouteLabels {
+                            route: route.name.clone(),
+                        })
+                        .inc();
                 }
                 // 6–7 in a task of its own (G6).
                 let request = upstream::prepare(
@@ -348,6 +359,8 @@ impl Gateway {
         request: Request<Body>,
     ) -> Result<Response<Body>, GatewayError> {
         let _renewer = self.renew_while_working(route, key, token);
+        let _in_flight = InFlightGuard::new(&self.metrics);
+        let started = Instant::now();
         let exchange = tokio::time::timeout(route.upstream_timeout, async {
             let response = self.upstream.send(request).await?;
             let (parts, incoming) = response.into_parts();
@@ -357,6 +370,12 @@ impl Gateway {
             Ok::<_, UpstreamError>((parts, collected))
         })
         .await;
+        self.metrics
+            .upstream_seconds
+            .get_or_create(&RouteLabels {
+                route: route.name.clone(),
+            })
+            .observe(started.elapsed().as_secs_f64());
 
         let (mut parts, collected) = match exchange {
             Err(_elapsed) => {
@@ -498,7 +517,21 @@ impl Gateway {
             tick.tick().await;
             loop {
                 tick.tick().await;
-                match gateway.store.renew(&key, token, lease).await {
+                let renewed = gateway.store.renew(&key, token, lease).await;
+                let result = match &renewed {
+                    Ok(Cas::Applied) => "applied",
+                    Ok(Cas::Fenced) => "fenced",
+                    Err(_) => "error",
+                };
+                gateway
+                    .metrics
+                    .lease_renewals
+                    .get_or_create(&RenewalLabels {
+                        route: route_name.clone(),
+                        result,
+                    })
+                    .inc();
+                match renewed {
                     Ok(Cas::Applied) => {}
                     Ok(Cas::Fenced) => {
                         tracing::warn!(route = %route_name, token, "lease lost: the key was taken over or held");
@@ -510,6 +543,22 @@ impl Gateway {
                 }
             }
         }))
+    }
+}
+
+/// Counts a claimed forward in `idemgate_forwards_in_flight` while alive.
+struct InFlightGuard<'a>(&'a Metrics);
+
+impl<'a> InFlightGuard<'a> {
+    fn new(metrics: &'a Metrics) -> Self {
+        metrics.forwards_in_flight.inc();
+        Self(metrics)
+    }
+}
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.forwards_in_flight.dec();
     }
 }
 

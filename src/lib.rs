@@ -12,7 +12,8 @@
 //!   Redis and in-memory stores.
 //! - [`upstream`]: the upstream client and header hygiene.
 //! - [`problem`]: every synthetic answer, as `application/problem+json`.
-//! - [`admin`]: health and readiness on the admin listener.
+//! - [`admin`]: metrics, health and readiness on the admin listener.
+//! - [`metrics`]: the Prometheus metrics and the store wrapper that feeds them.
 //! - [`body`]: the body type and bounded reading.
 //! - [`cli`]: the command line.
 
@@ -23,6 +24,7 @@ pub mod config;
 pub mod fingerprint;
 pub mod handler;
 pub mod key;
+pub mod metrics;
 pub mod problem;
 pub mod server;
 pub mod store;
@@ -83,10 +85,14 @@ pub async fn run_with(
     if let (Ok(proxy), Ok(admin)) = (listener.local_addr(), admin.local_addr()) {
         tracing::info!(%proxy, %admin, routes = config.routes.len(), store = %store::redact_url(&config.store.url), "idemgate listening");
     }
+    let metrics = Arc::new(metrics::Metrics::new());
+    let store: Arc<dyn store::Store> =
+        Arc::new(metrics::InstrumentedStore::new(store, metrics.clone()));
     let stop_admin = CancellationToken::new();
     let admin_task = tokio::spawn(admin::serve(
         admin,
         store.clone(),
+        metrics.clone(),
         stop_admin.clone().cancelled_owned(),
     ));
     let sweeper = tokio::spawn(sweep_forever(
@@ -94,7 +100,7 @@ pub async fn run_with(
         config.store.sweep_interval,
         config.store.sweep_batch,
     ));
-    let gateway = Arc::new(Gateway::new(&config, store));
+    let gateway = Arc::new(Gateway::new(&config, store, metrics));
     server::serve(listener, gateway, &config, shutdown).await;
     sweeper.abort();
     stop_admin.cancel();

@@ -190,6 +190,21 @@ pub trait Store: Send + Sync + 'static {
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError>;
     /// Readiness: the store answers and (where it has a schema) is migrated.
     async fn ping(&self) -> Result<(), StoreError>;
+    /// The connection pool's occupancy, for stores that have one.
+    fn pool_stats(&self) -> Option<PoolStats> {
+        None
+    }
+}
+
+/// A store connection pool's occupancy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Connections open.
+    pub connections: u64,
+    /// Of those, idle.
+    pub idle: u64,
+    /// The most the pool opens.
+    pub max: u64,
 }
 
 /// Open the store the configuration names (by URL scheme), applying

@@ -288,6 +288,14 @@ impl Store for PgStore {
         Ok(done.rows_affected())
     }
 
+    fn pool_stats(&self) -> Option<super::PoolStats> {
+        Some(super::PoolStats {
+            connections: u64::from(self.pool.size()),
+            idle: self.pool.num_idle() as u64,
+            max: u64::from(self.pool.options().get_max_connections()),
+        })
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         let expected = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
         let table: Option<String> = self

@@ -361,6 +361,15 @@ impl Store for RedisStore {
         Ok(0)
     }
 
+    fn pool_stats(&self) -> Option<super::PoolStats> {
+        let status = self.pool.status();
+        Some(super::PoolStats {
+            connections: status.size as u64,
+            idle: status.available as u64,
+            max: status.max_size as u64,
+        })
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.bounded(
             |mut conn| async move { redis::cmd("PING").query_async::<String>(&mut conn).await },

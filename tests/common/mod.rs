@@ -457,6 +457,20 @@ impl Gateway {
         .status
     }
 
+    /// The admin listener's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        let reply = send(
+            &client(),
+            "GET",
+            &format!("http://{}/metrics", self.admin),
+            &[],
+            "",
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::OK);
+        String::from_utf8(reply.body.to_vec()).unwrap()
+    }
+
     /// Graceful shutdown; returns when the gateway has drained.
     pub async fn shutdown(mut self) {
         if let Some(stop) = self.stop.take() {
@@ -566,6 +580,16 @@ where
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The value of one sample (`name{labels}`) in a metrics text; 0 if absent.
+pub fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0.0, |v| {
+            v.split_whitespace().next().unwrap().parse().unwrap()
+        })
 }
 
 /// Read a record's state straight from the database.

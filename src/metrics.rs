@@ -1,0 +1,300 @@
+//! Prometheus metrics (DESIGN.md §7), served on the admin listener's
+//! `/metrics`. Names and labels are stable; the README's operations section
+//! lists them. Store operations are measured by [`InstrumentedStore`], a
+//! [`Store`] that wraps the real one, so no backend carries metrics code.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::store::{
+    Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
+};
+
+/// `route` and `outcome` of a request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// The route's name (`-` when no route matched).
+    pub route: String,
+    /// The request's outcome (see `handler::Outcome`).
+    pub outcome: &'static str,
+}
+
+/// A route.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    /// The route's name.
+    pub route: String,
+}
+
+/// A lease renewal's route and result.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RenewalLabels {
+    /// The route's name.
+    pub route: String,
+    /// `applied`, `fenced` or `error`.
+    pub result: &'static str,
+}
+
+/// A store operation and its result.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreLabels {
+    /// `claim`, `renew`, `complete`, `release`, `hold`, `sweep` or `ping`.
+    pub op: &'static str,
+    /// `ok`, `fenced` or `error`.
+    pub result: &'static str,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.25 ms … ~8 s.
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
+}
+
+/// Every metric idemgate exports.
+pub struct Metrics {
+    registry: Registry,
+    /// `idemgate_requests_total{route, outcome}`.
+    pub requests: Family<RequestLabels, Counter>,
+    /// `idemgate_upstream_duration_seconds{route}`: claimed forwards, until the response is read.
+    pub upstream_seconds: Family<RouteLabels, Histogram, fn() -> Histogram>,
+    /// `idemgate_store_duration_seconds{op, result}`.
+    pub store_seconds: Family<StoreLabels, Histogram, fn() -> Histogram>,
+    /// `idemgate_forwards_in_flight`: claimed forwards running now.
+    pub forwards_in_flight: Gauge,
+    /// `idemgate_lease_renewals_total{route, result}`.
+    pub lease_renewals: Family<RenewalLabels, Counter>,
+    /// `idemgate_lease_takeovers_total{route}`: keys taken over after a lapsed lease.
+    pub lease_takeovers: Family<RouteLabels, Counter>,
+    /// `idemgate_records_swept_total`.
+    pub records_swept: Counter,
+    /// `idemgate_store_pool_connections`: connections the store pool holds.
+    pub pool_connections: Gauge,
+    /// `idemgate_store_pool_idle_connections`.
+    pub pool_idle: Gauge,
+    /// `idemgate_store_pool_max_connections`: the pool's size limit.
+    pub pool_max: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric registered.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("idemgate");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests by route and outcome",
+            requests.clone(),
+        );
+        let upstream_seconds = Family::new_with_constructor(latency_histogram as fn() -> Histogram);
+        registry.register(
+            "upstream_duration_seconds",
+            "Time from forwarding a claimed request to having read the upstream's response",
+            upstream_seconds.clone(),
+        );
+        let store_seconds = Family::new_with_constructor(latency_histogram as fn() -> Histogram);
+        registry.register(
+            "store_duration_seconds",
+            "Store operation latency by operation and result",
+            store_seconds.clone(),
+        );
+        let forwards_in_flight = Gauge::default();
+        registry.register(
+            "forwards_in_flight",
+            "Claimed forwards waiting for the upstream or their record",
+            forwards_in_flight.clone(),
+        );
+        let lease_renewals = Family::<RenewalLabels, Counter>::default();
+        registry.register(
+            "lease_renewals",
+            "Lease renewals by route and result",
+            lease_renewals.clone(),
+        );
+        let lease_takeovers = Family::<RouteLabels, Counter>::default();
+        registry.register(
+            "lease_takeovers",
+            "Keys taken over after their previous attempt's lease lapsed",
+            lease_takeovers.clone(),
+        );
+        let records_swept = Counter::default();
+        registry.register(
+            "records_swept",
+            "Expired records deleted by the sweeper",
+            records_swept.clone(),
+        );
+        let pool_connections = Gauge::default();
+        registry.register(
+            "store_pool_connections",
+            "Connections held by the store pool",
+            pool_connections.clone(),
+        );
+        let pool_idle = Gauge::default();
+        registry.register(
+            "store_pool_idle_connections",
+            "Idle connections in the store pool",
+            pool_idle.clone(),
+        );
+        let pool_max = Gauge::default();
+        registry.register(
+            "store_pool_max_connections",
+            "The store pool's size limit",
+            pool_max.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            upstream_seconds,
+            store_seconds,
+            forwards_in_flight,
+            lease_renewals,
+            lease_takeovers,
+            records_swept,
+            pool_connections,
+            pool_idle,
+            pool_max,
+        }
+    }
+
+    /// Count one request.
+    pub fn request(&self, route: &str, outcome: &'static str) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                route: route.to_string(),
+                outcome,
+            })
+            .inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    fn store_op(&self, op: &'static str, result: &'static str, took: Duration) {
+        self.store_seconds
+            .get_or_create(&StoreLabels { op, result })
+            .observe(took.as_secs_f64());
+    }
+}
+
+/// A [`Store`] that measures every operation of the store it wraps.
+pub struct InstrumentedStore {
+    inner: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+}
+
+impl InstrumentedStore {
+    /// Wrap `inner`.
+    pub fn new(inner: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
+        Self { inner, metrics }
+    }
+}
+
+fn cas_result(r: &Result<Cas, StoreError>) -> &'static str {
+    match r {
+        Ok(Cas::Applied) => "ok",
+        Ok(Cas::Fenced) => "fenced",
+        Err(_) => "error",
+    }
+}
+
+fn plain_result<T>(r: &Result<T, StoreError>) -> &'static str {
+    if r.is_ok() { "ok" } else { "error" }
+}
+
+#[async_trait::async_trait]
+impl Store for InstrumentedStore {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let started = Instant::now();
+        let r = self.inner.claim(request).await;
+        self.metrics
+            .store_op("claim", plain_result(&r), started.elapsed());
+        r
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Cas, StoreError> {
+        let started = Instant::now();
+        let r = self.inner.renew(key, token, lease).await;
+        self.metrics
+            .store_op("renew", cas_result(&r), started.elapsed());
+        r
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        response: &StoredResponse,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        let started = Instant::now();
+        let r = self.inner.complete(key, token, response, retention).await;
+        self.metrics
+            .store_op("complete", cas_result(&r), started.elapsed());
+        r
+    }
+
+    async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
+        let started = Instant::now();
+        let r = self.inner.release(key, token).await;
+        self.metrics
+            .store_op("release", cas_result(&r), started.elapsed());
+        r
+    }
+
+    async fn hold(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        reason: HeldReason,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        let started = Instant::now();
+        let r = self.inner.hold(key, token, reason, retention).await;
+        self.metrics
+            .store_op("hold", cas_result(&r), started.elapsed());
+        r
+    }
+
+    async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
+        let started = Instant::now();
+        let r = self.inner.sweep(batch).await;
+        self.metrics
+            .store_op("sweep", plain_result(&r), started.elapsed());
+        if let Ok(n) = r {
+            self.metrics.records_swept.inc_by(n);
+        }
+        r
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let started = Instant::now();
+        let r = self.inner.ping().await;
+        self.metrics
+            .store_op("ping", plain_result(&r), started.elapsed());
+        r
+    }
+
+    fn pool_stats(&self) -> Option<crate::store::PoolStats> {
+        self.inner.pool_stats()
+    }
+}

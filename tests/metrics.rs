@@ -1,0 +1,133 @@
+//! `/metrics` on the admin listener: counters move as requests flow
+//! (scrape, act, scrape again).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use http::StatusCode;
+
+fn requests(m: &str, outcome: &str) -> f64 {
+    sample(
+        m,
+        &format!("idemgate_requests_total{{route=\"api\",outcome=\"{outcome}\"}}"),
+    )
+}
+
+#[tokio::test]
+async fn counters_move_as_requests_flow() {
+    let store = TestStore::new(Backend::Postgres).await;
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&store.config(&upstream.url(), "")).await;
+    let c = client();
+    let url = gateway.url("/v1/payments");
+
+    let before = gateway.metrics().await;
+    assert_eq!(requests(&before, "forwarded"), 0.0);
+    assert!(
+        before.contains("# TYPE idemgate_forwards_in_flight gauge"),
+        "{before}"
+    );
+
+    post(&c, &url, "m1", "{}").await;
+    post(&c, &url, "m1", "{}").await;
+    post(&c, &url, "m1", "{\"other\":1}").await;
+    send(&c, "POST", &url, &[], "{}").await;
+    send(&c, "GET", &url, &[], "").await;
+    let slow = gateway.url("/v1/slow/600");
+    let (c2, s2) = (c.clone(), slow.clone());
+    let first = tokio::spawn(async move { post(&c2, &s2, "m2", "{}").await });
+    eventually(Duration::from_secs(5), || async {
+        (upstream.count("m2") == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    let during = gateway.metrics().await;
+    assert_eq!(
+        sample(&during, "idemgate_forwards_in_flight"),
+        1.0,
+        "{during}"
+    );
+    assert_eq!(
+        post(&c, &slow, "m2", "{}").await.status,
+        StatusCode::CONFLICT
+    );
+    first.await.unwrap();
+
+    let after = gateway.metrics().await;
+    assert_eq!(requests(&after, "forwarded"), 2.0, "{after}");
+    assert_eq!(requests(&after, "replayed"), 1.0);
+    assert_eq!(requests(&after, "mismatch"), 1.0);
+    assert_eq!(requests(&after, "missing_key"), 1.0);
+    assert_eq!(requests(&after, "passthrough"), 1.0);
+    assert_eq!(requests(&after, "conflict"), 1.0);
+    assert_eq!(sample(&after, "idemgate_forwards_in_flight"), 0.0);
+    assert_eq!(
+        sample(
+            &after,
+            "idemgate_store_duration_seconds_count{op=\"claim\",result=\"ok\"}"
+        ),
+        5.0
+    );
+    assert_eq!(
+        sample(
+            &after,
+            "idemgate_store_duration_seconds_count{op=\"complete\",result=\"ok\"}"
+        ),
+        2.0
+    );
+    assert_eq!(
+        sample(
+            &after,
+            "idemgate_upstream_duration_seconds_count{route=\"api\"}"
+        ),
+        2.0
+    );
+    assert!(sample(&after, "idemgate_store_pool_max_connections") >= 1.0);
+    assert!(sample(&after, "idemgate_store_pool_connections") >= 1.0);
+}
+
+#[tokio::test]
+async fn store_errors_and_renewals_are_counted() {
+    let store = TestStore::new(Backend::Memory).await;
+    let upstream = Upstream::start().await;
+    let text = store
+        .config(&upstream.url(), "lease = \"1s\"\nupstream_timeout = \"5s\"")
+        .replace(
+            "url = \"memory://\"",
+            "url = \"memory://\"\nmax_records = 1",
+        );
+    let gateway = Gateway::start(&text).await;
+    let c = client();
+    // A 1.6 s exchange with a 1 s lease renews at least once.
+    assert_eq!(
+        post(&c, &gateway.url("/v1/slow/1600"), "r1", "{}")
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    // The one-record memory store is now full: a store error, failing closed.
+    assert_eq!(
+        post(&c, &gateway.url("/v1/payments"), "r2", "{}")
+            .await
+            .status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    let m = gateway.metrics().await;
+    assert!(
+        sample(
+            &m,
+            "idemgate_lease_renewals_total{route=\"api\",result=\"applied\"}"
+        ) >= 1.0,
+        "{m}"
+    );
+    assert_eq!(requests(&m, "store_error"), 1.0);
+    assert_eq!(
+        sample(
+            &m,
+            "idemgate_store_duration_seconds_count{op=\"claim\",result=\"error\"}"
+        ),
+        1.0
+    );
+}
