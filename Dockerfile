@@ -46,8 +46,9 @@ ENV IDEMGATE_CONFIG=/etc/idemgate/gateway.toml \
 USER idemgate
 # 8080: the proxy (listen); 9090: /healthz and /readyz (admin_listen).
 EXPOSE 8080 9090
-# No HEALTHCHECK yet: there is no health subcommand and the slim image has no
-# HTTP client; probe GET /healthz (liveness) and /readyz (store reachable) on
-# the admin port from your orchestrator instead.
+# The binary probes its own admin listener (admin_listen from the config; an
+# unspecified IP such as 0.0.0.0 is probed on loopback): no shell or curl needed.
+HEALTHCHECK --interval=10s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["/usr/local/bin/idemgate", "health"]
 ENTRYPOINT ["/usr/local/bin/idemgate"]
 CMD ["serve"]

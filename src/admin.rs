@@ -4,11 +4,15 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
@@ -44,6 +48,34 @@ pub async fn serve(
                 .await;
         });
     }
+}
+
+/// `GET http://{addr}{path}` with a deadline; the status, or why there is none.
+pub async fn probe(addr: SocketAddr, path: &str, deadline: Duration) -> Result<StatusCode, String> {
+    let client: Client<HttpConnector, Body> =
+        Client::builder(TokioExecutor::new()).build(HttpConnector::new());
+    let request = Request::get(format!("http://{addr}{path}"))
+        .body(crate::body::empty())
+        .map_err(|e| e.to_string())?;
+    match tokio::time::timeout(deadline, client.request(request)).await {
+        Ok(Ok(response)) => Ok(response.status()),
+        Ok(Err(error)) => Err(format!(
+            "cannot reach the admin listener at {addr}: {error}"
+        )),
+        Err(_) => Err(format!(
+            "no answer from the admin listener at {addr} within {deadline:?}"
+        )),
+    }
+}
+
+/// Where to probe a listener bound to `addr` from this machine.
+pub fn probe_address(addr: SocketAddr) -> SocketAddr {
+    let ip = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    SocketAddr::new(ip, addr.port())
 }
 
 fn text(status: StatusCode, content_type: &'static str, body: String) -> Response<Body> {
@@ -90,5 +122,18 @@ async fn answer(
             PLAIN,
             "admin endpoints: /metrics, /healthz, /readyz\n".into(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unspecified_addresses_are_probed_on_loopback() {
+        let p = |s: &str| probe_address(s.parse().unwrap()).to_string();
+        assert_eq!(p("0.0.0.0:9090"), "127.0.0.1:9090");
+        assert_eq!(p("[::]:9090"), "[::1]:9090");
+        assert_eq!(p("10.1.2.3:9090"), "10.1.2.3:9090");
     }
 }

@@ -1,4 +1,5 @@
-//! The command line (clap): `serve` (the default), `check`, `migrate`, `sweep`.
+//! The command line (clap): `serve` (the default), `check`, `migrate`,
+//! `sweep`, `health`.
 
 use std::path::PathBuf;
 
@@ -50,4 +51,12 @@ pub enum Command {
     Migrate,
     /// Delete expired records once and exit (the server also sweeps in the background).
     Sweep,
+    /// Ask a running gateway's admin listener for `/healthz`; exit 0 if healthy.
+    /// For container health checks (no shell or curl needed).
+    Health {
+        /// The admin address (default: `admin_listen` from the config, with
+        /// an unspecified IP such as 0.0.0.0 probed on loopback).
+        #[arg(long)]
+        admin: Option<std::net::SocketAddr>,
+    },
 }

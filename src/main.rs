@@ -2,6 +2,7 @@
 //! over to the library. Errors end here, printed once, with a non-zero exit.
 
 use std::io::IsTerminal;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
@@ -37,48 +38,61 @@ fn init_logging(format: LogFormat) {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let config = Config::load(&cli.config)?;
+    let load = || Config::load(&cli.config);
     match cli.command.unwrap_or(Command::Serve) {
-        Command::Check => {
-            println!(
-                "{}: OK ({} route{}, store {})",
-                cli.config.display(),
-                config.routes.len(),
-                if config.routes.len() == 1 { "" } else { "s" },
-                store::redact_url(&config.store.url)
-            );
-            Ok(())
-        }
-        Command::Migrate => {
-            if !config.store.url.starts_with("postgres") {
-                println!(
-                    "{}: nothing to migrate (only PostgreSQL has migrations)",
-                    store::redact_url(&config.store.url)
-                );
-                return Ok(());
-            }
-            let pg = store::postgres::PgStore::connect(&config.store).await?;
-            pg.migrate().await?;
-            println!(
-                "migrations applied to {}",
-                store::redact_url(&config.store.url)
-            );
-            Ok(())
-        }
-        Command::Sweep => {
-            let store = store::open(&config.store).await?;
-            let swept = idemgate::sweep_once(store.as_ref(), config.store.sweep_batch).await?;
-            println!("{swept} expired records deleted");
-            Ok(())
-        }
         Command::Serve => {
+            let config = load()?;
             let listener = tokio::net::TcpListener::bind(config.listen)
                 .await
                 .with_context(|| format!("cannot listen on {}", config.listen))?;
             idemgate::run(listener, config, shutdown_signal()).await?;
-            Ok(())
+        }
+        Command::Check => {
+            let config = load()?;
+            let n = config.routes.len();
+            let store = store::redact_url(&config.store.url);
+            let plural = if n == 1 { "" } else { "s" };
+            println!(
+                "{}: OK ({n} route{plural}, store {store})",
+                cli.config.display()
+            );
+        }
+        Command::Migrate => {
+            let config = load()?;
+            let shown = store::redact_url(&config.store.url);
+            if config.store.url.starts_with("postgres") {
+                store::postgres::PgStore::connect(&config.store)
+                    .await?
+                    .migrate()
+                    .await?;
+                println!("migrations applied to {shown}");
+            } else {
+                println!("{shown}: nothing to migrate (only PostgreSQL has migrations)");
+            }
+        }
+        Command::Sweep => {
+            let config = load()?;
+            let store = store::open(&config.store).await?;
+            let swept = idemgate::sweep_once(store.as_ref(), config.store.sweep_batch).await?;
+            println!("{swept} expired records deleted");
+        }
+        Command::Health { admin } => {
+            let addr = match admin {
+                Some(addr) => addr,
+                None => load()?.admin_listen,
+            };
+            let addr = idemgate::admin::probe_address(addr);
+            let status = idemgate::admin::probe(addr, "/healthz", Duration::from_secs(3))
+                .await
+                .map_err(anyhow::Error::msg)?;
+            anyhow::ensure!(
+                status.is_success(),
+                "http://{addr}/healthz answered {status}"
+            );
+            println!("healthy (http://{addr}/healthz)");
         }
     }
+    Ok(())
 }
 
 async fn shutdown_signal() {

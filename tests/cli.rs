@@ -77,3 +77,33 @@ async fn table_exists(db_url: &str) -> bool {
         .unwrap();
     found.is_some()
 }
+
+fn health(admin: &str) -> std::process::Output {
+    std::process::Command::new(binary())
+        .args(["health", "--admin", admin])
+        .output()
+        .expect("the binary runs")
+}
+
+#[tokio::test]
+async fn health_exits_zero_when_healthy_and_non_zero_when_the_admin_port_is_closed() {
+    let store = TestStore::new(Backend::Memory).await;
+    let gateway = Gateway::start(&store.config(NO_UPSTREAM, "")).await;
+    let admin = gateway.admin.to_string();
+    let ok = tokio::task::spawn_blocking(move || health(&admin))
+        .await
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("healthy"));
+
+    let closed = format!("127.0.0.1:{}", common::process::free_port());
+    let down = tokio::task::spawn_blocking(move || health(&closed))
+        .await
+        .unwrap();
+    assert!(!down.status.success());
+    assert!(String::from_utf8_lossy(&down.stderr).contains("cannot reach the admin listener"));
+}
