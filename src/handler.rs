@@ -25,7 +25,7 @@ use crate::key;
 use crate::metrics::{Metrics, RenewalLabels, RouteLabels};
 use crate::problem::GatewayError;
 use crate::store::{
-    Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
+    self, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
 };
 use crate::upstream::{self, Upstream, UpstreamError, strip_hop_by_hop};
 
@@ -245,7 +245,16 @@ impl Gateway {
         // 5. Claim.
         let record_key = RecordKey {
             route: route.name.clone(),
-            scope: scope_digest(&route, &parts.headers),
+            scope: match &route.scope_header {
+                Some(name) => store::scope_digest(
+                    parts
+                        .headers
+                        .get_all(name)
+                        .iter()
+                        .map(HeaderValue::as_bytes),
+                ),
+                None => Vec::new(),
+            },
             key,
         };
         let claim = self
@@ -577,19 +586,6 @@ impl Drop for AbortOnDrop {
 fn to_client(parts: &mut http::response::Parts) {
     strip_hop_by_hop(&mut parts.headers);
     parts.version = http::Version::default();
-}
-
-/// The SHA-256 of the route's scope header (all values), or empty if unscoped.
-fn scope_digest(route: &Route, headers: &HeaderMap) -> Vec<u8> {
-    let Some(name) = &route.scope_header else {
-        return Vec::new();
-    };
-    let mut hasher = Sha256::new();
-    for value in headers.get_all(name) {
-        hasher.update((value.len() as u64).to_be_bytes());
-        hasher.update(value.as_bytes());
-    }
-    hasher.finalize().to_vec()
 }
 
 /// The headers worth recording: the response's (already without hop-by-hop

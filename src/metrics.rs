@@ -14,7 +14,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::store::{
-    Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
+    Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreError,
+    StoredResponse, Token,
 };
 
 /// `route` and `outcome` of a request.
@@ -292,6 +293,28 @@ impl Store for InstrumentedStore {
         self.metrics
             .store_op("ping", plain_result(&r), started.elapsed());
         r
+    }
+
+    // Key administration is rare and operator-driven: passed through unmeasured.
+    async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
+        self.inner.inspect(key).await
+    }
+
+    async fn list(
+        &self,
+        route: &str,
+        state: RecordState,
+        limit: usize,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        self.inner.list(route, state, limit).await
+    }
+
+    async fn clear(&self, key: &RecordKey) -> Result<bool, StoreError> {
+        self.inner.clear(key).await
+    }
+
+    async fn delete(&self, key: &RecordKey) -> Result<bool, StoreError> {
+        self.inner.delete(key).await
     }
 
     fn pool_stats(&self) -> Option<crate::store::PoolStats> {

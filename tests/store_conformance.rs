@@ -352,7 +352,7 @@ macro_rules! conformance {
                 hold_blocks_until_retention, expired_records_are_claimable_again,
                 scopes_and_routes_are_isolated, concurrent_claims_have_one_winner,
                 large_bodies_round_trip, completion_is_idempotent_for_its_own_attempt,
-                sweep_deletes_only_expired_records, a_live_lease_outlives_retention);
+                sweep_deletes_only_expired_records, a_live_lease_outlives_retention, key_administration);
         }
     };
     (@tests $backend:ident, $($test:ident),*) => {
@@ -421,6 +421,83 @@ async fn a_live_lease_outlives_retention(f: Fixture) {
         s.claim(&request).await.unwrap(),
         Claim::Replay(response("done"))
     );
+}
+
+async fn key_administration(f: Fixture) {
+    use idemgate::store::RecordState;
+    let s = f.store.as_ref();
+    let flying = key("adm-flying");
+    let done = RecordKey {
+        scope: vec![7; 32],
+        ..key("adm-done")
+    };
+    let held = key("adm-held");
+    let t_flying = token(claim(s, &flying, 1).await);
+    let t_done = token(claim(s, &done, 1).await);
+    s.complete(&done, t_done, &response("hello"), RETENTION)
+        .await
+        .unwrap();
+    let t_held = token(claim(s, &held, 1).await);
+    s.hold(&held, t_held, HeldReason::UpstreamTimeout, RETENTION)
+        .await
+        .unwrap();
+
+    let info = s.inspect(&flying).await.unwrap().expect("in-flight record");
+    assert_eq!((info.state, info.token), (RecordState::InFlight, t_flying));
+    assert!(info.lease_until.is_some() && info.status.is_none());
+    assert!(info.expires_at > info.created_at);
+    let info = s.inspect(&done).await.unwrap().expect("completed record");
+    assert_eq!(info.state, RecordState::Completed);
+    assert_eq!((info.status, info.body_bytes), (Some(201), Some(5)));
+    assert_eq!(info.scope, "07".repeat(32));
+    assert_eq!(info.record_key(), Some(done.clone()));
+    let info = s.inspect(&held).await.unwrap().expect("held record");
+    assert_eq!(
+        (info.state, info.held_reason),
+        (RecordState::Held, Some("upstream_timeout"))
+    );
+    assert_eq!(s.inspect(&key("absent")).await.unwrap(), None);
+
+    let keys =
+        |v: Vec<idemgate::store::RecordInfo>| v.into_iter().map(|i| i.key).collect::<Vec<_>>();
+    assert_eq!(
+        keys(s.list("r", RecordState::Held, 10).await.unwrap()),
+        vec!["adm-held"]
+    );
+    assert_eq!(
+        keys(s.list("r", RecordState::InFlight, 10).await.unwrap()),
+        vec!["adm-flying"]
+    );
+    assert_eq!(
+        keys(s.list("r", RecordState::Completed, 10).await.unwrap()),
+        vec!["adm-done"]
+    );
+    assert!(
+        s.list("other", RecordState::Held, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(s.list("r", RecordState::Held, 0).await.unwrap().len(), 0);
+
+    // release (clear): held and in-flight keys only.
+    assert!(
+        !s.clear(&done).await.unwrap(),
+        "a completed record is not released"
+    );
+    assert!(s.clear(&held).await.unwrap());
+    assert!(matches!(claim(s, &held, 1).await, Claim::Claimed { .. }));
+    assert!(s.clear(&flying).await.unwrap());
+    assert_eq!(
+        s.complete(&flying, t_flying, &response("late"), RETENTION)
+            .await
+            .unwrap(),
+        Cas::Fenced
+    );
+    // delete: any state.
+    assert!(s.delete(&done).await.unwrap());
+    assert!(!s.delete(&done).await.unwrap());
+    assert!(matches!(claim(s, &done, 2).await, Claim::Claimed { .. }));
 }
 
 #[tokio::test]

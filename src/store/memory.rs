@@ -10,12 +10,13 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
 use super::{
-    Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
+    Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreError,
+    StoredResponse, Token,
 };
 use crate::config::UnknownOutcome;
 use crate::fingerprint::Fingerprint;
@@ -33,6 +34,8 @@ struct Record {
     token: Token,
     state: State,
     expires_at: Instant,
+    created_at: Instant,
+    updated_at: Instant,
 }
 
 #[derive(Debug, Default)]
@@ -41,7 +44,43 @@ struct Inner {
     last_token: Token,
 }
 
+/// The wall-clock time of a monotonic instant.
+fn wall(at: Instant) -> SystemTime {
+    let now = Instant::now();
+    if at >= now {
+        SystemTime::now() + (at - now)
+    } else {
+        SystemTime::now() - (now - at)
+    }
+}
+
 impl Record {
+    fn info(&self, key: &RecordKey) -> Option<RecordInfo> {
+        let (state, held, lease, status, body) = match &self.state {
+            State::InFlight { lease_until } => {
+                ("in_flight", None, Some(wall(*lease_until)), None, None)
+            }
+            State::Completed(r) => (
+                "completed",
+                None,
+                None,
+                Some(r.status.as_u16()),
+                Some(r.body.len() as u64),
+            ),
+            State::Held(reason) => ("held", Some(reason.as_str()), None, None, None),
+        };
+        RecordInfo::from_parts(
+            key,
+            state,
+            held,
+            self.token,
+            [self.created_at, self.updated_at, self.expires_at].map(wall),
+            lease,
+            status,
+            body,
+        )
+    }
+
     /// Past retention and not held by a live lease (a lease outlives retention).
     fn expired(&self, now: Instant) -> bool {
         let leased = matches!(self.state, State::InFlight { lease_until } if lease_until > now);
@@ -109,6 +148,8 @@ impl Store for MemoryStore {
                 lease_until: now + req.lease,
             },
             expires_at: now + req.retention,
+            created_at: now,
+            updated_at: now,
         };
         let live = inner
             .records
@@ -143,6 +184,7 @@ impl Store for MemoryStore {
                     let token = inner.next_token();
                     let entry = inner.records.get_mut(req.key).expect("read above");
                     entry.token = token;
+                    entry.updated_at = now;
                     entry.state = State::InFlight {
                         lease_until: now + req.lease,
                     };
@@ -154,6 +196,7 @@ impl Store for MemoryStore {
                 UnknownOutcome::Hold => {
                     let entry = inner.records.get_mut(req.key).expect("read above");
                     entry.state = State::Held(HeldReason::LeaseLapsed);
+                    entry.updated_at = now;
                     Claim::Held(HeldReason::LeaseLapsed)
                 }
             },
@@ -174,6 +217,7 @@ impl Store for MemoryStore {
                     lease_until: now + lease,
                 };
                 r.expires_at = r.expires_at.max(now + lease);
+                r.updated_at = now;
                 Cas::Applied
             }
             _ => Cas::Fenced,
@@ -201,6 +245,7 @@ impl Store for MemoryStore {
             {
                 r.state = State::Completed(response.clone());
                 r.expires_at = now + retention;
+                r.updated_at = now;
                 Cas::Applied
             }
             _ => Cas::Fenced,
@@ -234,6 +279,7 @@ impl Store for MemoryStore {
             {
                 r.state = State::Held(reason);
                 r.expires_at = now + retention;
+                r.updated_at = now;
                 Cas::Applied
             }
             _ => Cas::Fenced,
@@ -242,6 +288,48 @@ impl Store for MemoryStore {
 
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
         Ok(self.lock().sweep(Instant::now(), batch))
+    }
+
+    async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
+        Ok(self.lock().records.get(key).and_then(|r| r.info(key)))
+    }
+
+    async fn list(
+        &self,
+        route: &str,
+        state: RecordState,
+        limit: usize,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        let inner = self.lock();
+        let mut found: Vec<(Instant, RecordInfo)> = inner
+            .records
+            .iter()
+            .filter(|(k, _)| k.route == route)
+            .filter_map(|(k, r)| Some((r.updated_at, r.info(k)?)))
+            .filter(|(_, info)| info.state == state)
+            .collect();
+        found.sort_by_key(|(updated, _)| *updated);
+        Ok(found
+            .into_iter()
+            .take(limit)
+            .map(|(_, info)| info)
+            .collect())
+    }
+
+    async fn clear(&self, key: &RecordKey) -> Result<bool, StoreError> {
+        let mut inner = self.lock();
+        let clearable = matches!(
+            inner.records.get(key).map(|r| &r.state),
+            Some(State::InFlight { .. } | State::Held(_))
+        );
+        if clearable {
+            inner.records.remove(key);
+        }
+        Ok(clearable)
+    }
+
+    async fn delete(&self, key: &RecordKey) -> Result<bool, StoreError> {
+        Ok(self.lock().records.remove(key).is_some())
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -7,6 +7,7 @@
 //! so they never repeat for a key, even after it was released or expired.
 
 mod headers;
+mod info;
 pub mod memory;
 pub mod postgres;
 pub mod redis;
@@ -21,6 +22,7 @@ use crate::config::{StoreConfig, UnknownOutcome};
 use crate::fingerprint::Fingerprint;
 
 pub use headers::{decode_headers, encode_headers};
+pub use info::{RecordInfo, RecordState};
 
 /// The key space of DESIGN.md §4: `(route, scope, key)`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -31,6 +33,19 @@ pub struct RecordKey {
     pub scope: Vec<u8>,
     /// The client's idempotency key.
     pub key: String,
+}
+
+/// The scope of a request on a route with a `scope_header`: the SHA-256 of
+/// all of the header's values (none: the anonymous scope). Only this digest
+/// is ever stored.
+pub fn scope_digest<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for value in values {
+        hasher.update((value.len() as u64).to_be_bytes());
+        hasher.update(value);
+    }
+    hasher.finalize().to_vec()
 }
 
 /// An attempt's fencing token.
@@ -190,6 +205,20 @@ pub trait Store: Send + Sync + 'static {
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError>;
     /// Readiness: the store answers and (where it has a schema) is migrated.
     async fn ping(&self) -> Result<(), StoreError>;
+    /// Key administration: one record, if present (an expired one until it is swept).
+    async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError>;
+    /// Key administration: up to `limit` records of a route in one state.
+    async fn list(
+        &self,
+        route: &str,
+        state: RecordState,
+        limit: usize,
+    ) -> Result<Vec<RecordInfo>, StoreError>;
+    /// Key administration: remove a `held` or `in_flight` record so the next
+    /// request with the key is forwarded. A completed record is left alone.
+    async fn clear(&self, key: &RecordKey) -> Result<bool, StoreError>;
+    /// Key administration: remove a record in any state.
+    async fn delete(&self, key: &RecordKey) -> Result<bool, StoreError>;
     /// The connection pool's occupancy, for stores that have one.
     fn pool_stats(&self) -> Option<PoolStats> {
         None

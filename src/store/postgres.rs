@@ -13,9 +13,10 @@ use bytes::Bytes;
 use http::StatusCode;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 
+use super::info::from_epoch_millis;
 use super::{
-    Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
-    decode_headers, encode_headers, redact_url,
+    Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreError,
+    StoredResponse, Token, decode_headers, encode_headers, redact_url,
 };
 use crate::config::{StoreConfig, UnknownOutcome};
 
@@ -38,6 +39,51 @@ struct ClaimRow {
     o_status: Option<i16>,
     o_headers: Option<Vec<u8>>,
     o_body: Option<Vec<u8>>,
+}
+
+#[derive(sqlx::FromRow)]
+struct InfoRow {
+    route: String,
+    scope: Vec<u8>,
+    key: String,
+    state: String,
+    held_reason: Option<String>,
+    token: i64,
+    created_ms: i64,
+    updated_ms: i64,
+    expires_ms: i64,
+    lease_ms: Option<i64>,
+    status: Option<i16>,
+    body_bytes: Option<i64>,
+}
+
+const INFO_COLUMNS: &str = "route, scope, key, state, held_reason, token,
+    (EXTRACT(EPOCH FROM created_at) * 1000)::int8 AS created_ms,
+    (EXTRACT(EPOCH FROM updated_at) * 1000)::int8 AS updated_ms,
+    (EXTRACT(EPOCH FROM expires_at) * 1000)::int8 AS expires_ms,
+    (EXTRACT(EPOCH FROM lease_until) * 1000)::int8 AS lease_ms,
+    status, octet_length(body)::int8 AS body_bytes
+    FROM idemgate_records";
+
+impl InfoRow {
+    fn into_info(self) -> Result<RecordInfo, StoreError> {
+        let key = RecordKey {
+            route: self.route,
+            scope: self.scope,
+            key: self.key,
+        };
+        RecordInfo::from_parts(
+            &key,
+            &self.state,
+            self.held_reason.as_deref(),
+            self.token,
+            [self.created_ms, self.updated_ms, self.expires_ms].map(from_epoch_millis),
+            self.lease_ms.map(from_epoch_millis),
+            self.status.and_then(|s| u16::try_from(s).ok()),
+            self.body_bytes.and_then(|b| u64::try_from(b).ok()),
+        )
+        .ok_or_else(|| StoreError::Corrupt(format!("record in unknown state {:?}", self.state)))
+    }
 }
 
 fn unavailable(e: sqlx::Error) -> StoreError {
@@ -286,6 +332,72 @@ impl Store for PgStore {
             )
             .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
+        let sql = format!("SELECT {INFO_COLUMNS} WHERE route = $1 AND scope = $2 AND key = $3");
+        let row: Option<InfoRow> = self
+            .bounded(
+                sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                    .bind(&key.route)
+                    .bind(&key.scope)
+                    .bind(&key.key)
+                    .fetch_optional(&self.pool),
+            )
+            .await?;
+        row.map(InfoRow::into_info).transpose()
+    }
+
+    async fn list(
+        &self,
+        route: &str,
+        state: RecordState,
+        limit: usize,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        let sql = format!(
+            "SELECT {INFO_COLUMNS} WHERE route = $1 AND state = $2 ORDER BY updated_at LIMIT $3"
+        );
+        let rows: Vec<InfoRow> = self
+            .bounded(
+                sqlx::query_as(sqlx::AssertSqlSafe(sql))
+                    .bind(route)
+                    .bind(state.as_str())
+                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .fetch_all(&self.pool),
+            )
+            .await?;
+        rows.into_iter().map(InfoRow::into_info).collect()
+    }
+
+    async fn clear(&self, key: &RecordKey) -> Result<bool, StoreError> {
+        let done = self
+            .bounded(
+                sqlx::query(
+                    "DELETE FROM idemgate_records
+                      WHERE route = $1 AND scope = $2 AND key = $3 AND state IN ('held', 'in_flight')",
+                )
+                .bind(&key.route)
+                .bind(&key.scope)
+                .bind(&key.key)
+                .execute(&self.pool),
+            )
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn delete(&self, key: &RecordKey) -> Result<bool, StoreError> {
+        let done = self
+            .bounded(
+                sqlx::query(
+                    "DELETE FROM idemgate_records WHERE route = $1 AND scope = $2 AND key = $3",
+                )
+                .bind(&key.route)
+                .bind(&key.scope)
+                .bind(&key.key)
+                .execute(&self.pool),
+            )
+            .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     fn pool_stats(&self) -> Option<super::PoolStats> {

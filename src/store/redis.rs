@@ -17,9 +17,10 @@ use deadpool_redis::redis::{self, Script, Value};
 use deadpool_redis::{Config as PoolSettings, Pool, PoolConfig, Runtime, Timeouts};
 use http::StatusCode;
 
+use super::info::from_epoch_millis;
 use super::{
-    Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
-    decode_headers, encode_headers, redact_url,
+    Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreError,
+    StoredResponse, Token, decode_headers, encode_headers, redact_url,
 };
 use crate::config::{StoreConfig, UnknownOutcome};
 
@@ -117,6 +118,31 @@ return 1
     ))
 });
 
+/// KEYS = record. Read-only: the fields key administration shows, the
+/// body's length, and the expiry as server time (ms).
+static INSPECT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{NOW}{}",
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'state', 'held_reason', 'token', 'created_at', 'updated_at', 'lease_until', 'status')
+if not r[1] then return false end
+local ttl = redis.call('PTTL', KEYS[1])
+return {r[1], r[2] or '', r[3], r[4] or '0', r[5] or '0', r[6] or '', r[7] or '', redis.call('HSTRLEN', KEYS[1], 'body'), now + math.max(ttl, 0)}
+"#
+    ))
+});
+
+/// KEYS = record. Deletes it if it is held or in flight.
+static CLEAR: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local state = redis.call('HGET', KEYS[1], 'state')
+if state ~= 'held' and state ~= 'in_flight' then return 0 end
+return redis.call('DEL', KEYS[1])
+"#,
+    )
+});
+
 /// A Redis-backed [`Store`].
 pub struct RedisStore {
     pool: Pool,
@@ -196,6 +222,22 @@ impl RedisStore {
         );
         k.extend_from_slice(key.key.as_bytes());
         k
+    }
+
+    /// The prefix of every record key of one route.
+    fn route_prefix(&self, route: &str) -> Vec<u8> {
+        format!("{}rec:{}:{}:", self.prefix, route.len(), route).into_bytes()
+    }
+
+    /// The [`RecordKey`] a Redis key of `route` stands for.
+    fn parse_record_key(&self, route: &str, redis_key: &[u8]) -> Option<RecordKey> {
+        let rest = redis_key.strip_prefix(&self.route_prefix(route)[..])?;
+        let colon = rest.iter().position(|b| *b == b':')?;
+        Some(RecordKey {
+            route: route.to_string(),
+            scope: hex::decode(&rest[..colon]).ok()?,
+            key: String::from_utf8(rest[colon + 1..].to_vec()).ok()?,
+        })
     }
 
     fn token_key(&self) -> String {
@@ -354,6 +396,115 @@ impl Store for RedisStore {
             retention.as_bytes(),
         ];
         self.cas_script(&HOLD, key, &args).await
+    }
+
+    async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
+        let record = self.record_key(key);
+        let reply: Option<Vec<Value>> = self
+            .bounded(
+                |mut conn| async move { INSPECT.key(&record[..]).invoke_async(&mut conn).await },
+            )
+            .await?;
+        let Some(f) = reply else {
+            return Ok(None);
+        };
+        let text = |i: usize| {
+            bytes(f.get(i))
+                .and_then(|b| String::from_utf8(b).ok())
+                .unwrap_or_default()
+        };
+        let state = text(0);
+        let held = text(1);
+        let lease = int(f.get(5)).map(from_epoch_millis);
+        let status = int(f.get(6)).and_then(|s| u16::try_from(s).ok());
+        let completed = state == "completed";
+        RecordInfo::from_parts(
+            key,
+            &state,
+            (!held.is_empty()).then_some(held.as_str()),
+            int(f.get(2)).unwrap_or(0),
+            [int(f.get(3)), int(f.get(4)), int(f.get(8))]
+                .map(|t| from_epoch_millis(t.unwrap_or(0))),
+            lease.filter(|_| state == "in_flight"),
+            status.filter(|_| completed),
+            int(f.get(7))
+                .and_then(|n| u64::try_from(n).ok())
+                .filter(|_| completed),
+        )
+        .map(Some)
+        .ok_or_else(|| corrupt(&format!("a record in unknown state {state:?}")))
+    }
+
+    async fn list(
+        &self,
+        route: &str,
+        state: RecordState,
+        limit: usize,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        // Glob-escape the route: the pattern must match it literally.
+        let mut pattern = Vec::new();
+        for b in self.route_prefix(route) {
+            if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+                pattern.push(b'\\');
+            }
+            pattern.push(b);
+        }
+        pattern.push(b'*');
+        let mut found = Vec::new();
+        let mut cursor = 0u64;
+        loop {
+            let pattern = pattern.clone();
+            let (next, keys): (u64, Vec<Vec<u8>>) = self
+                .bounded(|mut conn| async move {
+                    redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(pattern)
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut conn)
+                        .await
+                })
+                .await?;
+            for redis_key in keys {
+                let Some(key) = self.parse_record_key(route, &redis_key) else {
+                    continue;
+                };
+                if let Some(info) = self.inspect(&key).await? {
+                    if info.state == state {
+                        found.push(info);
+                    }
+                }
+            }
+            cursor = next;
+            if cursor == 0 || found.len() >= limit {
+                break;
+            }
+        }
+        found.sort_by_key(|info| info.updated_at);
+        found.truncate(limit);
+        Ok(found)
+    }
+
+    async fn clear(&self, key: &RecordKey) -> Result<bool, StoreError> {
+        let record = self.record_key(key);
+        let n: i64 = self
+            .bounded(|mut conn| async move { CLEAR.key(&record[..]).invoke_async(&mut conn).await })
+            .await?;
+        Ok(n == 1)
+    }
+
+    async fn delete(&self, key: &RecordKey) -> Result<bool, StoreError> {
+        let record = self.record_key(key);
+        let n: i64 = self
+            .bounded(|mut conn| async move {
+                redis::cmd("DEL")
+                    .arg(&record[..])
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(n == 1)
     }
 
     async fn sweep(&self, _batch: usize) -> Result<u64, StoreError> {

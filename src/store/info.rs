@@ -1,0 +1,129 @@
+//! What key administration sees of a record (`idemgate keys …`): its state,
+//! token, timestamps and response size, never its body.
+
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use super::{HeldReason, RecordKey};
+
+/// A record's state (DESIGN.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordState {
+    /// An attempt holds (or held, if `lease_until` has passed) a lease.
+    InFlight,
+    /// A response is recorded.
+    Completed,
+    /// The outcome is unknown or the response was not retained.
+    Held,
+}
+
+impl RecordState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InFlight => "in_flight",
+            Self::Completed => "completed",
+            Self::Held => "held",
+        }
+    }
+
+    /// Parse a stored name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [Self::InFlight, Self::Completed, Self::Held]
+            .into_iter()
+            .find(|state| state.as_str() == s)
+    }
+}
+
+/// One record, as an operator sees it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecordInfo {
+    /// The route's name.
+    pub route: String,
+    /// Hex SHA-256 of the scope header, or empty for unscoped routes.
+    pub scope: String,
+    /// The client's key.
+    pub key: String,
+    /// The state.
+    pub state: RecordState,
+    /// Why it is held.
+    pub held_reason: Option<&'static str>,
+    /// The current attempt's fencing token.
+    pub token: i64,
+    /// When the key was (last) claimed.
+    #[serde(serialize_with = "rfc3339")]
+    pub created_at: SystemTime,
+    /// When the record last changed.
+    #[serde(serialize_with = "rfc3339")]
+    pub updated_at: SystemTime,
+    /// When retention ends.
+    #[serde(serialize_with = "rfc3339")]
+    pub expires_at: SystemTime,
+    /// When the current lease ends (in flight only).
+    #[serde(serialize_with = "rfc3339_opt")]
+    pub lease_until: Option<SystemTime>,
+    /// The recorded status (completed only).
+    pub status: Option<u16>,
+    /// The recorded body's size in bytes (completed only).
+    pub body_bytes: Option<u64>,
+}
+
+impl RecordInfo {
+    /// The [`RecordKey`] this record is stored under.
+    pub fn record_key(&self) -> Option<RecordKey> {
+        Some(RecordKey {
+            route: self.route.clone(),
+            scope: hex::decode(&self.scope).ok()?,
+            key: self.key.clone(),
+        })
+    }
+
+    /// Build from store fields (shared by the backends).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_parts(
+        key: &RecordKey,
+        state: &str,
+        held_reason: Option<&str>,
+        token: i64,
+        times: [SystemTime; 3],
+        lease_until: Option<SystemTime>,
+        status: Option<u16>,
+        body_bytes: Option<u64>,
+    ) -> Option<Self> {
+        let [created_at, updated_at, expires_at] = times;
+        Some(Self {
+            route: key.route.clone(),
+            scope: hex::encode(&key.scope),
+            key: key.key.clone(),
+            state: RecordState::parse(state)?,
+            held_reason: held_reason
+                .and_then(HeldReason::parse)
+                .map(HeldReason::as_str),
+            token,
+            created_at,
+            updated_at,
+            expires_at,
+            lease_until,
+            status,
+            body_bytes,
+        })
+    }
+}
+
+fn rfc3339<S: serde::Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(&humantime::format_rfc3339_millis(*t))
+}
+
+fn rfc3339_opt<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => rfc3339(t, s),
+        None => s.serialize_none(),
+    }
+}
+
+/// Seconds since the epoch (as stores keep them) to a `SystemTime`.
+pub(crate) fn from_epoch_millis(ms: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64)
+}
