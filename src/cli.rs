@@ -1,9 +1,11 @@
 //! The command line (clap): `serve` (the default), `check`, `migrate`,
-//! `sweep`, `health`.
+//! `sweep`, `keys`, `health`.
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::store::RecordState;
 
 /// idemgate: an idempotency gateway for HTTP APIs.
 #[derive(Debug, Parser)]
@@ -51,6 +53,13 @@ pub enum Command {
     Migrate,
     /// Delete expired records once and exit (the server also sweeps in the background).
     Sweep,
+    /// Key administration: inspect, list, release and delete records in the
+    /// store the config names (PostgreSQL or Redis).
+    Keys {
+        /// What to do with keys.
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// Ask a running gateway's admin listener for `/healthz`; exit 0 if healthy.
     /// For container health checks (no shell or curl needed).
     Health {
@@ -59,4 +68,47 @@ pub enum Command {
         #[arg(long)]
         admin: Option<std::net::SocketAddr>,
     },
+}
+
+/// `idemgate keys …`.
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Show one key's record: state, token, timestamps, response status and size.
+    Show(KeyArgs),
+    /// List a route's keys in one state, least recently changed first.
+    List {
+        /// The route's name.
+        #[arg(long)]
+        route: String,
+        /// Which state.
+        #[arg(long, value_enum)]
+        state: RecordState,
+        /// At most this many.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// One JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Clear a held or in-flight key so the next request with it is forwarded.
+    Release(KeyArgs),
+    /// Forget a key in any state (a recorded response too).
+    Delete(KeyArgs),
+}
+
+/// Which key.
+#[derive(Debug, Args)]
+pub struct KeyArgs {
+    /// The route's name.
+    #[arg(long)]
+    pub route: String,
+    /// The scope header's value (e.g. the `Authorization` value) on routes with
+    /// a `scope_header`; omitted: the anonymous scope.
+    #[arg(long)]
+    pub scope: Option<String>,
+    /// The key, bare or quoted as clients send it.
+    pub key: String,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
 }

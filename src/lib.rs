@@ -15,7 +15,7 @@
 //! - [`admin`]: metrics, health and readiness on the admin listener.
 //! - [`metrics`]: the Prometheus metrics and the store wrapper that feeds them.
 //! - [`body`]: the body type and bounded reading.
-//! - [`cli`]: the command line.
+//! - [`cli`]: the command line; [`keys`]: its key administration commands.
 
 pub mod admin;
 pub mod body;
@@ -24,6 +24,7 @@ pub mod config;
 pub mod fingerprint;
 pub mod handler;
 pub mod key;
+pub mod keys;
 pub mod metrics;
 pub mod problem;
 pub mod server;

@@ -76,6 +76,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let swept = idemgate::sweep_once(store.as_ref(), config.store.sweep_batch).await?;
             println!("{swept} expired records deleted");
         }
+        Command::Keys { command } => {
+            print!("{}", idemgate::keys::run(&load()?, command).await?);
+        }
         Command::Health { admin } => {
             let addr = match admin {
                 Some(addr) => addr,

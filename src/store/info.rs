@@ -12,6 +12,7 @@ use super::{HeldReason, RecordKey};
 #[serde(rename_all = "snake_case")]
 pub enum RecordState {
     /// An attempt holds (or held, if `lease_until` has passed) a lease.
+    #[value(name = "in_flight")]
     InFlight,
     /// A response is recorded.
     Completed,

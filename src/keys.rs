@@ -1,0 +1,200 @@
+//! `idemgate keys …`: key administration for operators, on the store the
+//! configuration names. Finds a record by route, scope value and key exactly
+//! as the gateway does, and prints it for a person (or as JSON).
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use http::HeaderValue;
+
+use crate::cli::{KeyArgs, KeysCommand};
+use crate::config::Config;
+use crate::store::{self, RecordInfo, RecordKey, StoreError};
+
+/// Why a keys command could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum KeysError {
+    /// The route is not in the configuration.
+    #[error("no route named {0:?} in the configuration")]
+    NoRoute(String),
+    /// `--scope` on a route without `scope_header`.
+    #[error("route {0:?} has no scope_header, so --scope does not apply")]
+    NoScope(String),
+    /// The key is not a valid idempotency key.
+    #[error("invalid key: {0}")]
+    InvalidKey(#[from] crate::key::KeyError),
+    /// No record for the key.
+    #[error(
+        "no record for key {key:?} on route {route:?} (never seen, released, deleted or expired)"
+    )]
+    NotFound {
+        /// The route.
+        route: String,
+        /// The key.
+        key: String,
+    },
+    /// `release` on a completed record.
+    #[error(
+        "key {0:?} has a recorded response, which release leaves alone; use `keys delete` to forget it"
+    )]
+    Completed(String),
+    /// The memory store lives inside the gateway.
+    #[error(
+        "keys commands work on PostgreSQL and Redis; a memory:// store lives inside the running gateway process only"
+    )]
+    MemoryStore,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Run one keys command; returns what to print.
+pub async fn run(config: &Config, command: KeysCommand) -> Result<String, KeysError> {
+    if config.store.url.starts_with("memory:") {
+        return Err(KeysError::MemoryStore);
+    }
+    let store = store::open(&config.store).await?;
+    let store = store.as_ref();
+    match command {
+        KeysCommand::Show(args) => {
+            let key = record_key(config, &args)?;
+            let info = store.inspect(&key).await?.ok_or_else(|| not_found(&key))?;
+            Ok(if args.json {
+                json(&info)
+            } else {
+                describe(&info)
+            })
+        }
+        KeysCommand::List {
+            route,
+            state,
+            limit,
+            json: as_json,
+        } => {
+            if !config.routes.iter().any(|r| r.name == route) {
+                return Err(KeysError::NoRoute(route));
+            }
+            let found = store.list(&route, state, limit).await?;
+            Ok(if as_json { json(&found) } else { table(&found) })
+        }
+        KeysCommand::Release(args) => {
+            let key = record_key(config, &args)?;
+            if store.clear(&key).await? {
+                return Ok(format!(
+                    "released {:?} on route {:?}: the next request with it is forwarded\n",
+                    key.key, key.route
+                ));
+            }
+            match store.inspect(&key).await? {
+                Some(_) => Err(KeysError::Completed(key.key)),
+                None => Err(not_found(&key)),
+            }
+        }
+        KeysCommand::Delete(args) => {
+            let key = record_key(config, &args)?;
+            if store.delete(&key).await? {
+                Ok(format!("deleted {:?} on route {:?}\n", key.key, key.route))
+            } else {
+                Err(not_found(&key))
+            }
+        }
+    }
+}
+
+fn not_found(key: &RecordKey) -> KeysError {
+    KeysError::NotFound {
+        route: key.route.clone(),
+        key: key.key.clone(),
+    }
+}
+
+/// The record key the gateway would use for this route, scope value and key.
+fn record_key(config: &Config, args: &KeyArgs) -> Result<RecordKey, KeysError> {
+    let route = config
+        .routes
+        .iter()
+        .find(|r| r.name == args.route)
+        .ok_or_else(|| KeysError::NoRoute(args.route.clone()))?;
+    let scope = match (&route.scope_header, &args.scope) {
+        (Some(_), value) => store::scope_digest(value.iter().map(|v| v.as_bytes())),
+        (None, Some(_)) => return Err(KeysError::NoScope(route.name.clone())),
+        (None, None) => Vec::new(),
+    };
+    let value = HeaderValue::from_str(&args.key).map_err(|_| crate::key::KeyError::BadCharacter)?;
+    Ok(RecordKey {
+        route: route.name.clone(),
+        scope,
+        key: crate::key::parse(&value)?,
+    })
+}
+
+fn json<T: serde::Serialize>(value: &T) -> String {
+    let mut out = serde_json::to_string_pretty(value).expect("records serialise");
+    out.push('\n');
+    out
+}
+
+fn time(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn describe(info: &RecordInfo) -> String {
+    let mut out = String::new();
+    let mut line = |label: &str, value: String| {
+        let _ = writeln!(out, "{label:<9}{value}");
+    };
+    line("route", info.route.clone());
+    line("key", info.key.clone());
+    line(
+        "scope",
+        if info.scope.is_empty() {
+            "(unscoped route)".into()
+        } else {
+            format!("sha256:{}", info.scope)
+        },
+    );
+    line(
+        "state",
+        match info.held_reason {
+            Some(reason) => format!("{} ({reason})", info.state.as_str()),
+            None => info.state.as_str().to_string(),
+        },
+    );
+    line("token", info.token.to_string());
+    line("created", time(info.created_at));
+    line("updated", time(info.updated_at));
+    line("expires", time(info.expires_at));
+    if let Some(lease) = info.lease_until {
+        let lapsed = if lease < SystemTime::now() {
+            " (lapsed)"
+        } else {
+            ""
+        };
+        line("lease", format!("{}{lapsed}", time(lease)));
+    }
+    if let (Some(status), Some(bytes)) = (info.status, info.body_bytes) {
+        line("response", format!("{status}, {bytes} bytes"));
+    }
+    out
+}
+
+fn table(found: &[RecordInfo]) -> String {
+    let mut out = format!("{:<10} {:>8} {:<22} KEY\n", "STATE", "TOKEN", "UPDATED");
+    for info in found {
+        let _ = writeln!(
+            out,
+            "{:<10} {:>8} {:<22} {}",
+            info.state.as_str(),
+            info.token,
+            time(info.updated_at),
+            info.key
+        );
+    }
+    let _ = writeln!(
+        out,
+        "({} record{})",
+        found.len(),
+        if found.len() == 1 { "" } else { "s" }
+    );
+    out
+}

@@ -1,0 +1,209 @@
+//! `idemgate keys show|list|release|delete` (the real binary) against a
+//! real gateway's records, on PostgreSQL and on Redis.
+
+mod common;
+
+use std::process::Output;
+
+use common::*;
+use http::StatusCode;
+
+fn keys(config_path: &std::path::Path, args: &[&str]) -> Output {
+    std::process::Command::new(binary())
+        .arg("--config")
+        .arg(config_path)
+        .arg("keys")
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+async fn keys_commands_fix_a_held_key(backend: Backend) {
+    let store = TestStore::new(backend).await;
+    let upstream = Upstream::start().await;
+    let text = store.config(&upstream.url(), "scope_header = \"Authorization\"");
+    let gateway = Gateway::start(&text).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, &text).unwrap();
+    let run = move |args: Vec<String>| {
+        let path = path.clone();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                keys(&path, &args.iter().map(String::as_str).collect::<Vec<_>>())
+            })
+            .await
+            .unwrap()
+        }
+    };
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let c = client();
+    let as_alice = [
+        ("authorization", "Bearer alice"),
+        ("idempotency-key", "stuck"),
+    ];
+    // A timed-out exchange leaves the key held.
+    let first = send(&c, "POST", &gateway.url("/v1/hang"), &as_alice, "{}").await;
+    assert_eq!(first.status, StatusCode::GATEWAY_TIMEOUT);
+    let done = [
+        ("authorization", "Bearer alice"),
+        ("idempotency-key", "done"),
+    ];
+    assert_eq!(
+        send(&c, "POST", &gateway.url("/v1/payments"), &done, "{}")
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+
+    let show = run(args(&[
+        "show",
+        "--route",
+        "api",
+        "--scope",
+        "Bearer alice",
+        "stuck",
+    ]))
+    .await;
+    assert!(show.status.success(), "{}", stderr(&show));
+    let text = stdout(&show);
+    assert!(text.contains("held (upstream_timeout)"), "{text}");
+    assert!(text.contains("scope    sha256:"), "{text}");
+    assert!(
+        !text.contains("alice"),
+        "the scope value is never shown: {text}"
+    );
+
+    let json = run(args(&[
+        "show",
+        "--route",
+        "api",
+        "--scope",
+        "Bearer alice",
+        "--json",
+        "\"done\"",
+    ]))
+    .await;
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON output");
+    assert_eq!(v["state"], "completed");
+    assert_eq!(v["status"], 201);
+    assert!(v["body_bytes"].as_u64().unwrap() > 0);
+
+    let wrong_scope = run(args(&[
+        "show",
+        "--route",
+        "api",
+        "--scope",
+        "Bearer bob",
+        "stuck",
+    ]))
+    .await;
+    assert!(!wrong_scope.status.success());
+    assert!(
+        stderr(&wrong_scope).contains("no record"),
+        "{}",
+        stderr(&wrong_scope)
+    );
+
+    let list = run(args(&["list", "--route", "api", "--state", "held"])).await;
+    assert!(list.status.success(), "{}", stderr(&list));
+    assert!(
+        stdout(&list).contains("stuck") && !stdout(&list).contains("done"),
+        "{}",
+        stdout(&list)
+    );
+    let list = run(args(&[
+        "list", "--route", "api", "--state", "held", "--json",
+    ]))
+    .await;
+    let v: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 1);
+
+    let refused = run(args(&[
+        "release",
+        "--route",
+        "api",
+        "--scope",
+        "Bearer alice",
+        "done",
+    ]))
+    .await;
+    assert!(
+        !refused.status.success(),
+        "release leaves a completed key alone"
+    );
+    assert!(stderr(&refused).contains("keys delete"));
+
+    // Held: never forwarded again, until released.
+    let retry = send(&c, "POST", &gateway.url("/v1/hang"), &as_alice, "{}").await;
+    assert_eq!(retry.status, StatusCode::BAD_GATEWAY);
+    let release = run(args(&[
+        "release",
+        "--route",
+        "api",
+        "--scope",
+        "Bearer alice",
+        "stuck",
+    ]))
+    .await;
+    assert!(release.status.success(), "{}", stderr(&release));
+    let after = send(&c, "POST", &gateway.url("/v1/hang"), &as_alice, "{}").await;
+    assert_eq!(
+        after.status,
+        StatusCode::GATEWAY_TIMEOUT,
+        "forwarded again after release"
+    );
+    assert_eq!(upstream.count("stuck"), 2);
+
+    // Delete forgets a recorded response: the next request is forwarded.
+    let delete = run(args(&[
+        "delete",
+        "--route",
+        "api",
+        "--scope",
+        "Bearer alice",
+        "done",
+    ]))
+    .await;
+    assert!(delete.status.success(), "{}", stderr(&delete));
+    let again = send(&c, "POST", &gateway.url("/v1/payments"), &done, "{}").await;
+    assert!(!again.is_replay());
+    assert_eq!(upstream.count("done"), 2);
+
+    let unknown = run(args(&["show", "--route", "nope", "x"])).await;
+    assert!(stderr(&unknown).contains("no route named"));
+}
+
+#[tokio::test]
+async fn keys_on_postgres() {
+    keys_commands_fix_a_held_key(Backend::Postgres).await;
+}
+
+#[tokio::test]
+async fn keys_on_redis() {
+    keys_commands_fix_a_held_key(Backend::Redis).await;
+}
+
+#[tokio::test]
+async fn keys_on_memory_explain_why_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, config_text("memory://", "http://127.0.0.1:9", "")).unwrap();
+    let out = tokio::task::spawn_blocking(move || keys(&path, &["show", "--route", "api", "k"]))
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("memory:// store lives inside the running gateway"),
+        "{}",
+        stderr(&out)
+    );
+}
