@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
+
+pub use crate::config::LogFormat;
 
 use crate::store::RecordState;
 
@@ -20,26 +22,13 @@ pub struct Cli {
         default_value = "gateway.toml"
     )]
     pub config: PathBuf,
-    /// Log format: `text` for a terminal, `json` for production.
-    #[arg(
-        long,
-        global = true,
-        env = "IDEMGATE_LOG_FORMAT",
-        default_value = "text"
-    )]
-    pub log_format: LogFormat,
+    /// Log format: `text` for a terminal, `json` for production (default:
+    /// the config's `log_format`, else `text`).
+    #[arg(long, global = true, env = "IDEMGATE_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
     /// What to do (default: serve).
     #[command(subcommand)]
     pub command: Option<Command>,
-}
-
-/// A log format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
 }
 
 /// The subcommands.

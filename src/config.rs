@@ -73,6 +73,8 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// Base URL of the error documentation, sent as `Link: rel="describedby"`.
     pub docs_url: Option<String>,
+    /// How logs are written (the command line's `--log-format` wins).
+    pub log_format: LogFormat,
     /// The record store.
     pub store: StoreConfig,
     /// Routes, in file order.
@@ -131,6 +133,17 @@ impl PathMatch {
             }
         }
     }
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// What happens to a key whose attempt's outcome became unknown.
@@ -278,6 +291,7 @@ struct RawConfig {
     header_read_timeout: Option<String>,
     shutdown_timeout: Option<String>,
     docs_url: Option<String>,
+    log_format: Option<LogFormat>,
     #[serde(default)]
     store: RawStore,
     #[serde(default)]
@@ -588,6 +602,7 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         )?,
         shutdown_timeout: duration("shutdown_timeout", raw.shutdown_timeout.as_deref(), "60s")?,
         docs_url: raw.docs_url.filter(|u| !u.is_empty()),
+        log_format: raw.log_format.unwrap_or_default(),
         store,
         routes,
     })

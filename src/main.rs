@@ -12,7 +12,6 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
     let runtime = tokio::runtime::Runtime::new().expect("cannot start the tokio runtime");
     match runtime.block_on(run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -23,6 +22,7 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Set up logging once; later calls do nothing.
 fn init_logging(format: LogFormat) {
     // sqlx reports migration notices at INFO on every start: keep it to warnings.
     let filter =
@@ -31,14 +31,19 @@ fn init_logging(format: LogFormat) {
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    let load = || Config::load(&cli.config);
+    // Logging starts with the config, whose `log_format` the flag overrides.
+    let load = || -> anyhow::Result<Config> {
+        let config = Config::load(&cli.config)?;
+        init_logging(cli.log_format.unwrap_or(config.log_format));
+        Ok(config)
+    };
     match cli.command.unwrap_or(Command::Serve) {
         Command::Serve => {
             let config = load()?;
@@ -84,6 +89,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(addr) => addr,
                 None => load()?.admin_listen,
             };
+            init_logging(cli.log_format.unwrap_or_default());
             let addr = idemgate::admin::probe_address(addr);
             let status = idemgate::admin::probe(addr, "/healthz", Duration::from_secs(3))
                 .await
