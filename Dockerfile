@@ -12,6 +12,7 @@
 
 # ---- build ------------------------------------------------------------------
 FROM rust:1-bookworm AS build
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 
 # Dependency layer: build every dependency against stub sources, so a source
@@ -29,21 +30,24 @@ RUN mkdir src \
 # the stub build: touch the crate roots so cargo rebuilds idemgate itself.
 COPY . .
 RUN touch src/main.rs src/lib.rs \
- && cargo build --release --locked \
+ && cargo build --release --locked --bin idemgate --example demo_upstream \
  && ./target/release/idemgate --version | grep -q "^idemgate "
 
 # ---- runtime ----------------------------------------------------------------
 FROM debian:bookworm-slim
 # ca-certificates: rediss:// verifies the Redis server against the system roots.
+# hadolint ignore=DL3008
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin idemgate
 COPY --from=build /src/target/release/idemgate /usr/local/bin/idemgate
+# The README's demo upstream, for docker-compose.yml (entrypoint demo_upstream).
+COPY --from=build /src/target/release/examples/demo_upstream /usr/local/bin/demo_upstream
 COPY gateway.toml /etc/idemgate/gateway.toml
 ENV IDEMGATE_CONFIG=/etc/idemgate/gateway.toml \
     IDEMGATE_LOG_FORMAT=json
-USER idemgate
+USER 10001:10001
 # 8080: the proxy (listen); 9090: /healthz and /readyz (admin_listen).
 EXPOSE 8080 9090
 # The binary probes its own admin listener (admin_listen from the config; an
