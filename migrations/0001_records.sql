@@ -24,8 +24,13 @@ CREATE TABLE idemgate_records (
 CREATE INDEX idemgate_records_expires_at ON idemgate_records (expires_at);
 
 -- The claim (DESIGN.md §2 step 5) in one round trip. Reads first, so a replay
--- costs one index lookup and no write; every write is a compare-and-set on the
--- token it read, retried if another writer got there first.
+-- costs one index lookup and no write. Every write re-states, in its own
+-- WHERE clause, the whole condition it acts on (token, state, lease, expiry):
+-- under READ COMMITTED PostgreSQL re-checks that clause against the newest
+-- version of the row, so a completion, hold or renewal that commits between
+-- the read and the write makes the write miss, and the loop reads again.
+-- Times come from clock_timestamp() at each statement, never from the start
+-- of the call, so a claim that waited on a lock never writes a lapsed lease.
 CREATE FUNCTION idemgate_claim(
     p_route TEXT, p_scope BYTEA, p_key TEXT, p_fingerprint BYTEA,
     p_lease_ms BIGINT, p_retention_ms BIGINT, p_release_lapsed BOOLEAN)
@@ -35,11 +40,12 @@ LANGUAGE plpgsql AS $$
 DECLARE
     r idemgate_records%ROWTYPE;
     v_token BIGINT;
-    v_now TIMESTAMPTZ := clock_timestamp();
+    v_now TIMESTAMPTZ;
     v_lease INTERVAL := p_lease_ms * INTERVAL '1 millisecond';
     v_retention INTERVAL := p_retention_ms * INTERVAL '1 millisecond';
 BEGIN
     FOR attempt IN 1..16 LOOP
+        v_now := clock_timestamp();
         SELECT * INTO r FROM idemgate_records
          WHERE route = p_route AND scope = p_scope AND key = p_key;
 
@@ -48,7 +54,8 @@ BEGIN
             INSERT INTO idemgate_records (route, scope, key, fingerprint, state, token,
                                           lease_until, expires_at, created_at, updated_at)
             VALUES (p_route, p_scope, p_key, p_fingerprint, 'in_flight', v_token,
-                    v_now + v_lease, v_now + v_retention, v_now, v_now)
+                    clock_timestamp() + v_lease, clock_timestamp() + v_retention,
+                    clock_timestamp(), clock_timestamp())
             ON CONFLICT DO NOTHING;
             IF FOUND THEN
                 RETURN QUERY SELECT 'claimed'::TEXT, v_token, NULL::BIGINT, NULL::TEXT,
@@ -64,10 +71,13 @@ BEGIN
             v_token := nextval('idemgate_token_seq');
             UPDATE idemgate_records
                SET fingerprint = p_fingerprint, state = 'in_flight', token = v_token,
-                   lease_until = v_now + v_lease, expires_at = v_now + v_retention,
-                   created_at = v_now, updated_at = v_now,
+                   lease_until = clock_timestamp() + v_lease,
+                   expires_at = clock_timestamp() + v_retention,
+                   created_at = clock_timestamp(), updated_at = clock_timestamp(),
                    held_reason = NULL, status = NULL, headers = NULL, body = NULL
-             WHERE route = p_route AND scope = p_scope AND key = p_key AND token = r.token;
+             WHERE route = p_route AND scope = p_scope AND key = p_key AND token = r.token
+               AND expires_at <= clock_timestamp()
+               AND NOT (state = 'in_flight' AND lease_until > clock_timestamp());
             IF FOUND THEN
                 RETURN QUERY SELECT 'claimed'::TEXT, v_token, NULL::BIGINT, NULL::TEXT,
                                     NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;
@@ -102,13 +112,16 @@ BEGIN
             RETURN;
         END IF;
 
-        -- The lease lapsed: the attempt's outcome is unknown (G7).
+        -- The lease lapsed: the attempt's outcome is unknown (G7). Both writes
+        -- miss if the attempt renewed, finished or was held meanwhile.
         IF p_release_lapsed THEN
             v_token := nextval('idemgate_token_seq');
             UPDATE idemgate_records
-               SET token = v_token, lease_until = v_now + v_lease, updated_at = v_now
+               SET token = v_token, lease_until = clock_timestamp() + v_lease,
+                   expires_at = GREATEST(expires_at, clock_timestamp() + v_lease),
+                   updated_at = clock_timestamp()
              WHERE route = p_route AND scope = p_scope AND key = p_key
-               AND token = r.token AND state = 'in_flight';
+               AND token = r.token AND state = 'in_flight' AND lease_until <= clock_timestamp();
             IF FOUND THEN
                 RETURN QUERY SELECT 'takeover'::TEXT, v_token, NULL::BIGINT, NULL::TEXT,
                                     NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;
@@ -117,9 +130,9 @@ BEGIN
         ELSE
             UPDATE idemgate_records
                SET state = 'held', held_reason = 'lease_lapsed', lease_until = NULL,
-                   updated_at = v_now
+                   updated_at = clock_timestamp()
              WHERE route = p_route AND scope = p_scope AND key = p_key
-               AND token = r.token AND state = 'in_flight';
+               AND token = r.token AND state = 'in_flight' AND lease_until <= clock_timestamp();
             IF FOUND THEN
                 RETURN QUERY SELECT 'held'::TEXT, r.token, NULL::BIGINT, 'lease_lapsed'::TEXT,
                                     NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;
@@ -127,6 +140,7 @@ BEGIN
             END IF;
         END IF;
     END LOOP;
-    RAISE EXCEPTION 'idemgate_claim: key % kept changing under 16 attempts', p_key;
+    -- Never the key itself in an error: logs carry keys only as digests.
+    RAISE EXCEPTION 'idemgate_claim: one key kept changing under 16 attempts';
 END;
 $$;

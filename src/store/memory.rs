@@ -185,6 +185,7 @@ impl Store for MemoryStore {
                     let entry = inner.records.get_mut(req.key).expect("read above");
                     entry.token = token;
                     entry.updated_at = now;
+                    entry.expires_at = entry.expires_at.max(now + req.lease);
                     entry.state = State::InFlight {
                         lease_until: now + req.lease,
                     };

@@ -1,0 +1,138 @@
+//! Interleavings the PostgreSQL claim must survive, forced with explicit
+//! transactions: a write that commits between the claim's read and its
+//! write must make the claim read again, never be overwritten.
+
+mod common;
+
+use std::time::Duration;
+
+use common::TestDb;
+use idemgate::config::{StoreConfig, UnknownOutcome};
+use idemgate::store::{Claim, ClaimRequest, RecordKey, Store};
+use sqlx::Connection;
+
+async fn store(db: &TestDb) -> std::sync::Arc<dyn Store> {
+    idemgate::store::open(&StoreConfig {
+        url: db.url.clone(),
+        migrate: true,
+        pool_size: 4,
+        timeout: Duration::from_secs(10),
+        prefix: String::new(),
+        max_records: 1,
+        sweep_interval: Duration::from_secs(60),
+        sweep_batch: 10,
+    })
+    .await
+    .unwrap()
+}
+
+fn key() -> RecordKey {
+    RecordKey {
+        route: "r".into(),
+        scope: Vec::new(),
+        key: "race".into(),
+    }
+}
+
+async fn claim(s: &dyn Store, lease: Duration, retention: Duration) -> Claim {
+    s.claim(&ClaimRequest {
+        key: &key(),
+        fingerprint: &[1; 32],
+        lease,
+        retention,
+        on_unknown_outcome: UnknownOutcome::Release,
+    })
+    .await
+    .unwrap()
+}
+
+/// Claim with a short lease and retention, then let both lapse.
+async fn lapsed(s: &dyn Store) {
+    let short = Duration::from_millis(100);
+    assert!(matches!(
+        claim(s, short, short).await,
+        Claim::Claimed { .. }
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+/// Run `write` in a transaction on its own connection, start a claim while
+/// that transaction holds the row, commit, and return the claim's outcome.
+async fn claim_across(db: &TestDb, s: std::sync::Arc<dyn Store>, write: &'static str) -> Claim {
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    let done = sqlx::query(write).execute(&mut *tx).await.unwrap();
+    assert_eq!(done.rows_affected(), 1);
+    let claiming = tokio::spawn(async move {
+        claim(
+            s.as_ref(),
+            Duration::from_secs(30),
+            Duration::from_secs(3600),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!claiming.is_finished(), "the claim waits for the row");
+    tx.commit().await.unwrap();
+    claiming.await.unwrap()
+}
+
+#[tokio::test]
+async fn a_completion_committed_during_expiry_reuse_is_replayed_not_overwritten() {
+    let db = TestDb::new().await;
+    let s = store(&db).await;
+    lapsed(s.as_ref()).await;
+    let outcome = claim_across(
+        &db,
+        s.clone(),
+        "UPDATE idemgate_records SET state = 'completed', status = 201, headers = ''::bytea,
+                body = 'done'::bytea, lease_until = NULL, expires_at = now() + interval '1 hour'
+          WHERE key = 'race'",
+    )
+    .await;
+    match outcome {
+        Claim::Replay(r) => assert_eq!(&r.body[..], b"done"),
+        other => panic!("the fresh record was overwritten: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_renewal_committed_during_takeover_keeps_the_key_in_flight() {
+    let db = TestDb::new().await;
+    let s = store(&db).await;
+    let short = Duration::from_millis(100);
+    assert!(matches!(
+        claim(s.as_ref(), short, Duration::from_secs(3600)).await,
+        Claim::Claimed { .. }
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let outcome = claim_across(
+        &db,
+        s.clone(),
+        "UPDATE idemgate_records SET lease_until = now() + interval '30 seconds' WHERE key = 'race'",
+    )
+    .await;
+    assert!(
+        matches!(outcome, Claim::InFlight { .. }),
+        "taken over despite a live renewal: {outcome:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_hold_committed_during_expiry_reuse_stays_held() {
+    let db = TestDb::new().await;
+    let s = store(&db).await;
+    lapsed(s.as_ref()).await;
+    let outcome = claim_across(
+        &db,
+        s.clone(),
+        "UPDATE idemgate_records SET state = 'held', held_reason = 'upstream_timeout', lease_until = NULL,
+                expires_at = now() + interval '1 hour'
+          WHERE key = 'race'",
+    )
+    .await;
+    assert!(
+        matches!(outcome, Claim::Held(_)),
+        "a held key was claimed again: {outcome:?}"
+    );
+}
