@@ -257,6 +257,34 @@ impl Gateway {
             },
             key,
         };
+        // 5–7 in a task of its own (G6): from the claim on, a client that
+        // goes away changes nothing — a committed claim is always forwarded
+        // and settled, never left to lapse into `held`.
+        let (reply, answer) = oneshot::channel();
+        let gateway = self.clone();
+        self.tasks.spawn(async move {
+            let result = gateway
+                .claim_and_forward(route, record_key, fingerprint, parts, body, client)
+                .await;
+            let _ = reply.send(result);
+        });
+        let (response, outcome, token) = answer.await.map_err(|_| {
+            GatewayError::Internal("the forward task ended without an answer".into())
+        })??;
+        trace.token = token;
+        Ok((response, outcome))
+    }
+
+    /// Claim the key, then answer from the claim or forward and settle.
+    async fn claim_and_forward(
+        self: Arc<Self>,
+        route: Arc<Route>,
+        record_key: RecordKey,
+        fingerprint: crate::fingerprint::Fingerprint,
+        parts: Parts,
+        body: Bytes,
+        client: SocketAddr,
+    ) -> Result<(Response<Body>, Outcome, Option<Token>), GatewayError> {
         let claim = self
             .store
             .claim(&ClaimRequest {
@@ -270,19 +298,18 @@ impl Gateway {
         let claim = match claim {
             Ok(claim) => claim,
             Err(error) => {
-                return self
+                let (response, outcome) = self
                     .on_store_error(&route, parts, body, client, error)
-                    .await;
+                    .await?;
+                return Ok((response, outcome, None));
             }
         };
-
         match claim {
-            Claim::Replay(stored) => Ok((replay(stored), Outcome::Replayed)),
+            Claim::Replay(stored) => Ok((replay(stored), Outcome::Replayed, None)),
             Claim::InFlight { retry_after } => Err(GatewayError::InFlight { retry_after }),
             Claim::Mismatch => Err(GatewayError::Mismatch),
             Claim::Held(reason) => Err(GatewayError::Held(reason)),
             Claim::Claimed { token, takeover } => {
-                trace.token = Some(token);
                 if takeover {
                     tracing::warn!(route = %route.name, token, "took over a key whose lease lapsed");
                     self.metrics
@@ -292,27 +319,20 @@ impl Gateway {
                         })
                         .inc();
                 }
-                // 6–7 in a task of its own (G6).
                 let request = upstream::prepare(
                     Request::from_parts(parts, body::full(body)),
                     &route.upstream,
                     client,
                 );
-                let (reply, answer) = oneshot::channel();
-                let gateway = self.clone();
-                self.tasks.spawn(async move {
-                    let result = gateway.attempt(&route, &record_key, token, request).await;
-                    let _ = reply.send(result);
-                });
-                let response = answer.await.map_err(|_| {
-                    GatewayError::Internal("the forward task ended without an answer".into())
-                })??;
-                Ok((response, Outcome::Forwarded))
+                let response = self.attempt(&route, &record_key, token, request).await?;
+                Ok((response, Outcome::Forwarded, Some(token)))
             }
         }
     }
 
     /// G8: fail closed (503) or fail open (forward without idempotency).
+    /// Only an outage fails open: a store that answered with something
+    /// unreadable, or a full memory store, never lets a request bypass it.
     async fn on_store_error(
         &self,
         route: &Route,
@@ -321,14 +341,14 @@ impl Gateway {
         client: SocketAddr,
         error: StoreError,
     ) -> Result<(Response<Body>, Outcome), GatewayError> {
-        match route.on_store_error {
-            OnStoreError::FailClosed => Err(GatewayError::StoreUnavailable(error)),
-            OnStoreError::FailOpen => {
+        match (route.on_store_error, &error) {
+            (OnStoreError::FailOpen, StoreError::Unavailable(_)) => {
                 tracing::warn!(route = %route.name, error = %error, "store unavailable: forwarding WITHOUT idempotency (on_store_error = fail_open)");
                 let request = Request::from_parts(parts, body::full(body));
                 let response = self.forward_plain(route, request, client).await?;
                 Ok((response, Outcome::FailOpen))
             }
+            _ => Err(GatewayError::StoreUnavailable(error)),
         }
     }
 

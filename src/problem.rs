@@ -155,6 +155,11 @@ impl GatewayError {
                 "outcome-unknown",
                 "The outcome of the request with this key is unknown",
             ),
+            E::StoreUnavailable(StoreError::Corrupt(_)) => k(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "store-corrupt",
+                "Idempotency record unreadable",
+            ),
             E::StoreUnavailable(_) => Kind {
                 retry_after: Some(Duration::from_secs(1)),
                 ..k(
@@ -220,6 +225,7 @@ impl GatewayError {
             E::Mismatch => "This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend exactly the original request.".to_string(),
             E::Held(HeldReason::ResponseTooLarge) => "The first request with this key was processed, but its response was too large to record, so it cannot be replayed. Look up the result with the API, or use a new key.".to_string(),
             E::Held(reason) => format!("A previous request with this key may or may not have been processed ({}); idemgate will not forward it again. Check the result with the API, ask the operator to release the key, or use a new key.", reason.as_str()),
+            E::StoreUnavailable(StoreError::Corrupt(_)) => "The stored record for this key cannot be read by this version of idemgate, so the request was not forwarded. The operator should inspect the key (idemgate keys show).".to_string(),
             E::StoreUnavailable(StoreError::Full(_)) => "The gateway's in-memory idempotency store is full, so this request was not forwarded. Retry with the same key later; the operator should raise [store] max_records or use PostgreSQL.".to_string(),
             E::StoreUnavailable(_) => "The idempotency store cannot be reached, so this request was not forwarded. Retry with the same key shortly.".to_string(),
             E::UpstreamUnreachable(e) => format!("The upstream could not be reached ({e}); the request was not sent and the key was released. Retry with the same key."),

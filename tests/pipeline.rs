@@ -544,3 +544,81 @@ async fn readiness_needs_a_migrated_database() {
         "ready once migrated"
     );
 }
+
+#[tokio::test]
+async fn client_gone_during_the_claim_still_gets_forwarded_and_recorded() {
+    use sqlx::Connection;
+    let store = TestStore::new(Backend::Postgres).await;
+    let upstream = Upstream::start().await;
+    let text = store
+        .config(&upstream.url(), "")
+        .replace("timeout = \"1s\"", "timeout = \"5s\"");
+    let gateway = Gateway::start(&text).await;
+    let c = client();
+    let url = gateway.url("/v1/payments");
+    // Hold the table so the claim waits in the database.
+    let mut conn = sqlx::PgConnection::connect(&store.url).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query("LOCK TABLE idemgate_records IN EXCLUSIVE MODE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let (c2, u2) = (c.clone(), url.clone());
+    let impatient = tokio::spawn(async move { post(&c2, &u2, "gone-early", "{}").await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    impatient.abort(); // the client leaves while the claim waits
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    tx.commit().await.unwrap();
+    let replay = eventually(Duration::from_secs(10), || async {
+        let r = post(&c, &url, "gone-early", "{}").await;
+        r.is_replay().then_some(r)
+    })
+    .await
+    .expect("the claim went on to forward and record");
+    assert_eq!(replay.status, StatusCode::CREATED);
+    assert_eq!(upstream.count("gone-early"), 1);
+}
+
+#[tokio::test]
+async fn only_an_outage_fails_open() {
+    use sqlx::Connection;
+    let store = TestStore::new(Backend::Postgres).await;
+    let upstream = Upstream::start().await;
+    let gateway =
+        Gateway::start(&store.config(&upstream.url(), "on_store_error = \"fail_open\"")).await;
+    let c = client();
+    let url = gateway.url("/v1/payments");
+    assert_eq!(
+        post(&c, &url, "bent", "{}").await.status,
+        StatusCode::CREATED
+    );
+    // A record this build cannot read: never a reason to forward again.
+    let mut conn = sqlx::PgConnection::connect(&store.url).await.unwrap();
+    sqlx::query("UPDATE idemgate_records SET headers = '\\x00ff'::bytea WHERE key = 'bent'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let reply = post(&c, &url, "bent", "{}").await;
+    assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(reply.problem_type(), "urn:idemgate:problem:store-corrupt");
+    assert_eq!(upstream.count("bent"), 1);
+
+    // A full memory store under fail_open: refused, not bypassed.
+    let memory = TestStore::new(Backend::Memory).await;
+    let text = memory
+        .config(&upstream.url(), "on_store_error = \"fail_open\"")
+        .replace(
+            "url = \"memory://\"",
+            "url = \"memory://\"\nmax_records = 1",
+        );
+    let small = Gateway::start(&text).await;
+    assert_eq!(
+        post(&c, &small.url("/v1/payments"), "f1", "{}")
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+    let full = post(&c, &small.url("/v1/payments"), "f2", "{}").await;
+    assert_eq!(full.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(upstream.count("f2"), 0);
+}
