@@ -100,4 +100,9 @@ pub struct KeyArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+    /// release/delete: also remove an in-flight key whose lease is live (an
+    /// attempt may be at the upstream right now: the next request will be
+    /// forwarded while it may still act).
+    #[arg(long)]
+    pub force: bool,
 }

@@ -33,6 +33,16 @@ pub enum KeysError {
         /// The key.
         key: String,
     },
+    /// release/delete on a key whose lease is live, without --force.
+    #[error(
+        "key {key:?} is in flight: an attempt holds its lease until {until} and may be at the upstream now; wait for it, or add --force"
+    )]
+    LiveLease {
+        /// The key.
+        key: String,
+        /// When the lease ends.
+        until: String,
+    },
     /// `release` on a completed record.
     #[error(
         "key {0:?} has a recorded response, which release leaves alone; use `keys delete` to forget it"
@@ -79,25 +89,36 @@ pub async fn run(config: &Config, command: KeysCommand) -> Result<String, KeysEr
         }
         KeysCommand::Release(args) => {
             let key = record_key(config, &args)?;
-            if store.clear(&key).await? {
+            if store.clear(&key, args.force).await? {
                 return Ok(format!(
                     "released {:?} on route {:?}: the next request with it is forwarded\n",
                     key.key, key.route
                 ));
             }
-            match store.inspect(&key).await? {
-                Some(_) => Err(KeysError::Completed(key.key)),
-                None => Err(not_found(&key)),
-            }
+            Err(why_not(store.inspect(&key).await?, key))
         }
         KeysCommand::Delete(args) => {
             let key = record_key(config, &args)?;
-            if store.delete(&key).await? {
+            if store.delete(&key, args.force).await? {
                 Ok(format!("deleted {:?} on route {:?}\n", key.key, key.route))
             } else {
-                Err(not_found(&key))
+                Err(why_not(store.inspect(&key).await?, key))
             }
         }
+    }
+}
+
+/// Why a release or delete removed nothing.
+fn why_not(found: Option<RecordInfo>, key: RecordKey) -> KeysError {
+    match found {
+        None => not_found(&key),
+        Some(info) => match info.lease_until {
+            Some(until) if info.state == store::RecordState::InFlight => KeysError::LiveLease {
+                key: key.key,
+                until: time(until),
+            },
+            _ => KeysError::Completed(key.key),
+        },
     }
 }
 

@@ -309,12 +309,12 @@ impl Store for InstrumentedStore {
         self.inner.list(route, state, limit).await
     }
 
-    async fn clear(&self, key: &RecordKey) -> Result<bool, StoreError> {
-        self.inner.clear(key).await
+    async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
+        self.inner.clear(key, force).await
     }
 
-    async fn delete(&self, key: &RecordKey) -> Result<bool, StoreError> {
-        self.inner.delete(key).await
+    async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
+        self.inner.delete(key, force).await
     }
 
     fn pool_stats(&self) -> Option<crate::store::PoolStats> {

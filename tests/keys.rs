@@ -178,6 +178,50 @@ async fn keys_commands_fix_a_held_key(backend: Backend) {
     assert!(!again.is_replay());
     assert_eq!(upstream.count("done"), 2);
 
+    // A live lease is kept unless forced: its attempt may be at the upstream.
+    let flying = [
+        ("authorization", "Bearer alice"),
+        ("idempotency-key", "flying"),
+    ];
+    let (c2, slow) = (c.clone(), gateway.url("/v1/slow/1500"));
+    let pending = tokio::spawn(async move { send(&c2, "POST", &slow, &flying, "{}").await });
+    eventually(std::time::Duration::from_secs(5), || async {
+        (upstream.count("flying") == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    let kept = run(args(&[
+        "release",
+        "--route",
+        "api",
+        "--scope",
+        "Bearer alice",
+        "flying",
+    ]))
+    .await;
+    assert!(!kept.status.success());
+    assert!(
+        stderr(&kept).contains("in flight") && stderr(&kept).contains("--force"),
+        "{}",
+        stderr(&kept)
+    );
+    let forced = run(args(&[
+        "release",
+        "--force",
+        "--route",
+        "api",
+        "--scope",
+        "Bearer alice",
+        "flying",
+    ]))
+    .await;
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    assert_eq!(
+        pending.await.unwrap().status,
+        StatusCode::BAD_GATEWAY,
+        "its answer can no longer be recorded"
+    );
+
     let unknown = run(args(&["show", "--route", "nope", "x"])).await;
     assert!(stderr(&unknown).contains("no route named"));
 }

@@ -480,23 +480,47 @@ async fn key_administration(f: Fixture) {
     );
     assert_eq!(s.list("r", RecordState::Held, 0).await.unwrap().len(), 0);
 
-    // release (clear): held and in-flight keys only.
+    // release (clear): held keys, lapsed leases, live leases only when forced.
     assert!(
-        !s.clear(&done).await.unwrap(),
+        !s.clear(&done, true).await.unwrap(),
         "a completed record is not released"
     );
-    assert!(s.clear(&held).await.unwrap());
+    assert!(s.clear(&held, false).await.unwrap());
     assert!(matches!(claim(s, &held, 1).await, Claim::Claimed { .. }));
-    assert!(s.clear(&flying).await.unwrap());
+    assert!(
+        !s.clear(&flying, false).await.unwrap(),
+        "a live lease is kept without force"
+    );
+    assert!(
+        !s.delete(&flying, false).await.unwrap(),
+        "a live lease is kept without force"
+    );
+    assert!(s.clear(&flying, true).await.unwrap());
     assert_eq!(
         s.complete(&flying, t_flying, &response("late"), RETENTION)
             .await
             .unwrap(),
         Cas::Fenced
     );
+    let lapsing = key("adm-lapsing");
+    token(
+        claim_with(
+            s,
+            &lapsing,
+            1,
+            Duration::from_millis(100),
+            UnknownOutcome::Release,
+        )
+        .await,
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        s.clear(&lapsing, false).await.unwrap(),
+        "a lapsed lease is released"
+    );
     // delete: any state.
-    assert!(s.delete(&done).await.unwrap());
-    assert!(!s.delete(&done).await.unwrap());
+    assert!(s.delete(&done, false).await.unwrap());
+    assert!(!s.delete(&done, false).await.unwrap());
     assert!(matches!(claim(s, &done, 2).await, Claim::Claimed { .. }));
 }
 

@@ -317,20 +317,32 @@ impl Store for MemoryStore {
             .collect())
     }
 
-    async fn clear(&self, key: &RecordKey) -> Result<bool, StoreError> {
+    async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
+        let now = Instant::now();
         let mut inner = self.lock();
-        let clearable = matches!(
-            inner.records.get(key).map(|r| &r.state),
-            Some(State::InFlight { .. } | State::Held(_))
-        );
+        let clearable = match inner.records.get(key).map(|r| &r.state) {
+            Some(State::Held(_)) => true,
+            Some(State::InFlight { lease_until }) => force || *lease_until <= now,
+            _ => false,
+        };
         if clearable {
             inner.records.remove(key);
         }
         Ok(clearable)
     }
 
-    async fn delete(&self, key: &RecordKey) -> Result<bool, StoreError> {
-        Ok(self.lock().records.remove(key).is_some())
+    async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let deletable = match inner.records.get(key).map(|r| &r.state) {
+            None => false,
+            Some(State::InFlight { lease_until }) => force || *lease_until <= now,
+            Some(_) => true,
+        };
+        if deletable {
+            inner.records.remove(key);
+        }
+        Ok(deletable)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -214,11 +214,13 @@ pub trait Store: Send + Sync + 'static {
         state: RecordState,
         limit: usize,
     ) -> Result<Vec<RecordInfo>, StoreError>;
-    /// Key administration: remove a `held` or `in_flight` record so the next
-    /// request with the key is forwarded. A completed record is left alone.
-    async fn clear(&self, key: &RecordKey) -> Result<bool, StoreError>;
-    /// Key administration: remove a record in any state.
-    async fn delete(&self, key: &RecordKey) -> Result<bool, StoreError>;
+    /// Key administration: remove a `held` record, or an `in_flight` one
+    /// whose lease has lapsed, so the next request with the key is
+    /// forwarded. A live lease (an attempt may be at the upstream right now)
+    /// is removed only with `force`; a completed record never.
+    async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError>;
+    /// Key administration: remove a record in any state; a live lease only with `force`.
+    async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError>;
     /// The connection pool's occupancy, for stores that have one.
     fn pool_stats(&self) -> Option<PoolStats> {
         None

@@ -369,31 +369,37 @@ impl Store for PgStore {
         rows.into_iter().map(InfoRow::into_info).collect()
     }
 
-    async fn clear(&self, key: &RecordKey) -> Result<bool, StoreError> {
+    async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
         let done = self
             .bounded(
                 sqlx::query(
                     "DELETE FROM idemgate_records
-                      WHERE route = $1 AND scope = $2 AND key = $3 AND state IN ('held', 'in_flight')",
+                      WHERE route = $1 AND scope = $2 AND key = $3
+                        AND (state = 'held'
+                             OR (state = 'in_flight' AND ($4 OR lease_until <= clock_timestamp())))",
                 )
                 .bind(&key.route)
                 .bind(&key.scope)
                 .bind(&key.key)
+                .bind(force)
                 .execute(&self.pool),
             )
             .await?;
         Ok(done.rows_affected() == 1)
     }
 
-    async fn delete(&self, key: &RecordKey) -> Result<bool, StoreError> {
+    async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
         let done = self
             .bounded(
                 sqlx::query(
-                    "DELETE FROM idemgate_records WHERE route = $1 AND scope = $2 AND key = $3",
+                    "DELETE FROM idemgate_records
+                      WHERE route = $1 AND scope = $2 AND key = $3
+                        AND ($4 OR state <> 'in_flight' OR lease_until <= clock_timestamp())",
                 )
                 .bind(&key.route)
                 .bind(&key.scope)
                 .bind(&key.key)
+                .bind(force)
                 .execute(&self.pool),
             )
             .await?;

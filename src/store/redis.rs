@@ -132,15 +132,20 @@ return {r[1], r[2] or '', r[3], r[4] or '0', r[5] or '0', r[6] or '', r[7] or ''
     ))
 });
 
-/// KEYS = record. Deletes it if it is held or in flight.
+/// KEYS = record; ARGV = force (1/0), whether completed records go too (1/0).
+/// Deletes a held record, an in-flight one whose lease lapsed (or any
+/// in-flight one with force), and a completed one if asked.
 static CLEAR: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{NOW}{}",
         r#"
-local state = redis.call('HGET', KEYS[1], 'state')
-if state ~= 'held' and state ~= 'in_flight' then return 0 end
+local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until')
+if not r[1] then return 0 end
+if r[1] == 'in_flight' and ARGV[1] ~= '1' and tonumber(r[2]) > now then return 0 end
+if r[1] == 'completed' and ARGV[2] ~= '1' then return 0 end
 return redis.call('DEL', KEYS[1])
-"#,
-    )
+"#
+    ))
 });
 
 /// A Redis-backed [`Store`].
@@ -238,6 +243,27 @@ impl RedisStore {
             scope: hex::decode(&rest[..colon]).ok()?,
             key: String::from_utf8(rest[colon + 1..].to_vec()).ok()?,
         })
+    }
+
+    async fn clear_script(
+        &self,
+        key: &RecordKey,
+        force: bool,
+        completed_too: bool,
+    ) -> Result<bool, StoreError> {
+        let record = self.record_key(key);
+        let flag = |b: bool| if b { "1" } else { "0" };
+        let n: i64 = self
+            .bounded(|mut conn| async move {
+                CLEAR
+                    .key(&record[..])
+                    .arg(flag(force))
+                    .arg(flag(completed_too))
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(n == 1)
     }
 
     fn token_key(&self) -> String {
@@ -486,25 +512,12 @@ impl Store for RedisStore {
         Ok(found)
     }
 
-    async fn clear(&self, key: &RecordKey) -> Result<bool, StoreError> {
-        let record = self.record_key(key);
-        let n: i64 = self
-            .bounded(|mut conn| async move { CLEAR.key(&record[..]).invoke_async(&mut conn).await })
-            .await?;
-        Ok(n == 1)
+    async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
+        self.clear_script(key, force, false).await
     }
 
-    async fn delete(&self, key: &RecordKey) -> Result<bool, StoreError> {
-        let record = self.record_key(key);
-        let n: i64 = self
-            .bounded(|mut conn| async move {
-                redis::cmd("DEL")
-                    .arg(&record[..])
-                    .query_async(&mut conn)
-                    .await
-            })
-            .await?;
-        Ok(n == 1)
+    async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
+        self.clear_script(key, force, true).await
     }
 
     async fn sweep(&self, _batch: usize) -> Result<u64, StoreError> {
