@@ -386,6 +386,9 @@ impl RawRoute {
 // ---------------------------------------------------------------------------
 // Loading.
 
+/// The longest retention accepted (timestamps far beyond it overflow stores).
+const MAX_RETENTION: Duration = Duration::from_secs(3650 * 24 * 3600);
+
 /// The default store URL when neither the file nor the environment names one.
 pub const DEFAULT_STORE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 
@@ -562,6 +565,22 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     if store.pool_size == 0 {
         return Err(invalid("store.pool_size", "must be at least 1"));
     }
+    let scheme = store.url.split_once("://").map(|(scheme, _)| scheme);
+    if !matches!(
+        scheme,
+        Some("postgres" | "postgresql" | "redis" | "rediss" | "memory")
+    ) {
+        return Err(invalid(
+            "store.url",
+            format!(
+                "{} must start with postgres://, redis://, rediss:// or memory://",
+                crate::store::redact_url(&store.url)
+            ),
+        ));
+    }
+    if store.timeout.is_zero() {
+        return Err(invalid("store.timeout", "must be greater than zero"));
+    }
     if raw.routes.is_empty() {
         return Err(invalid(
             "routes",
@@ -578,6 +597,15 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
                 format!(
                     "route name {:?} is used twice; names must be unique",
                     route.name
+                ),
+            ));
+        }
+        if let Some(twin) = routes.iter().find(|r: &&Route| r.path == route.path) {
+            return Err(invalid(
+                format!("routes[{i}].match"),
+                format!(
+                    "route {:?} matches exactly what route {:?} matches; one of them could never be reached",
+                    route.name, twin.name
                 ),
             ));
         }
@@ -641,7 +669,7 @@ fn validate_route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
                 format!("{upstream_text:?} must be an http:// URL with a host (https upstreams are not supported)"),
             )
         })?;
-    let methods = match &r.methods {
+    let methods: Vec<Method> = match &r.methods {
         None => vec![Method::POST, Method::PATCH],
         Some(list) => list
             .iter()
@@ -651,6 +679,12 @@ fn validate_route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
             })
             .collect::<Result<_, _>>()?,
     };
+    if methods.is_empty() {
+        return Err(invalid(
+            key("methods"),
+            "protects nothing; list at least one method (default [\"POST\", \"PATCH\"])",
+        ));
+    }
     let key_header = header_name(
         &key("key_header"),
         r.key_header.as_deref().unwrap_or("Idempotency-Key"),
@@ -661,7 +695,13 @@ fn validate_route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
         .filter(|s| !s.is_empty())
         .map(|s| header_name(&key("scope_header"), s))
         .transpose()?;
+    if scope_header.as_ref() == Some(&key_header) {
+        return Err(invalid(key("scope_header"), "must differ from key_header"));
+    }
     let retention = duration(&key("retention"), r.retention.as_deref(), "24h")?;
+    if retention > MAX_RETENTION {
+        return Err(invalid(key("retention"), "must be at most 3650 days"));
+    }
     let lease = duration(&key("lease"), r.lease.as_deref(), "30s")?;
     if lease < Duration::from_secs(1) {
         return Err(invalid(key("lease"), "must be at least 1s"));
@@ -738,6 +778,17 @@ fn validate_route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
         body,
         exclude,
     };
+    let max_recorded_response = size(
+        &key("max_recorded_response"),
+        r.max_recorded_response.as_deref(),
+        "8MiB",
+    )?;
+    if max_recorded_response == 0 {
+        return Err(invalid(
+            key("max_recorded_response"),
+            "must be at least 1 byte (0 would hold every key)",
+        ));
+    }
     Ok(Route {
         name,
         path,
@@ -754,11 +805,7 @@ fn validate_route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
             r.max_request_body.as_deref(),
             "1MiB",
         )?,
-        max_recorded_response: size(
-            &key("max_recorded_response"),
-            r.max_recorded_response.as_deref(),
-            "8MiB",
-        )?,
+        max_recorded_response,
         on_unknown_outcome: r.on_unknown_outcome.unwrap_or(UnknownOutcome::Hold),
         on_store_error: r.on_store_error.unwrap_or(OnStoreError::FailClosed),
         concurrent,
@@ -984,6 +1031,40 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("fingerprint.exclude"), "{err}");
+    }
+
+    #[test]
+    fn nonsense_values_are_rejected() {
+        let bad = [
+            ("[store]\nurl = \"postgress://h/db\"\n", "store.url"),
+            ("[store]\ntimeout = \"0s\"\n", "store.timeout"),
+        ];
+        for (prefix, key) in bad {
+            let err = parse(&format!("{prefix}{MINIMAL}"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{err}");
+        }
+        for (line, key) in [
+            ("methods = []", "routes[0].methods"),
+            (
+                "scope_header = \"idempotency-key\"",
+                "routes[0].scope_header",
+            ),
+            ("retention = \"300000y\"", "routes[0].retention"),
+            (
+                "max_recorded_response = \"0\"",
+                "routes[0].max_recorded_response",
+            ),
+        ] {
+            let err = parse(&format!("{MINIMAL}\n{line}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(key), "{line}: {err}");
+        }
+        let twin = MINIMAL.replace("\"payments\"", "\"twin\"");
+        let err = parse(&format!("{MINIMAL}{twin}")).unwrap_err().to_string();
+        assert!(err.contains("routes[1].match"), "{err}");
     }
 
     #[test]

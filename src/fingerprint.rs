@@ -202,6 +202,14 @@ mod tests {
         assert_eq!(a, b);
         let c = fp(&s, "POST", "/a", "j", br#"{"a":[2,1],"b":1}"#);
         assert_ne!(a, c);
+        // Numbers are kept as sent, not rounded through f64.
+        let precise = fp(&s, "POST", "/a", "j", br#"{"amount":0.10000000000000001}"#);
+        assert_ne!(precise, fp(&s, "POST", "/a", "j", br#"{"amount":0.1}"#));
+        let big = fp(&s, "POST", "/a", "j", br#"{"n":18446744073709551617}"#);
+        assert_ne!(
+            big,
+            fp(&s, "POST", "/a", "j", br#"{"n":18446744073709551616}"#)
+        );
         // Not JSON: falls back to the raw bytes.
         assert_ne!(
             fp(&s, "POST", "/a", "j", b"x y"),

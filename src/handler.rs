@@ -114,7 +114,7 @@ impl Gateway {
         Self {
             routes: config.routes.iter().cloned().map(Arc::new).collect(),
             store,
-            upstream: Upstream::new(),
+            upstream: Upstream::new(connect_timeout(config)),
             tasks: TaskTracker::new(),
             docs_url: config.docs_url.clone(),
             metrics,
@@ -460,6 +460,17 @@ impl Gateway {
                 }
                 Ok(Response::from_parts(parts, body::full(bytes)))
             }
+            Collected::Over { prefix, rest } if !route.record.records(parts.status) => {
+                // Not a recordable status anyway: release, then stream it on.
+                let released = self.persist(route, || self.store.release(key, token)).await;
+                if let Err(error) = released {
+                    tracing::warn!(route = %route.name, token, error = %error, "could not release the key; it stays in flight until its lease lapses");
+                }
+                Ok(Response::from_parts(
+                    parts,
+                    body::boxed(Prefixed::new(prefix, rest)),
+                ))
+            }
             Collected::Over { prefix, rest } => {
                 // Too large to record: hold the key, then forward this once.
                 match self
@@ -573,6 +584,15 @@ impl Gateway {
             }
         }))
     }
+}
+
+/// At most 5 s, and half of the shortest `upstream_timeout`: connecting must
+/// fail (nothing sent) before the exchange times out (outcome unknown).
+fn connect_timeout(config: &Config) -> Duration {
+    let shortest = config.routes.iter().map(|r| r.upstream_timeout).min();
+    shortest.map_or(Duration::from_secs(5), |t| {
+        (t / 2).min(Duration::from_secs(5))
+    })
 }
 
 /// Counts a claimed forward in `idemgate_forwards_in_flight` while alive.

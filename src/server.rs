@@ -31,6 +31,7 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(config.header_read_timeout);
     builder.http2().timer(TokioTimer::new());
+    let builder = Arc::new(builder);
     let graceful = GracefulShutdown::new();
     let slots = Arc::new(Semaphore::new(config.max_connections));
     tokio::pin!(shutdown);
@@ -55,16 +56,23 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let gateway = gateway.clone();
-        let service = service_fn(move |request| {
-            let gateway = gateway.clone();
-            async move { Ok::<_, Infallible>(gateway.handle(request, client).await) }
-        });
-        let connection = builder
-            .serve_connection(TokioIo::new(stream), service)
-            .into_owned();
-        let connection = graceful.watch(connection);
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        let first_byte_deadline = config.header_read_timeout;
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            // hyper reads the protocol preface with no deadline: a connection
+            // that never sends a byte would hold its slot forever.
+            let mut probe = [0u8; 1];
+            match tokio::time::timeout(first_byte_deadline, stream.peek(&mut probe)).await {
+                Ok(Ok(n)) if n > 0 => {}
+                _ => return drop(permit),
+            }
+            let service = service_fn(move |request| {
+                let gateway = gateway.clone();
+                async move { Ok::<_, Infallible>(gateway.handle(request, client).await) }
+            });
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            if let Err(error) = watcher.watch(connection).await {
                 tracing::debug!(%error, "connection ended with an error");
             }
             drop(permit);

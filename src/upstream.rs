@@ -64,18 +64,15 @@ pub struct Upstream {
     client: Client<HttpConnector, Body>,
 }
 
-impl Default for Upstream {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Upstream {
-    /// A client with connection pooling, `TCP_NODELAY` and a connect timeout.
-    pub fn new() -> Self {
+    /// A client with connection pooling, `TCP_NODELAY` and a connect
+    /// timeout. Keep `connect_timeout` below every route's
+    /// `upstream_timeout`, so an upstream that cannot be reached is reported
+    /// as "not sent" (key released) rather than as an unknown outcome.
+    pub fn new(connect_timeout: Duration) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(5)));
+        connector.set_connect_timeout(Some(connect_timeout));
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .build(connector);
@@ -123,10 +120,14 @@ pub fn prepare<B>(mut request: Request<B>, upstream: &Uri, client: SocketAddr) -
     strip_hop_by_hop(headers);
     headers.remove(header::HOST);
     let ip = client.ip().to_string();
-    let forwarded_for = match headers.get(&X_FORWARDED_FOR).and_then(|v| v.to_str().ok()) {
-        Some(prior) => format!("{prior}, {ip}"),
-        None => ip,
-    };
+    // Every X-Forwarded-For line so far, in order, then this hop's client.
+    let mut forwarded_for: Vec<&str> = headers
+        .get_all(&X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    forwarded_for.push(&ip);
+    let forwarded_for = forwarded_for.join(", ");
     if let Ok(v) = HeaderValue::from_str(&forwarded_for) {
         headers.insert(X_FORWARDED_FOR, v);
     }
@@ -178,13 +179,14 @@ mod tests {
             .uri("/v1/pay?x=1")
             .header("host", "api.example.com")
             .header("x-forwarded-for", "1.2.3.4")
+            .header("x-forwarded-for", "5.6.7.8")
             .header("idempotency-key", "\"k\"")
             .body(())
             .unwrap();
         let out = prepare(req, &upstream, "127.0.0.9:5000".parse().unwrap());
         assert_eq!(out.uri(), "http://10.0.0.1:9000/base/v1/pay?x=1");
         let h = out.headers();
-        assert_eq!(h["x-forwarded-for"], "1.2.3.4, 127.0.0.9");
+        assert_eq!(h["x-forwarded-for"], "1.2.3.4, 5.6.7.8, 127.0.0.9");
         assert_eq!(h["x-forwarded-proto"], "http");
         assert_eq!(h["x-forwarded-host"], "api.example.com");
         assert_eq!(h["idempotency-key"], "\"k\"");

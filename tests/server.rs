@@ -91,7 +91,35 @@ async fn slow_headers_are_cut_off() {
         .await
         .unwrap();
     let mut buf = Vec::new();
-    let closed = tokio::time::timeout(Duration::from_secs(15), tcp.read_to_end(&mut buf)).await;
+    let closed = tokio::time::timeout(Duration::from_secs(8), tcp.read_to_end(&mut buf)).await;
     assert!(closed.is_ok(), "the gateway closed the connection");
     assert_eq!(upstream.total(), 0);
+}
+
+#[tokio::test]
+async fn silent_connections_do_not_hold_slots() {
+    let db = TestDb::new().await;
+    let upstream = Upstream::start().await;
+    let text = config_text(&db.url, &upstream.url(), "").replace(
+        "shutdown_timeout = \"10s\"",
+        "shutdown_timeout = \"10s\"\nmax_connections = 1\nheader_read_timeout = \"1s\"",
+    );
+    let gateway = Gateway::start(&text).await;
+    // Connects and never sends a byte (no protocol preface at all).
+    let mut silent = TcpStream::connect(gateway.addr).await.unwrap();
+    let mut second = TcpStream::connect(gateway.addr).await.unwrap();
+    second
+        .write_all(b"GET /v1/payments HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(
+        read_answer(&mut second).await.starts_with("HTTP/1.1 201"),
+        "served once the silent one was cut off"
+    );
+    let mut buf = [0u8; 1];
+    let closed = tokio::time::timeout(Duration::from_secs(10), silent.read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "the silent connection was closed"
+    );
 }
