@@ -1,6 +1,9 @@
 //! The admin listener (DESIGN.md §7), separate from the proxy port:
-//! `/metrics` (Prometheus text format), `/healthz` (the process answers) and
-//! `/readyz` (the store answers and is migrated).
+//! `/metrics` (Prometheus text format), `/healthz` (the process answers),
+//! `/readyz` (the store answers and is migrated), and `POST /keys`, which
+//! runs an `idemgate keys` command on this gateway's store (how the CLI
+//! reaches a `memory://` store). Keep it off public networks: it can release
+//! and delete keys.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -18,16 +21,25 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
 use crate::body::{Body, full};
+use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::store::Store;
 
+/// Largest `POST /keys` body read.
+const MAX_COMMAND: usize = 64 * 1024;
+
+/// What the admin endpoints work with.
+pub struct Admin {
+    /// The gateway's store.
+    pub store: Arc<dyn Store>,
+    /// Its metrics.
+    pub metrics: Arc<Metrics>,
+    /// Its configuration (routes, for key administration).
+    pub config: Arc<Config>,
+}
+
 /// Serve the admin endpoints until `shutdown` resolves.
-pub async fn serve(
-    listener: TcpListener,
-    store: Arc<dyn Store>,
-    metrics: Arc<Metrics>,
-    shutdown: impl Future<Output = ()>,
-) {
+pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Future<Output = ()>) {
     tokio::pin!(shutdown);
     loop {
         let (stream, _) = tokio::select! {
@@ -37,10 +49,10 @@ pub async fn serve(
             },
             () = &mut shutdown => return,
         };
-        let (store, metrics) = (store.clone(), metrics.clone());
+        let admin = admin.clone();
         let service = service_fn(move |request| {
-            let (store, metrics) = (store.clone(), metrics.clone());
-            async move { Ok::<_, Infallible>(answer(request, store.as_ref(), &metrics).await) }
+            let admin = admin.clone();
+            async move { Ok::<_, Infallible>(answer(request, &admin).await) }
         });
         tokio::spawn(async move {
             let _ = auto::Builder::new(TokioExecutor::new())
@@ -91,16 +103,11 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Respons
 const PLAIN: &str = "text/plain; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-async fn answer(
-    request: Request<Incoming>,
-    store: &dyn Store,
-    metrics: &Metrics,
-) -> Response<Body> {
-    if request.method() != Method::GET && request.method() != Method::HEAD {
-        return text(StatusCode::METHOD_NOT_ALLOWED, PLAIN, "use GET\n".into());
-    }
-    match request.uri().path() {
-        "/metrics" => {
+async fn answer(request: Request<Incoming>, admin: &Admin) -> Response<Body> {
+    let (store, metrics) = (admin.store.as_ref(), &admin.metrics);
+    match (request.method().clone(), request.uri().path()) {
+        (Method::POST, "/keys") => keys(request, admin).await,
+        (Method::GET | Method::HEAD, "/metrics") => {
             if let Some(pool) = store.pool_stats() {
                 metrics.pool_connections.set(pool.connections as i64);
                 metrics.pool_idle.set(pool.idle as i64);
@@ -108,8 +115,8 @@ async fn answer(
             }
             text(StatusCode::OK, OPENMETRICS, metrics.encode())
         }
-        "/healthz" => text(StatusCode::OK, PLAIN, "ok\n".into()),
-        "/readyz" => match store.ping().await {
+        (Method::GET | Method::HEAD, "/healthz") => text(StatusCode::OK, PLAIN, "ok\n".into()),
+        (Method::GET | Method::HEAD, "/readyz") => match store.ping().await {
             Ok(()) => text(StatusCode::OK, PLAIN, "ready\n".into()),
             Err(error) => text(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -120,8 +127,40 @@ async fn answer(
         _ => text(
             StatusCode::NOT_FOUND,
             PLAIN,
-            "admin endpoints: /metrics, /healthz, /readyz\n".into(),
+            "admin endpoints: GET /metrics, /healthz, /readyz; POST /keys\n".into(),
         ),
+    }
+}
+
+/// Run the `idemgate keys` command in the body on this gateway's store.
+async fn keys(request: Request<Incoming>, admin: &Admin) -> Response<Body> {
+    use http_body_util::BodyExt;
+    let body = match http_body_util::Limited::new(request.into_body(), MAX_COMMAND)
+        .collect()
+        .await
+    {
+        Ok(body) => body.to_bytes(),
+        Err(error) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                PLAIN,
+                format!("unreadable command: {error}\n"),
+            );
+        }
+    };
+    let command = match serde_json::from_slice(&body) {
+        Ok(command) => command,
+        Err(error) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                PLAIN,
+                format!("not a keys command: {error}\n"),
+            );
+        }
+    };
+    match crate::keys::execute(&admin.config, admin.store.as_ref(), command).await {
+        Ok(output) => text(StatusCode::OK, PLAIN, output),
+        Err(error) => text(error.status(), PLAIN, format!("{error}\n")),
     }
 }
 

@@ -59,8 +59,10 @@ pub enum Command {
     },
 }
 
-/// `idemgate keys …`.
-#[derive(Debug, Subcommand)]
+/// `idemgate keys …`. Serialisable: for a `memory://` store the CLI sends
+/// it to the gateway's admin listener, which runs it on its own store.
+#[derive(Debug, Subcommand, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum KeysCommand {
     /// Show one key's record: state, token, timestamps, response status and size.
     Show(KeyArgs),
@@ -86,7 +88,7 @@ pub enum KeysCommand {
 }
 
 /// Which key.
-#[derive(Debug, Args)]
+#[derive(Debug, Args, serde::Serialize, serde::Deserialize)]
 pub struct KeyArgs {
     /// The route's name.
     #[arg(long)]

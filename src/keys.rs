@@ -1,6 +1,10 @@
 //! `idemgate keys …`: key administration for operators, on the store the
 //! configuration names. Finds a record by route, scope value and key exactly
 //! as the gateway does, and prints it for a person (or as JSON).
+//!
+//! PostgreSQL and Redis are reached directly. A `memory://` store lives in
+//! the gateway process: the command is sent to that gateway's admin listener
+//! (`POST /keys`), which runs [`execute`] on its own store.
 
 use std::fmt::Write as _;
 use std::time::SystemTime;
@@ -48,23 +52,76 @@ pub enum KeysError {
         "key {0:?} has a recorded response, which release leaves alone; use `keys delete` to forget it"
     )]
     Completed(String),
-    /// The memory store lives inside the gateway.
-    #[error(
-        "keys commands work on PostgreSQL and Redis; a memory:// store lives inside the running gateway process only"
-    )]
-    MemoryStore,
+    /// The gateway's admin listener (memory store) refused or failed.
+    #[error("{0}")]
+    Admin(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
 }
 
+impl KeysError {
+    /// The admin listener's answer status for this error.
+    pub fn status(&self) -> http::StatusCode {
+        use http::StatusCode as S;
+        match self {
+            Self::NoRoute(_) | Self::NotFound { .. } => S::NOT_FOUND,
+            Self::NoScope(_) | Self::InvalidKey(_) => S::BAD_REQUEST,
+            Self::LiveLease { .. } | Self::Completed(_) => S::CONFLICT,
+            Self::Store(_) | Self::Admin(_) => S::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
 /// Run one keys command; returns what to print.
 pub async fn run(config: &Config, command: KeysCommand) -> Result<String, KeysError> {
     if config.store.url.starts_with("memory:") {
-        return Err(KeysError::MemoryStore);
+        return remote(config.admin_listen, &command).await;
     }
     let store = store::open(&config.store).await?;
-    let store = store.as_ref();
+    execute(config, store.as_ref(), command).await
+}
+
+/// Send a keys command to a running gateway's admin listener.
+async fn remote(admin: std::net::SocketAddr, command: &KeysCommand) -> Result<String, KeysError> {
+    use http_body_util::BodyExt;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    let addr = crate::admin::probe_address(admin);
+    let unreachable = |e: &dyn std::fmt::Display| {
+        KeysError::Admin(format!(
+            "a memory:// store lives inside the gateway: cannot reach its admin listener at {addr} ({e}); is the gateway running with this config?"
+        ))
+    };
+    let client: Client<HttpConnector, crate::body::Body> =
+        Client::builder(hyper_util::rt::TokioExecutor::new()).build(HttpConnector::new());
+    let body = serde_json::to_vec(command).expect("commands serialise");
+    let request = http::Request::post(format!("http://{addr}/keys"))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(crate::body::full(body))
+        .expect("a valid request");
+    let response = client.request(request).await.map_err(|e| unreachable(&e))?;
+    let status = response.status();
+    let text = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| unreachable(&e))?
+        .to_bytes();
+    let text = String::from_utf8_lossy(&text).into_owned();
+    if status.is_success() {
+        Ok(text)
+    } else {
+        Err(KeysError::Admin(text.trim_end().to_string()))
+    }
+}
+
+/// Run one keys command on `store`; returns what to print.
+pub async fn execute(
+    config: &Config,
+    store: &dyn store::Store,
+    command: KeysCommand,
+) -> Result<String, KeysError> {
     match command {
         KeysCommand::Show(args) => {
             let key = record_key(config, &args)?;

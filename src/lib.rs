@@ -90,10 +90,14 @@ pub async fn run_with(
     let store: Arc<dyn store::Store> =
         Arc::new(metrics::InstrumentedStore::new(store, metrics.clone()));
     let stop_admin = CancellationToken::new();
+    let endpoints = Arc::new(admin::Admin {
+        store: store.clone(),
+        metrics: metrics.clone(),
+        config: Arc::new(config.clone()),
+    });
     let admin_task = tokio::spawn(admin::serve(
         admin,
-        store.clone(),
-        metrics.clone(),
+        endpoints,
         stop_admin.clone().cancelled_owned(),
     ));
     let sweeper = tokio::spawn(sweep_forever(

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::{HeldReason, RecordKey};
 
 /// A record's state (DESIGN.md §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "snake_case")]
 pub enum RecordState {
     /// An attempt holds (or held, if `lease_until` has passed) a lease.
