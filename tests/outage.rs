@@ -22,8 +22,10 @@ async fn stopped_postgres_fails_closed_then_recovers() {
 
     let first = post(&http, &url, "before", body).await;
     assert_eq!(first.status, StatusCode::CREATED, "{first:?}");
+    assert_eq!(gateway.readyz().await, StatusCode::OK);
 
     cluster.stop_immediate().await;
+    assert_eq!(gateway.readyz().await, StatusCode::SERVICE_UNAVAILABLE);
     let down = post(&http, &url, "during", body).await;
     assert_eq!(down.status, StatusCode::SERVICE_UNAVAILABLE, "{down:?}");
     assert_eq!(
@@ -68,6 +70,7 @@ async fn stopped_postgres_fails_closed_then_recovers() {
     assert!(replay.is_replay(), "{replay:?}");
     assert_eq!(replay.body, first.body);
     assert_eq!(upstream.count("before"), 1);
+    assert_eq!(gateway.readyz().await, StatusCode::OK);
 
     gateway.shutdown().await;
 }
