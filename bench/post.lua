@@ -1,0 +1,38 @@
+-- wrk script: a fixed 512-byte JSON POST. MODE (env) picks the key:
+--   none   no Idempotency-Key (pass-through)
+--   new    a new key per request (B)
+--   hot    one of HOT keys already completed (C: replays)
+--   storm  one shared key per STORM requests (D)
+local mode = os.getenv("MODE") or "none"
+local hot = tonumber(os.getenv("HOT") or "100")
+local run = os.getenv("RUN") or tostring(os.time())
+local body = '{"amount":1200,"currency":"eur","pad":"' .. string.rep("x", 471) .. '"}'  -- 512 bytes
+wrk.method = "POST"
+wrk.body = body
+wrk.headers["Content-Type"] = "application/json"
+
+local counter = 0
+local thread_id = 0
+local threads = {}
+
+function setup(thread)
+  thread:set("id", #threads)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  thread_id = id or 0
+end
+
+function request()
+  counter = counter + 1
+  local headers = {}
+  if mode == "new" then
+    headers["Idempotency-Key"] = run .. "-" .. thread_id .. "-" .. counter
+  elseif mode == "hot" then
+    headers["Idempotency-Key"] = string.format("hot-%012d", counter % hot)
+  elseif mode == "storm" then
+    headers["Idempotency-Key"] = run .. "-storm-" .. math.floor(counter / 64)
+  end
+  return wrk.format(nil, nil, headers)
+end
