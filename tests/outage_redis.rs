@@ -5,88 +5,12 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::process::PrivateRedis;
 use common::*;
 use http::StatusCode;
-
-/// A private redis-server child process on a free loopback port.
-struct PrivateRedis {
-    port: u16,
-    child: Option<Child>,
-}
-
-impl PrivateRedis {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut redis = Self { port, child: None };
-        redis.restart();
-        redis
-    }
-
-    fn restart(&mut self) {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed (.ci/run installs it)");
-        self.child = Some(child);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "private redis did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().unwrap().id().to_string();
-        assert!(
-            Command::new("kill")
-                .args([signal, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        if self.child.is_some() {
-            self.signal("-CONT");
-        }
-        self.kill();
-    }
-}
 
 async fn created_eventually(c: &HttpClient, url: &str, key: &str) -> bool {
     eventually(Duration::from_secs(20), || async {

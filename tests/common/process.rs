@@ -537,3 +537,113 @@ pub fn postgres_bin_dir() -> PathBuf {
         .map(|(_, bin)| bin)
         .unwrap_or_else(|| panic!("no PostgreSQL with initdb under {root:?}"))
 }
+
+// ---------------------------------------------------------------------------
+// A private Redis server.
+
+/// A private `redis-server` child process on a free loopback port, so tests
+/// can stop, freeze and restart Redis without touching the shared server.
+/// Dropping it kills it (after a SIGCONT, in case it was frozen).
+pub struct PrivateRedis {
+    port: u16,
+    child: Option<Child>,
+    /// With an append-only file fsynced on every write (the README's
+    /// recommended durability), kept in this directory across restarts.
+    durable: Option<tempfile::TempDir>,
+}
+
+impl PrivateRedis {
+    /// Without persistence: a restart loses everything.
+    pub fn start() -> Self {
+        Self::launch(None)
+    }
+
+    /// With `appendonly yes` and `appendfsync always`: a restart, even after
+    /// SIGKILL, keeps every acknowledged write.
+    pub fn start_durable() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("idemgate-redis-")
+            .tempdir()
+            .unwrap();
+        Self::launch(Some(dir))
+    }
+
+    fn launch(durable: Option<tempfile::TempDir>) -> Self {
+        let mut redis = Self {
+            port: free_port(),
+            child: None,
+            durable,
+        };
+        redis.restart();
+        redis
+    }
+
+    /// Start the (stopped or killed) server again on the same port.
+    pub fn restart(&mut self) {
+        let port = self.port.to_string();
+        let mut command = Command::new("redis-server");
+        command.args(["--port", &port, "--bind", "127.0.0.1", "--save", ""]);
+        match &self.durable {
+            Some(dir) => {
+                command.args(["--appendonly", "yes", "--appendfsync", "always", "--dir"]);
+                command.arg(dir.path());
+            }
+            None => {
+                command.args(["--appendonly", "no"]);
+            }
+        }
+        let child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (.ci/run installs it)");
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "private redis did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Send a signal (`-STOP`, `-CONT`, …) to the running server.
+    pub fn signal(&self, signal: &str) {
+        let pid = self
+            .child
+            .as_ref()
+            .expect("redis is running")
+            .id()
+            .to_string();
+        assert!(
+            Command::new("kill")
+                .args([signal, &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+
+    /// Its `redis://` URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.signal("-CONT");
+        }
+        self.kill();
+    }
+}

@@ -1,0 +1,462 @@
+//! The checker: reads a finished history, the upstream's ledger of
+//! executions and the fault log, and lists every violation of
+//! 1. at most one upstream execution per key under `hold`;
+//! 2. every 2xx answer for a key is byte-identical (and is what an
+//!    execution of that key really sent);
+//! 3. `409 in-flight` only while a live lease can exist;
+//! 4. `422` exactly when the fingerprint differs from the key's record;
+//! 5. no key blocked beyond its policy once the faults are cleared;
+//!
+//! plus: answers that promise nothing was forwarded (409, 422, 503,
+//! unreachable) really were not, the upstream never ran a request nobody
+//! sent, and no answer is a 500.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use crate::history::{Kind, Op, Route};
+use crate::nemesis::FaultRecord;
+use crate::upstream::Execution;
+
+/// Scheduling slack added to lease arithmetic (renewal period, a busy
+/// 2-core machine).
+const SLACK: Duration = Duration::from_millis(1_500);
+
+/// What the final phase found for one key.
+#[derive(Debug, Clone)]
+pub struct FinalProbe {
+    pub route: Route,
+    pub key: String,
+    /// When the key first answered as its policy says, after the faults
+    /// were cleared; `None` if it never did within the limit.
+    pub resolved_after: Option<Duration>,
+    /// The last answer's status and problem, for the report.
+    pub last: String,
+}
+
+/// Everything the checker looks at.
+pub struct Input<'a> {
+    pub ops: &'a [Op],
+    pub executions: &'a [Execution],
+    pub faults: &'a [FaultRecord],
+    pub finals: &'a [FinalProbe],
+    pub lease: Duration,
+}
+
+/// The verdict: violations (empty = pass) and the numbers for the report.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    pub violations: Vec<String>,
+    pub keys_hold: usize,
+    pub keys_release: usize,
+    pub duplicates_hold: usize,
+    pub reexecutions_release: usize,
+    pub by_answer: BTreeMap<String, u64>,
+    pub by_kind: BTreeMap<&'static str, u64>,
+}
+
+impl Verdict {
+    fn violation(&mut self, text: String) {
+        // Enough to diagnose; the history file has the rest.
+        if self.violations.len() < 50 {
+            self.violations.push(text);
+        } else if self.violations.len() == 50 {
+            self.violations.push("… (more violations omitted)".into());
+        }
+    }
+}
+
+pub fn check(input: &Input<'_>) -> Verdict {
+    let mut verdict = Verdict::default();
+    let mut ops_by_key: HashMap<(Route, &str), Vec<&Op>> = HashMap::new();
+    for op in input.ops {
+        ops_by_key
+            .entry((op.route, op.key.as_str()))
+            .or_default()
+            .push(op);
+        let answer = match (op.status(), op.problem()) {
+            (Some(status), Some(problem)) => format!("{status} {problem}"),
+            (Some(status), None) if op.is_2xx() && is_replay(op) => format!("{status} replay"),
+            (Some(status), None) => format!("{status}"),
+            (None, _) => "no answer".to_string(),
+        };
+        *verdict.by_answer.entry(answer).or_default() += 1;
+        let kind = match op.kind() {
+            Kind::Ok => "ok",
+            Kind::Fail => "fail",
+            Kind::Info => "info",
+        };
+        *verdict.by_kind.entry(kind).or_default() += 1;
+        if op.status() == Some(500) {
+            verdict.violation(format!(
+                "op {} on {} got a 500: {:?}",
+                op.id, op.key, op.outcome
+            ));
+        }
+    }
+    let mut executions_by_key: HashMap<&str, Vec<&Execution>> = HashMap::new();
+    for execution in input.executions {
+        executions_by_key
+            .entry(execution.key.as_str())
+            .or_default()
+            .push(execution);
+    }
+    let route_of: HashMap<&str, Route> = input
+        .ops
+        .iter()
+        .map(|op| (op.key.as_str(), op.route))
+        .collect();
+
+    // Executions are all accounted for; refused requests never executed.
+    let ops_by_id: HashMap<u64, &Op> = input.ops.iter().map(|op| (op.id, op)).collect();
+    let executed_ops: HashSet<u64> = input.executions.iter().map(|e| e.op).collect();
+    for execution in input.executions {
+        match ops_by_id.get(&execution.op) {
+            None => verdict.violation(format!(
+                "the upstream executed op {} (key {}) that no client sent",
+                execution.op, execution.key
+            )),
+            Some(op) if op.key != execution.key => verdict.violation(format!(
+                "execution {} of op {} carried key {}, the op was for {}",
+                execution.number, op.id, execution.key, op.key
+            )),
+            Some(_) => {}
+        }
+    }
+    for op in input.ops {
+        if op.kind() == Kind::Fail && op.status().is_some() && executed_ops.contains(&op.id) {
+            verdict.violation(format!(
+                "op {} on {} was answered {:?} (nothing forwarded) but the upstream executed it",
+                op.id,
+                op.key,
+                op.problem()
+            ));
+        }
+    }
+
+    for ((route, key), ops) in &ops_by_key {
+        let executions = executions_by_key.get(key).cloned().unwrap_or_default();
+        match route {
+            Route::Hold => verdict.keys_hold += 1,
+            Route::Release => verdict.keys_release += 1,
+        }
+        // 1. At most one execution per key under hold.
+        if executions.len() > 1 {
+            match route {
+                Route::Hold => {
+                    verdict.duplicates_hold += executions.len() - 1;
+                    verdict.violation(format!(
+                        "property 1: hold key {key} executed {} times (ops {:?})",
+                        executions.len(),
+                        executions.iter().map(|e| e.op).collect::<Vec<_>>()
+                    ));
+                }
+                Route::Release => verdict.reexecutions_release += executions.len() - 1,
+            }
+        }
+        check_identical_2xx(&mut verdict, key, ops, &executions);
+        check_in_flight(&mut verdict, key, ops, input);
+        check_fingerprints(&mut verdict, key, ops, &executions);
+    }
+    for key in executions_by_key.keys() {
+        if !route_of.contains_key(key) {
+            verdict.violation(format!(
+                "the upstream executed key {key} that no client used"
+            ));
+        }
+    }
+
+    // 5. Nothing stays blocked beyond its policy.
+    for probe in input.finals {
+        if probe.resolved_after.is_none() {
+            verdict.violation(format!(
+                "property 5: {} key {} still blocked after the faults cleared (last answer: {})",
+                probe.route.name(),
+                probe.key,
+                probe.last
+            ));
+        }
+    }
+    for fault in input.faults {
+        if fault.recovery.is_none() {
+            verdict.violation(format!(
+                "property 5: no new key went through within {:?} after \"{}\" cleared at {:?}",
+                crate::nemesis::RECOVERY_LIMIT,
+                fault.name,
+                fault.end
+            ));
+        }
+    }
+    verdict
+}
+
+fn is_replay(op: &Op) -> bool {
+    matches!(
+        op.outcome,
+        crate::history::Outcome::Answer { replayed: true, .. }
+    )
+}
+
+fn response_of(op: &Op) -> &str {
+    match &op.outcome {
+        crate::history::Outcome::Answer { response, .. } => response,
+        crate::history::Outcome::NoAnswer { .. } => "",
+    }
+}
+
+/// Property 2: every 2xx for a key is byte-identical and came from an
+/// execution.
+fn check_identical_2xx(verdict: &mut Verdict, key: &str, ops: &[&Op], executions: &[&Execution]) {
+    let answers: HashSet<&str> = ops
+        .iter()
+        .filter(|op| op.is_2xx())
+        .map(|op| response_of(op))
+        .collect();
+    if answers.len() > 1 {
+        verdict.violation(format!(
+            "property 2: key {key} got {} different 2xx answers",
+            answers.len()
+        ));
+    }
+    let sent: HashSet<&str> = executions.iter().map(|e| e.response.as_str()).collect();
+    for answer in answers {
+        if !sent.contains(answer) {
+            verdict.violation(format!(
+                "property 2: key {key} got a 2xx answer no execution of it sent"
+            ));
+        }
+    }
+}
+
+/// Property 3: a `409 in-flight` needs another request on the key whose
+/// lease may still live: invoked before the 409 completed, and completed (or
+/// its store resumed) less than a lease (plus slack) before the 409 was
+/// invoked.
+fn check_in_flight(verdict: &mut Verdict, key: &str, ops: &[&Op], input: &Input<'_>) {
+    for op in ops.iter().filter(|op| op.problem() == Some("in-flight")) {
+        let explained = ops.iter().any(|other| {
+            if other.id == op.id || other.invoke > op.complete {
+                return false;
+            }
+            // A write sent to a frozen or stopped store may land when it
+            // resumes: the lease then starts there.
+            let resumed = input
+                .faults
+                .iter()
+                .filter(|f| f.store && f.start <= other.complete && f.end >= other.invoke)
+                .map(|f| f.end)
+                .max()
+                .unwrap_or_default();
+            let lease_end = other.complete.max(resumed) + input.lease + SLACK;
+            op.invoke <= lease_end
+        });
+        if !explained {
+            verdict.violation(format!(
+                "property 3: op {} on {key} got 409 in-flight at {:?} with no live attempt",
+                op.id, op.invoke
+            ));
+        }
+    }
+}
+
+/// Property 4: one fingerprint F owns the key: executions, 2xx answers and
+/// every answer about the key's record (409 in-flight, held) carry F; 422s
+/// never do.
+fn check_fingerprints(verdict: &mut Verdict, key: &str, ops: &[&Op], executions: &[&Execution]) {
+    let mut bodies: Vec<&str> = ops.iter().map(|op| op.body.as_str()).collect();
+    bodies.sort_unstable();
+    bodies.dedup();
+    let about_record = |op: &Op| {
+        op.is_2xx()
+            || matches!(
+                op.problem(),
+                Some("in-flight" | "outcome-unknown" | "response-not-retained")
+            )
+    };
+    let consistent = |f: &str| {
+        executions.iter().all(|e| e.body == f)
+            && ops.iter().all(|op| {
+                if op.problem() == Some("key-reused") {
+                    op.body != f
+                } else if about_record(op) {
+                    op.body == f
+                } else {
+                    true
+                }
+            })
+    };
+    if !bodies.iter().any(|f| consistent(f)) {
+        let summary: Vec<String> = ops
+            .iter()
+            .map(|op| {
+                format!(
+                    "op {} body {} → {:?} {:?}",
+                    op.id,
+                    op.body,
+                    op.status(),
+                    op.problem()
+                )
+            })
+            .collect();
+        verdict.violation(format!(
+            "property 4: key {key}: no single fingerprint explains its answers: {summary:?}; executions with bodies {:?}",
+            executions.iter().map(|e| &e.body).collect::<Vec<_>>()
+        ));
+    }
+}
+
+/// The checker must catch what it claims to catch: each property gets a
+/// small hand-made history that breaks it, next to a clean one.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::Outcome;
+
+    const MS: Duration = Duration::from_millis(1);
+    const LEASE: Duration = Duration::from_secs(2);
+
+    fn answer(status: u16, problem: Option<&str>, response: &str) -> Outcome {
+        Outcome::Answer {
+            status,
+            problem: problem.map(str::to_string),
+            replayed: false,
+            response: response.into(),
+        }
+    }
+
+    fn op(id: u64, body: &str, at_ms: u64, took_ms: u64, outcome: Outcome) -> Op {
+        Op {
+            id,
+            process: 0,
+            route: Route::Hold,
+            key: "k1".into(),
+            body: body.into(),
+            instance: 0,
+            last_phase: false,
+            invoke: MS * at_ms as u32,
+            complete: MS * (at_ms + took_ms) as u32,
+            outcome,
+        }
+    }
+
+    fn execution(number: u64, op: u64, body: &str, response: &str) -> Execution {
+        Execution {
+            number,
+            op,
+            key: "k1".into(),
+            body: body.into(),
+            response: response.into(),
+        }
+    }
+
+    fn resolved() -> Vec<FinalProbe> {
+        vec![FinalProbe {
+            route: Route::Hold,
+            key: "k1".into(),
+            resolved_after: Some(MS),
+            last: "201".into(),
+        }]
+    }
+
+    fn verdict(ops: &[Op], executions: &[Execution], finals: &[FinalProbe]) -> Verdict {
+        check(&Input {
+            ops,
+            executions,
+            faults: &[],
+            finals,
+            lease: LEASE,
+        })
+    }
+
+    fn assert_flags(verdict: &Verdict, needle: &str) {
+        assert!(
+            verdict.violations.iter().any(|v| v.contains(needle)),
+            "expected a violation mentioning {needle:?}, got {:?}",
+            verdict.violations
+        );
+    }
+
+    /// A key executed once, a concurrent duplicate refused, a replay, a
+    /// reuse with another body refused.
+    fn clean() -> (Vec<Op>, Vec<Execution>) {
+        let ops = vec![
+            op(1, "A", 0, 100, answer(201, None, "r1")),
+            op(2, "A", 10, 5, answer(409, Some("in-flight"), "p")),
+            op(3, "A", 200, 5, answer(201, None, "r1")),
+            op(4, "B", 300, 5, answer(422, Some("key-reused"), "p")),
+        ];
+        (ops, vec![execution(1, 1, "A", "r1")])
+    }
+
+    #[test]
+    fn a_clean_history_passes() {
+        let (ops, executions) = clean();
+        let verdict = verdict(&ops, &executions, &resolved());
+        assert!(verdict.violations.is_empty(), "{:?}", verdict.violations);
+        assert_eq!(verdict.duplicates_hold, 0);
+    }
+
+    #[test]
+    fn property_1_a_second_execution_on_hold() {
+        let (mut ops, mut executions) = clean();
+        ops[1] = op(2, "A", 10, 100, answer(201, None, "r1"));
+        executions.push(execution(2, 2, "A", "r2"));
+        let verdict = verdict(&ops, &executions, &resolved());
+        assert_flags(&verdict, "property 1");
+        assert_eq!(verdict.duplicates_hold, 1);
+    }
+
+    #[test]
+    fn property_2_two_different_2xx_answers() {
+        let (mut ops, executions) = clean();
+        ops[2] = op(3, "A", 200, 5, answer(201, None, "other"));
+        assert_flags(&verdict(&ops, &executions, &resolved()), "property 2");
+    }
+
+    #[test]
+    fn property_3_a_409_with_no_live_attempt() {
+        let (mut ops, executions) = clean();
+        // Long after the only attempt completed and its lease lapsed.
+        ops.push(op(5, "A", 60_000, 5, answer(409, Some("in-flight"), "p")));
+        assert_flags(&verdict(&ops, &executions, &resolved()), "property 3");
+    }
+
+    #[test]
+    fn property_4_a_422_for_the_recorded_body() {
+        let (mut ops, executions) = clean();
+        ops.push(op(5, "A", 400, 5, answer(422, Some("key-reused"), "p")));
+        assert_flags(&verdict(&ops, &executions, &resolved()), "property 4");
+    }
+
+    #[test]
+    fn property_4_a_replay_for_another_body() {
+        let (mut ops, executions) = clean();
+        ops[3] = op(4, "B", 300, 5, answer(201, None, "r1"));
+        assert_flags(&verdict(&ops, &executions, &resolved()), "property 4");
+    }
+
+    #[test]
+    fn property_5_a_key_still_blocked() {
+        let (ops, executions) = clean();
+        let mut finals = resolved();
+        finals[0].resolved_after = None;
+        assert_flags(&verdict(&ops, &executions, &finals), "property 5");
+    }
+
+    #[test]
+    fn a_refused_request_that_the_upstream_executed() {
+        let (ops, mut executions) = clean();
+        executions.push(execution(2, 2, "A", "r2"));
+        assert_flags(
+            &verdict(&ops, &executions, &resolved()),
+            "nothing forwarded",
+        );
+    }
+
+    #[test]
+    fn a_500_is_a_violation() {
+        let (mut ops, executions) = clean();
+        ops.push(op(5, "A", 400, 5, answer(500, Some("internal"), "p")));
+        assert_flags(&verdict(&ops, &executions, &resolved()), "got a 500");
+    }
+}

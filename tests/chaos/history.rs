@@ -1,0 +1,215 @@
+//! A Jepsen-style history: every request a chaos client makes is one
+//! operation with an `invoke` and a completion, `ok` (the operation
+//! happened: a 2xx), `fail` (it certainly did not reach the upstream: the
+//! gateway refused it, or nothing was connected) or `info` (unknown: the
+//! upstream may have acted). Written out as JSON lines for a human to read
+//! after a failure.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+/// Header carrying the operation id to the upstream (forwarded untouched by
+/// the gateway, and not part of the fingerprint).
+pub const OP_HEADER: &str = "x-chaos-op";
+
+/// Which route (and so which `on_unknown_outcome`) a key lives on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// `on_unknown_outcome = "hold"`: at most one execution per key.
+    Hold,
+    /// `on_unknown_outcome = "release"`: a key is forwarded again after an
+    /// unknown outcome, so it must never stay blocked.
+    Release,
+}
+
+impl Route {
+    pub fn path(self) -> &'static str {
+        match self {
+            Route::Hold => "/hold/orders",
+            Route::Release => "/release/orders",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Route::Hold => "hold",
+            Route::Release => "release",
+        }
+    }
+}
+
+/// What the client learned.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// An HTTP answer.
+    Answer {
+        status: u16,
+        /// The problem slug (`in-flight`, `key-reused`, …) of a problem+json
+        /// answer.
+        problem: Option<String>,
+        replayed: bool,
+        /// [`response_digest`] of status and body.
+        response: String,
+    },
+    /// No answer: the connection was refused (`definite`: nothing was sent)
+    /// or broke, or the client gave up waiting.
+    NoAnswer { error: String, definite: bool },
+}
+
+/// Jepsen's three completion types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Ok,
+    Fail,
+    Info,
+}
+
+/// One client request, from invocation to completion.
+#[derive(Debug, Clone)]
+pub struct Op {
+    pub id: u64,
+    /// The client task that made it.
+    pub process: usize,
+    pub route: Route,
+    pub key: String,
+    /// Digest of the request body.
+    pub body: String,
+    /// The gateway instance it was sent to.
+    pub instance: usize,
+    /// Part of the final check (after every fault was cleared).
+    pub last_phase: bool,
+    pub invoke: Duration,
+    pub complete: Duration,
+    pub outcome: Outcome,
+}
+
+impl Op {
+    pub fn status(&self) -> Option<u16> {
+        match &self.outcome {
+            Outcome::Answer { status, .. } => Some(*status),
+            Outcome::NoAnswer { .. } => None,
+        }
+    }
+
+    pub fn problem(&self) -> Option<&str> {
+        match &self.outcome {
+            Outcome::Answer { problem, .. } => problem.as_deref(),
+            Outcome::NoAnswer { .. } => None,
+        }
+    }
+
+    pub fn is_2xx(&self) -> bool {
+        self.status().is_some_and(|s| (200..300).contains(&s))
+    }
+
+    /// ok / fail / info, from what the answer says about the upstream.
+    pub fn kind(&self) -> Kind {
+        match &self.outcome {
+            Outcome::NoAnswer { definite: true, .. } => Kind::Fail,
+            Outcome::NoAnswer { .. } => Kind::Info,
+            Outcome::Answer { status, .. } if (200..300).contains(status) => Kind::Ok,
+            Outcome::Answer { problem, .. } => match problem.as_deref() {
+                // Refused before anything was forwarded.
+                Some(
+                    "in-flight"
+                    | "key-reused"
+                    | "store-unavailable"
+                    | "upstream-unreachable"
+                    | "missing-key"
+                    | "invalid-key"
+                    | "body-too-large"
+                    | "no-route",
+                ) => Kind::Fail,
+                _ => Kind::Info,
+            },
+        }
+    }
+
+    fn json(&self, event: &str, time: Duration) -> serde_json::Value {
+        let mut value = serde_json::json!({
+            "type": event,
+            "time_ms": time.as_secs_f64() * 1000.0,
+            "id": self.id,
+            "process": self.process,
+            "route": self.route.name(),
+            "key": self.key,
+            "body": self.body,
+            "instance": self.instance,
+            "final": self.last_phase,
+        });
+        if event != "invoke" {
+            match &self.outcome {
+                Outcome::Answer {
+                    status,
+                    problem,
+                    replayed,
+                    response,
+                } => {
+                    value["status"] = (*status).into();
+                    value["problem"] = problem.clone().into();
+                    value["replayed"] = (*replayed).into();
+                    value["response"] = response.clone().into();
+                }
+                Outcome::NoAnswer { error, .. } => value["error"] = error.clone().into(),
+            }
+        }
+        value
+    }
+}
+
+/// The shared, append-only history of one run.
+#[derive(Clone, Default)]
+pub struct History {
+    ops: Arc<Mutex<Vec<Op>>>,
+}
+
+impl History {
+    pub fn push(&self, op: Op) {
+        self.ops.lock().unwrap().push(op);
+    }
+
+    pub fn ops(&self) -> Vec<Op> {
+        let mut ops = self.ops.lock().unwrap().clone();
+        ops.sort_by_key(|op| op.id);
+        ops
+    }
+
+    /// Write the history as JSON lines, invocations and completions in
+    /// time order.
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        let ops = self.ops();
+        let mut events: Vec<(Duration, serde_json::Value)> = Vec::with_capacity(ops.len() * 2);
+        for op in &ops {
+            events.push((op.invoke, op.json("invoke", op.invoke)));
+            let kind = match op.kind() {
+                Kind::Ok => "ok",
+                Kind::Fail => "fail",
+                Kind::Info => "info",
+            };
+            events.push((op.complete, op.json(kind, op.complete)));
+        }
+        events.sort_by_key(|(time, _)| *time);
+        let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for (_, event) in events {
+            writeln!(file, "{event}")?;
+        }
+        file.flush()
+    }
+}
+
+/// A short hex digest of some bytes.
+pub fn digest(bytes: &[u8]) -> String {
+    hex::encode(&Sha256::digest(bytes)[..8])
+}
+
+/// The digest of an answer: its status and body bytes.
+pub fn response_digest(status: u16, body: &[u8]) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(status.to_be_bytes());
+    hasher.update(body);
+    hex::encode(&hasher.finalize()[..8])
+}

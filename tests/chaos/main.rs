@@ -1,0 +1,413 @@
+//! The chaos harness (DESIGN.md §1, issue #4): two real gateway processes
+//! share a private store and sit in front of a recording upstream behind a
+//! TCP fault proxy; client tasks send new keys, retries, reused keys and
+//! same-key storms while a nemesis kills gateways, stops or freezes the
+//! store and makes the upstream hang or reset. Afterwards, with every fault
+//! cleared, each key is probed once more, and a checker reads the whole
+//! history (see `checker.rs` for the properties).
+//!
+//! Short mode (the default, part of `cargo test`): about 30 s of chaos per
+//! store. Long mode, for the record in `bench/results/`:
+//!
+//! ```text
+//! CHAOS_REQUESTS=100000 cargo test --release --test chaos -- --nocapture --test-threads 1
+//! ```
+//!
+//! `CHAOS_SECONDS` sets the short mode's length, `CHAOS_SEED` replays a
+//! schedule (the seed is printed; timing still differs between runs). Each
+//! run writes its history (JSON lines) and a report to
+//! `target/tmp/chaos/`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod checker;
+mod cluster;
+mod history;
+mod nemesis;
+mod proxy;
+mod upstream;
+mod workload;
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use checker::{FinalProbe, Input, Verdict};
+use cluster::{ChaosStore, Gateways, StoreKind, gateway_config};
+use history::{Op, Route};
+use nemesis::FaultRecord;
+use proxy::{FaultProxy, Mode, Rates};
+use upstream::ChaosUpstream;
+use workload::{KeyInfo, Workload};
+
+/// The lease every route uses: short, so that lapses happen during the run.
+const LEASE: Duration = Duration::from_secs(2);
+
+/// How the run is sized.
+struct Settings {
+    /// Stop after this many requests (long mode) …
+    requests: Option<u64>,
+    /// … or after this long (short mode).
+    duration: Duration,
+    clients: usize,
+    max_storm: usize,
+    seed: u64,
+}
+
+impl Settings {
+    fn from_env(kind: StoreKind) -> Self {
+        let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+        let requests = var("CHAOS_REQUESTS");
+        let seed = var("CHAOS_SEED").unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        }) ^ (kind as u64);
+        Self {
+            requests,
+            duration: Duration::from_secs(var("CHAOS_SECONDS").unwrap_or(30)),
+            clients: 12,
+            max_storm: if requests.is_some() { 64 } else { 32 },
+            seed,
+        }
+    }
+
+    fn done(&self, workload: &Workload, started: Instant) -> bool {
+        match self.requests {
+            Some(n) => workload.issued.load(Ordering::Relaxed) >= n,
+            None => started.elapsed() >= self.duration,
+        }
+    }
+}
+
+/// The two runs take turns: each wants the machine's two cores to itself, so
+/// that lease arithmetic is not skewed by the other run's load.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_postgres() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    chaos(StoreKind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_redis() {
+    let _turn = ONE_AT_A_TIME.lock().await;
+    chaos(StoreKind::Redis).await;
+}
+
+async fn chaos(kind: StoreKind) {
+    let settings = Settings::from_env(kind);
+    println!("chaos {}: seed {}", kind.name(), settings.seed);
+    let epoch = Instant::now();
+    let store = ChaosStore::start(kind).await;
+    let upstream = ChaosUpstream::start().await;
+    let rates = Rates {
+        reset_before: 0.003,
+        reset_after: 0.003,
+        hang_before: 0.002,
+        hang_after: 0.002,
+    };
+    let proxy = Arc::new(FaultProxy::start(upstream.addr, rates, settings.seed).await);
+    let config = gateway_config(&store.url(), &format!("http://{}", proxy.addr), LEASE);
+    let gateways = Arc::new(Gateways::start(config, 2).await);
+    let run = format!("{}{}", kind.name(), settings.seed % 1_000_000);
+    let workload = Arc::new(Workload::new(
+        gateways.clone(),
+        epoch,
+        &run,
+        settings.max_storm,
+    ));
+
+    // The chaos phase.
+    let started = Instant::now();
+    let clients: Vec<_> = (0..settings.clients)
+        .map(|i| {
+            tokio::spawn(
+                workload
+                    .clone()
+                    .client(i, settings.seed.wrapping_add(i as u64 + 1)),
+            )
+        })
+        .collect();
+    let nemesis = tokio::spawn(nemesis::run(
+        workload.clone(),
+        store,
+        proxy.clone(),
+        settings.seed.wrapping_mul(31),
+    ));
+    while !settings.done(&workload, started) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    workload.stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.await.unwrap();
+    }
+    let (faults, _store) = nemesis.await.unwrap();
+    let chaos_time = started.elapsed();
+
+    // Faults cleared: every key must now answer as its policy says.
+    proxy.set_mode(Mode::Calm);
+    let healed = workload.elapsed();
+    let ready = gateways.ready(Duration::from_secs(30)).await;
+    tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
+    let executions_before = upstream.per_key();
+    let finals = final_probes(&workload, &executions_before, healed).await;
+
+    let ops = workload.history.ops();
+    let executions = upstream.executions();
+    let mut verdict = checker::check(&Input {
+        ops: &ops,
+        executions: &executions,
+        faults: &faults,
+        finals: &finals,
+        lease: LEASE,
+    });
+    if !ready {
+        verdict
+            .violations
+            .push("property 5: a gateway was not ready 30 s after the faults cleared".into());
+    }
+    let report = report(
+        kind,
+        &settings,
+        chaos_time,
+        &ops,
+        executions.len(),
+        &faults,
+        &finals,
+        &verdict,
+        &proxy,
+    );
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("chaos");
+    std::fs::create_dir_all(&dir).unwrap();
+    let history_path = dir.join(format!("{}-history.jsonl", kind.name()));
+    workload.history.write(&history_path).unwrap();
+    std::fs::write(dir.join(format!("{}-report.md", kind.name())), &report).unwrap();
+    println!("{report}");
+    if !verdict.violations.is_empty() {
+        panic!(
+            "chaos {} found {} violation(s) (seed {}; history in {}):\n{}\n{}",
+            kind.name(),
+            verdict.violations.len(),
+            settings.seed,
+            history_path.display(),
+            verdict.violations.join("\n"),
+            gateways.logs().await
+        );
+    }
+}
+
+/// Probe every key (16 at a time) until it answers as its policy says:
+/// `hold` keys a replay, a held problem, or 422 (a reused key whose record
+/// another body owns); `release` keys a 2xx. In flight, 503 and upstream
+/// errors are retried until the limit.
+async fn final_probes(
+    workload: &Arc<Workload>,
+    executions: &std::collections::HashMap<String, Vec<upstream::Execution>>,
+    healed: Duration,
+) -> Vec<FinalProbe> {
+    use futures_util::StreamExt;
+    let limit = healed + 2 * LEASE + Duration::from_secs(20);
+    let keys = workload.keys();
+    futures_util::stream::iter(keys.into_iter().enumerate().map(|(i, info)| {
+        let workload = workload.clone();
+        // The body the record must hold: what the upstream executed, else
+        // the request's own body.
+        let body = executions
+            .get(&info.key)
+            .and_then(|e| info.body_with_digest(&e[0].body))
+            .unwrap_or_else(|| info.canonical.clone());
+        async move {
+            probe(
+                &workload,
+                i % workload.gateways.len(),
+                &info,
+                body,
+                healed,
+                limit,
+            )
+            .await
+        }
+    }))
+    .buffer_unordered(16)
+    .collect()
+    .await
+}
+
+async fn probe(
+    workload: &Workload,
+    instance: usize,
+    info: &KeyInfo,
+    body: bytes::Bytes,
+    healed: Duration,
+    limit: Duration,
+) -> FinalProbe {
+    let mut instance = instance;
+    loop {
+        let op = workload
+            .request(usize::MAX - 1, instance, info, body.clone(), 0, true)
+            .await;
+        let resolved = op.is_2xx()
+            || (info.route == Route::Hold
+                && matches!(
+                    op.problem(),
+                    Some("outcome-unknown" | "response-not-retained" | "key-reused")
+                ));
+        let last = describe(&op);
+        if resolved {
+            return FinalProbe {
+                route: info.route,
+                key: info.key.clone(),
+                resolved_after: Some(op.complete.saturating_sub(healed)),
+                last,
+            };
+        }
+        if workload.elapsed() >= limit {
+            return FinalProbe {
+                route: info.route,
+                key: info.key.clone(),
+                resolved_after: None,
+                last,
+            };
+        }
+        instance = (instance + 1) % workload.gateways.len();
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn describe(op: &Op) -> String {
+    match (op.status(), op.problem()) {
+        (Some(status), Some(problem)) => format!("{status} {problem}"),
+        (Some(status), None) => status.to_string(),
+        (None, _) => format!("no answer: {:?}", op.outcome),
+    }
+}
+
+fn millis(d: Duration) -> String {
+    format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    kind: StoreKind,
+    settings: &Settings,
+    chaos_time: Duration,
+    ops: &[Op],
+    executions: usize,
+    faults: &[FaultRecord],
+    finals: &[FinalProbe],
+    verdict: &Verdict,
+    proxy: &FaultProxy,
+) -> String {
+    let mut out = String::new();
+    let mode = match settings.requests {
+        Some(n) => format!("long mode ({n} requests)"),
+        None => format!("short mode ({} s)", settings.duration.as_secs()),
+    };
+    let chaos_ops = ops.iter().filter(|op| !op.last_phase).count();
+    let _ = writeln!(
+        out,
+        "## chaos on {}: {mode}, seed {}\n",
+        kind.name(),
+        settings.seed
+    );
+    let _ = writeln!(
+        out,
+        "- {} requests during {:.0} s of faults ({:.0}/s), {} more in the final check; {} upstream executions",
+        chaos_ops,
+        chaos_time.as_secs_f64(),
+        chaos_ops as f64 / chaos_time.as_secs_f64(),
+        ops.len() - chaos_ops,
+        executions
+    );
+    let _ = writeln!(
+        out,
+        "- keys: {} on `hold`, {} on `release`",
+        verdict.keys_hold, verdict.keys_release
+    );
+    let _ = writeln!(
+        out,
+        "- **duplicate executions on `hold`: {}** ({:.2} per 100k requests); re-executions on `release` (allowed by policy): {}",
+        verdict.duplicates_hold,
+        verdict.duplicates_hold as f64 * 100_000.0 / ops.len().max(1) as f64,
+        verdict.reexecutions_release
+    );
+    let kinds: Vec<String> = verdict
+        .by_kind
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    let _ = writeln!(out, "- completions: {}", kinds.join(", "));
+    let answers: Vec<String> = verdict
+        .by_answer
+        .iter()
+        .map(|(a, n)| format!("{a}: {n}"))
+        .collect();
+    let _ = writeln!(out, "- answers: {}", answers.join("; "));
+    let c = proxy.counters();
+    let _ = writeln!(
+        out,
+        "- fault proxy: {} connections; resets before/after the upstream {}/{}; hangs before/after {}/{}",
+        c.connections.load(Ordering::Relaxed),
+        c.reset_before.load(Ordering::Relaxed),
+        c.reset_after.load(Ordering::Relaxed),
+        c.hang_before.load(Ordering::Relaxed),
+        c.hang_after.load(Ordering::Relaxed)
+    );
+    let _ = writeln!(out, "\n| fault | count | recovery min | median | max |");
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    let mut names: Vec<&str> = faults.iter().map(|f| f.name).collect();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        let mut times: Vec<Duration> = faults
+            .iter()
+            .filter(|f| f.name == name)
+            .filter_map(|f| f.recovery)
+            .collect();
+        let count = faults.iter().filter(|f| f.name == name).count();
+        times.sort();
+        let cell = |t: Option<&Duration>| t.map(|t| millis(*t)).unwrap_or("—".into());
+        let _ = writeln!(
+            out,
+            "| {name} | {count} | {} | {} | {} |",
+            cell(times.first()),
+            cell(times.get(times.len() / 2)),
+            cell(times.last())
+        );
+    }
+    let resolved: Vec<Duration> = finals.iter().filter_map(|f| f.resolved_after).collect();
+    let _ = writeln!(
+        out,
+        "\nFinal check: {} keys probed after the faults cleared; {} answered per policy; the last after {} (includes a wait of one lease + 0.5 s).",
+        finals.len(),
+        resolved.len(),
+        resolved
+            .iter()
+            .max()
+            .map(|d| millis(*d))
+            .unwrap_or("—".into())
+    );
+    let held = finals
+        .iter()
+        .filter(|f| f.last.contains("outcome-unknown"))
+        .count();
+    let _ = writeln!(
+        out,
+        "Keys `held` at the end (hold route, by design): {held}."
+    );
+    let _ = writeln!(
+        out,
+        "\nViolations: {}",
+        if verdict.violations.is_empty() {
+            "none".to_string()
+        } else {
+            verdict.violations.len().to_string()
+        }
+    );
+    out
+}

@@ -1,0 +1,128 @@
+//! The nemesis: while the clients run, it injects one fault at a time —
+//! SIGKILL and restart of a gateway, a store stopped (PostgreSQL `-m
+//! immediate`, Redis SIGKILL) or frozen (Redis SIGSTOP) and brought back,
+//! an upstream that hangs or resets everything — and after each, measures
+//! how long until a new key goes through again.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::cluster::ChaosStore;
+use crate::history::Route;
+use crate::proxy::{FaultProxy, Mode};
+use crate::workload::Workload;
+
+/// Longest a recovery may take before it counts as "never recovered".
+pub const RECOVERY_LIMIT: Duration = Duration::from_secs(30);
+
+/// One injected fault.
+#[derive(Debug, Clone)]
+pub struct FaultRecord {
+    pub name: &'static str,
+    pub start: Duration,
+    /// When the fault was cleared (the component is back).
+    pub end: Duration,
+    /// From `end` to the first new key answered 2xx; `None` if that took
+    /// longer than [`RECOVERY_LIMIT`].
+    pub recovery: Option<Duration>,
+    /// A store fault: stored writes may land late, when the store resumes.
+    pub store: bool,
+}
+
+/// Inject faults until the workload stops; return what was done.
+pub async fn run(
+    workload: Arc<Workload>,
+    mut store: ChaosStore,
+    proxy: Arc<FaultProxy>,
+    seed: u64,
+) -> (Vec<FaultRecord>, ChaosStore) {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut faults = Vec::new();
+    let pause = |rng: &mut fastrand::Rng, from: u64, to: u64| {
+        tokio::time::sleep(Duration::from_millis(rng.u64(from..to)))
+    };
+    loop {
+        pause(&mut rng, 1_000, 2_500).await;
+        if workload.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let start = workload.elapsed();
+        let (name, store_fault) = match rng.u32(..4) {
+            0 => {
+                let instance = rng.usize(..workload.gateways.len());
+                workload.gateways.kill(instance).await;
+                pause(&mut rng, 300, 1_500).await;
+                workload.gateways.restart(instance).await;
+                ("gateway SIGKILL + restart", false)
+            }
+            1 => match &mut store {
+                ChaosStore::Postgres(pg) => {
+                    pg.stop_immediate().await;
+                    pause(&mut rng, 1_000, 3_000).await;
+                    pg.start().await;
+                    ("PostgreSQL stop -m immediate + start", true)
+                }
+                ChaosStore::Redis(redis) if rng.bool() => {
+                    redis.signal("-STOP");
+                    pause(&mut rng, 1_000, 3_000).await;
+                    redis.signal("-CONT");
+                    ("Redis SIGSTOP + SIGCONT", true)
+                }
+                ChaosStore::Redis(redis) => {
+                    redis.kill();
+                    pause(&mut rng, 500, 2_000).await;
+                    redis.restart();
+                    ("Redis SIGKILL + restart (AOF always)", true)
+                }
+            },
+            2 => {
+                proxy.set_mode(Mode::HangAll);
+                pause(&mut rng, 1_000, 2_000).await;
+                proxy.set_mode(Mode::Normal);
+                ("upstream hangs", false)
+            }
+            _ => {
+                proxy.set_mode(Mode::ResetAll);
+                pause(&mut rng, 500, 1_000).await;
+                proxy.set_mode(Mode::Normal);
+                ("upstream resets connections", false)
+            }
+        };
+        let end = workload.elapsed();
+        let recovery = recover(&workload, &mut rng).await;
+        faults.push(FaultRecord {
+            name,
+            start,
+            end,
+            recovery,
+            store: store_fault,
+        });
+    }
+    (faults, store)
+}
+
+/// Send new keys (alternating instances) until one is answered 2xx.
+async fn recover(workload: &Workload, rng: &mut fastrand::Rng) -> Option<Duration> {
+    let from = workload.elapsed();
+    let mut instance = rng.usize(..workload.gateways.len());
+    while workload.elapsed() - from < RECOVERY_LIMIT {
+        let info = workload.new_key(Route::Release);
+        let op = workload
+            .request(
+                usize::MAX,
+                instance,
+                &info,
+                info.canonical.clone(),
+                0,
+                false,
+            )
+            .await;
+        if op.is_2xx() {
+            return Some(op.complete - from);
+        }
+        instance = (instance + 1) % workload.gateways.len();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    None
+}

@@ -1,0 +1,314 @@
+//! The chaos workload: client tasks that create keys, retry them, reuse
+//! them with a different body, and storm single keys with up to 64
+//! concurrent copies, against either gateway instance, recording every
+//! request in the [`History`].
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::{BodyExt, Full};
+
+use crate::cluster::Gateways;
+use crate::common::{HttpClient, client};
+use crate::history::{History, OP_HEADER, Op, Outcome, Route, digest, response_digest};
+use crate::upstream::DELAY_HEADER;
+
+/// How long a client waits for an answer before it gives up (an `info`).
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A key and the two requests that may carry it.
+#[derive(Debug, Clone)]
+pub struct KeyInfo {
+    pub route: Route,
+    pub key: String,
+    /// The request's body (about 512 bytes of JSON).
+    pub canonical: Bytes,
+    /// A different request reusing the key (a client bug: must get 422).
+    pub mutant: Bytes,
+}
+
+impl KeyInfo {
+    fn new(route: Route, key: String) -> Self {
+        let body = |amount: u32| {
+            let head = format!(r#"{{"key":"{key}","amount":{amount},"pad":""#);
+            let pad = "x".repeat(512usize.saturating_sub(head.len() + 2));
+            Bytes::from(format!("{head}{pad}\"}}"))
+        };
+        Self {
+            route,
+            canonical: body(100),
+            mutant: body(999),
+            key,
+        }
+    }
+
+    /// The body with this digest (canonical or mutant).
+    pub fn body_with_digest(&self, wanted: &str) -> Option<Bytes> {
+        [&self.canonical, &self.mutant]
+            .into_iter()
+            .find(|body| digest(body) == wanted)
+            .cloned()
+    }
+}
+
+/// Shared state of the clients of one run.
+pub struct Workload {
+    pub history: History,
+    pub gateways: Arc<Gateways>,
+    http: HttpClient,
+    epoch: Instant,
+    run: String,
+    next_op: AtomicU64,
+    next_key: AtomicU64,
+    /// Requests issued so far.
+    pub issued: AtomicU64,
+    /// Every key ever used, for the final check.
+    keys: Mutex<Vec<KeyInfo>>,
+    /// Recently used keys, for retries.
+    recent: Mutex<VecDeque<KeyInfo>>,
+    pub stop: AtomicBool,
+    /// Largest storm.
+    max_storm: usize,
+}
+
+impl Workload {
+    pub fn new(gateways: Arc<Gateways>, epoch: Instant, run: &str, max_storm: usize) -> Self {
+        Self {
+            history: History::default(),
+            gateways,
+            http: client(),
+            epoch,
+            run: run.to_string(),
+            next_op: AtomicU64::new(1),
+            next_key: AtomicU64::new(1),
+            issued: AtomicU64::new(0),
+            keys: Mutex::new(Vec::new()),
+            recent: Mutex::new(VecDeque::new()),
+            stop: AtomicBool::new(false),
+            max_storm,
+        }
+    }
+
+    pub fn elapsed(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    pub fn keys(&self) -> Vec<KeyInfo> {
+        self.keys.lock().unwrap().clone()
+    }
+
+    /// A key never used before.
+    pub fn new_key(&self, route: Route) -> KeyInfo {
+        let n = self.next_key.fetch_add(1, Ordering::Relaxed);
+        let info = KeyInfo::new(route, format!("{}-{n}", self.run));
+        self.keys.lock().unwrap().push(info.clone());
+        let mut recent = self.recent.lock().unwrap();
+        recent.push_back(info.clone());
+        if recent.len() > 256 {
+            recent.pop_front();
+        }
+        info
+    }
+
+    fn recent_key(&self, rng: &mut fastrand::Rng, route: Option<Route>) -> Option<KeyInfo> {
+        let recent = self.recent.lock().unwrap();
+        let candidates: Vec<&KeyInfo> = recent
+            .iter()
+            .filter(|k| route.is_none_or(|r| k.route == r))
+            .collect();
+        (!candidates.is_empty()).then(|| candidates[rng.usize(..candidates.len())].clone())
+    }
+
+    /// Send one request and record it.
+    pub async fn request(
+        &self,
+        process: usize,
+        instance: usize,
+        info: &KeyInfo,
+        body: Bytes,
+        delay_ms: u64,
+        last_phase: bool,
+    ) -> Op {
+        let id = self.next_op.fetch_add(1, Ordering::Relaxed);
+        self.issued.fetch_add(1, Ordering::Relaxed);
+        let port = self.gateways.port(instance);
+        let request = Request::post(format!("http://127.0.0.1:{port}{}", info.route.path()))
+            .header("idempotency-key", &info.key)
+            .header("content-type", "application/json")
+            .header(OP_HEADER, id.to_string())
+            .header(DELAY_HEADER, delay_ms.to_string())
+            .body(Full::new(body.clone()))
+            .unwrap();
+        let invoke = self.elapsed();
+        let outcome = self.exchange(request).await;
+        let op = Op {
+            id,
+            process,
+            route: info.route,
+            key: info.key.clone(),
+            body: digest(&body),
+            instance,
+            last_phase,
+            invoke,
+            complete: self.elapsed(),
+            outcome,
+        };
+        self.history.push(op.clone());
+        op
+    }
+
+    async fn exchange(&self, request: Request<Full<Bytes>>) -> Outcome {
+        let response = match tokio::time::timeout(CLIENT_TIMEOUT, self.http.request(request)).await
+        {
+            Err(_) => {
+                return Outcome::NoAnswer {
+                    error: "client timeout".into(),
+                    definite: false,
+                };
+            }
+            Ok(Err(error)) => {
+                return Outcome::NoAnswer {
+                    definite: error.is_connect(),
+                    error: format!("{error:?}"),
+                };
+            }
+            Ok(Ok(response)) => response,
+        };
+        let (parts, body) = response.into_parts();
+        let body = match tokio::time::timeout(CLIENT_TIMEOUT, body.collect()).await {
+            Ok(Ok(body)) => body.to_bytes(),
+            Ok(Err(error)) => {
+                return Outcome::NoAnswer {
+                    error: format!("body: {error}"),
+                    definite: false,
+                };
+            }
+            Err(_) => {
+                return Outcome::NoAnswer {
+                    error: "client timeout (body)".into(),
+                    definite: false,
+                };
+            }
+        };
+        let is_problem = parts
+            .headers
+            .get("content-type")
+            .is_some_and(|v| v == "application/problem+json");
+        let problem = is_problem
+            .then(|| serde_json::from_slice::<serde_json::Value>(&body).ok())
+            .flatten()
+            .and_then(|json| {
+                json["type"]
+                    .as_str()
+                    .map(|t| t.trim_start_matches("urn:idemgate:problem:").to_string())
+            });
+        Outcome::Answer {
+            status: parts.status.as_u16(),
+            problem,
+            replayed: parts
+                .headers
+                .get("idempotent-replayed")
+                .is_some_and(|v| v == "true"),
+            response: response_digest(parts.status.as_u16(), &body),
+        }
+    }
+
+    /// How long the upstream should take: mostly fast, sometimes slow
+    /// enough to overlap retries, rarely past `upstream_timeout` (1 s).
+    fn delay(rng: &mut fastrand::Rng) -> u64 {
+        match rng.u32(..100) {
+            0..=69 => rng.u64(0..5),
+            70..=97 => rng.u64(20..200),
+            _ => 1_200,
+        }
+    }
+
+    /// The key's own request, with a random upstream delay.
+    async fn send(&self, process: usize, instance: usize, info: &KeyInfo, rng: &mut fastrand::Rng) {
+        let delay = Self::delay(rng);
+        self.request(
+            process,
+            instance,
+            info,
+            info.canonical.clone(),
+            delay,
+            false,
+        )
+        .await;
+    }
+
+    /// One client task: loop over actions until told to stop.
+    pub async fn client(self: Arc<Self>, process: usize, seed: u64) {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        while !self.stop.load(Ordering::Relaxed) {
+            let instance = rng.usize(..self.gateways.len());
+            let roll = rng.u32(..100);
+            match roll {
+                // A new key, once.
+                0..=49 => {
+                    let route = if rng.u32(..10) < 8 {
+                        Route::Hold
+                    } else {
+                        Route::Release
+                    };
+                    let info = self.new_key(route);
+                    self.send(process, instance, &info, &mut rng).await;
+                }
+                // A retry of a recent request.
+                50..=74 => {
+                    if let Some(info) = self.recent_key(&mut rng, None) {
+                        self.send(process, instance, &info, &mut rng).await;
+                    }
+                }
+                // A client bug: a recent key with another body.
+                75..=79 => {
+                    if let Some(info) = self.recent_key(&mut rng, Some(Route::Hold)) {
+                        self.request(process, instance, &info, info.mutant.clone(), 0, false)
+                            .await;
+                    }
+                }
+                // A same-key storm on a new key, or on a recent one.
+                _ => {
+                    let info = if roll < 92 {
+                        self.new_key(if rng.bool() {
+                            Route::Hold
+                        } else {
+                            Route::Release
+                        })
+                    } else {
+                        match self.recent_key(&mut rng, None) {
+                            Some(info) => info,
+                            None => continue,
+                        }
+                    };
+                    let size = [2, 4, 8, 16, 32, 64]
+                        .into_iter()
+                        .filter(|&n| n <= self.max_storm)
+                        .collect::<Vec<_>>();
+                    let n = size[rng.usize(..size.len())];
+                    let delay = rng.u64(50..300);
+                    let storm = (0..n).map(|_| {
+                        let instance = rng.usize(..self.gateways.len());
+                        let (this, info) = (&self, &info);
+                        async move {
+                            this.request(
+                                process,
+                                instance,
+                                info,
+                                info.canonical.clone(),
+                                delay,
+                                false,
+                            )
+                            .await
+                        }
+                    });
+                    futures_util::future::join_all(storm).await;
+                }
+            }
+        }
+    }
+}
