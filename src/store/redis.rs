@@ -9,12 +9,14 @@
 //! server's persistence gives: see the README's "Choosing a store".
 
 use std::future::Future;
-use std::sync::LazyLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use deadpool_redis::redis::aio::MultiplexedConnection;
 use deadpool_redis::redis::{self, Script, Value};
-use deadpool_redis::{Config as PoolSettings, Pool, PoolConfig, Runtime, Timeouts};
+use deadpool_redis::{Config as PoolSettings, Connection, Pool, PoolConfig, Runtime, Timeouts};
 use http::StatusCode;
 
 use super::info::from_epoch_millis;
@@ -151,8 +153,50 @@ return redis.call('DEL', KEYS[1])
 /// A Redis-backed [`Store`].
 pub struct RedisStore {
     pool: Pool,
+    lanes: Lanes,
     prefix: String,
     timeout: Duration,
+}
+
+/// `pool_size` multiplexed connections, each carrying many concurrent
+/// operations (pipelined by the redis crate), used round-robin.
+///
+/// deadpool-redis recycles a connection on every `get()` with an `UNWATCH` +
+/// `PING` round trip, which doubled the round trips of every operation. A
+/// lane instead keeps its connection (made by the pool, then taken out of
+/// it) until an operation on it fails or times out; the next operation on
+/// that lane makes a new one.
+struct Lanes {
+    slots: Vec<Mutex<Option<MultiplexedConnection>>>,
+    next: AtomicUsize,
+}
+
+impl Lanes {
+    fn new(count: usize) -> Self {
+        Self {
+            slots: (0..count.max(1)).map(|_| Mutex::new(None)).collect(),
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// The next lane, and its connection if it has one.
+    fn pick(&self) -> (usize, Option<MultiplexedConnection>) {
+        let lane = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
+        (lane, self.slot(lane).clone())
+    }
+
+    fn slot(&self, lane: usize) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
+        // A panic while holding this lock cannot leave the Option invalid.
+        self.slots[lane]
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn open(&self) -> usize {
+        (0..self.slots.len())
+            .filter(|&lane| self.slot(lane).is_some())
+            .count()
+    }
 }
 
 fn millis(d: Duration) -> u64 {
@@ -202,6 +246,7 @@ impl RedisStore {
             .map_err(|e| StoreError::Unavailable(format!("invalid store URL {shown}: {e}")))?;
         let store = Self {
             pool,
+            lanes: Lanes::new(config.pool_size as usize),
             prefix: config.prefix.clone(),
             timeout: config.timeout,
         };
@@ -270,28 +315,45 @@ impl RedisStore {
         format!("{}token", self.prefix)
     }
 
-    /// Run `op` on a pooled connection, bounded by `[store] timeout`.
+    /// Run `op` on a lane's connection, bounded by `[store] timeout`. A
+    /// connection that fails or does not answer in time is dropped from its
+    /// lane (a half-open TCP connection would otherwise time out forever).
     async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
     where
-        F: FnOnce(deadpool_redis::Connection) -> Fut,
+        F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
+        let (lane, conn) = self.lanes.pick();
         let work = async {
-            let conn = self
-                .pool
-                .get()
-                .await
-                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-            op(conn)
-                .await
-                .map_err(|e| StoreError::Unavailable(e.to_string()))
+            let conn = match conn {
+                Some(conn) => conn,
+                None => {
+                    let conn = Connection::take(
+                        self.pool
+                            .get()
+                            .await
+                            .map_err(|e| StoreError::Unavailable(e.to_string()))?,
+                    );
+                    *self.lanes.slot(lane) = Some(conn.clone());
+                    conn
+                }
+            };
+            op(conn).await.map_err(|e| {
+                if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
+                    *self.lanes.slot(lane) = None;
+                }
+                StoreError::Unavailable(e.to_string())
+            })
         };
         match tokio::time::timeout(self.timeout, work).await {
             Ok(result) => result,
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "no answer within {:?}",
-                self.timeout
-            ))),
+            Err(_) => {
+                *self.lanes.slot(lane) = None;
+                Err(StoreError::Unavailable(format!(
+                    "no answer within {:?}",
+                    self.timeout
+                )))
+            }
         }
     }
 
@@ -526,11 +588,12 @@ impl Store for RedisStore {
     }
 
     fn pool_stats(&self) -> Option<super::PoolStats> {
-        let status = self.pool.status();
+        // Multiplexed: an open connection is never busy, so all are idle.
+        let open = self.lanes.open() as u64;
         Some(super::PoolStats {
-            connections: status.size as u64,
-            idle: status.available as u64,
-            max: status.max_size as u64,
+            connections: open,
+            idle: open,
+            max: self.lanes.slots.len() as u64,
         })
     }
 
