@@ -100,6 +100,11 @@ pub struct StoreConfig {
     pub sweep_interval: Duration,
     /// Most records one sweep statement deletes.
     pub sweep_batch: usize,
+    /// PostgreSQL, Redis: how long this instance may answer from memory for
+    /// a completed record it replayed (zero: no replay cache).
+    pub replay_cache_ttl: Duration,
+    /// PostgreSQL, Redis: most bytes the replay cache holds (zero: none).
+    pub replay_cache_size: u64,
 }
 
 /// How a route's path is matched.
@@ -311,6 +316,8 @@ struct RawStore {
     max_records: Option<usize>,
     sweep_interval: Option<String>,
     sweep_batch: Option<usize>,
+    replay_cache_ttl: Option<String>,
+    replay_cache_size: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -552,6 +559,16 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             "60s",
         )?,
         sweep_batch: raw.store.sweep_batch.unwrap_or(1000),
+        replay_cache_ttl: duration(
+            "store.replay_cache_ttl",
+            raw.store.replay_cache_ttl.as_deref(),
+            "5s",
+        )?,
+        replay_cache_size: size(
+            "store.replay_cache_size",
+            raw.store.replay_cache_size.as_deref(),
+            "64MiB",
+        )? as u64,
     };
     if store.max_records == 0 {
         return Err(invalid("store.max_records", "must be at least 1"));
@@ -856,6 +873,23 @@ mod tests {
             r.replay_headers_deny,
             vec![http::header::SET_COOKIE, http::header::DATE]
         );
+    }
+
+    #[test]
+    fn replay_cache_defaults_and_off_switch() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.store.replay_cache_ttl, Duration::from_secs(5));
+        assert_eq!(c.store.replay_cache_size, 64 * 1024 * 1024);
+        let off = parse(&format!(
+            "[store]\nreplay_cache_ttl = \"0s\"\nreplay_cache_size = \"1MiB\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert!(off.store.replay_cache_ttl.is_zero());
+        assert_eq!(off.store.replay_cache_size, 1024 * 1024);
+        let err = parse(&format!("[store]\nreplay_cache_ttl = \"soon\"\n{MINIMAL}"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("store.replay_cache_ttl"), "{err}");
     }
 
     #[test]

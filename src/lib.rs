@@ -89,6 +89,7 @@ pub async fn run_with(
     let metrics = Arc::new(metrics::Metrics::new());
     let store: Arc<dyn store::Store> =
         Arc::new(metrics::InstrumentedStore::new(store, metrics.clone()));
+    let store = store::with_replay_cache(store, &config.store, metrics.replay_cache_hits.clone());
     let stop_admin = CancellationToken::new();
     let endpoints = Arc::new(admin::Admin {
         store: store.clone(),

@@ -74,6 +74,8 @@ pub struct Metrics {
     pub lease_takeovers: Family<RouteLabels, Counter>,
     /// `idemgate_records_swept_total`.
     pub records_swept: Counter,
+    /// `idemgate_replay_cache_hits_total`: claims answered from the replay cache.
+    pub replay_cache_hits: Counter,
     /// `idemgate_store_pool_connections`: connections the store pool holds.
     pub pool_connections: Gauge,
     /// `idemgate_store_pool_idle_connections`.
@@ -134,6 +136,12 @@ impl Metrics {
             "Expired records deleted by the sweeper",
             records_swept.clone(),
         );
+        let replay_cache_hits = Counter::default();
+        registry.register(
+            "replay_cache_hits",
+            "Claims answered from this instance's replay cache, without a store round trip",
+            replay_cache_hits.clone(),
+        );
         let pool_connections = Gauge::default();
         registry.register(
             "store_pool_connections",
@@ -161,6 +169,7 @@ impl Metrics {
             lease_renewals,
             lease_takeovers,
             records_swept,
+            replay_cache_hits,
             pool_connections,
             pool_idle,
             pool_max,

@@ -21,6 +21,9 @@ async fn store(db: &TestDb) -> std::sync::Arc<dyn Store> {
         max_records: 1,
         sweep_interval: Duration::from_secs(60),
         sweep_batch: 10,
+        // The replay cache sits in front of a store, not in it (src/store/cache.rs).
+        replay_cache_ttl: Duration::ZERO,
+        replay_cache_size: 0,
     })
     .await
     .unwrap()

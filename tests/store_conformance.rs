@@ -33,6 +33,9 @@ fn store_config(url: &str, prefix: &str) -> StoreConfig {
         max_records: 10_000,
         sweep_interval: Duration::from_secs(60),
         sweep_batch: 100,
+        // The replay cache sits in front of a store, not in it (src/store/cache.rs).
+        replay_cache_ttl: Duration::ZERO,
+        replay_cache_size: 0,
     }
 }
 

@@ -6,6 +6,7 @@
 //! one can never overwrite it (G7). Tokens come from one store-wide counter,
 //! so they never repeat for a key, even after it was released or expired.
 
+mod cache;
 mod headers;
 mod info;
 pub mod memory;
@@ -262,6 +263,25 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
         }
         _ => Err(StoreError::UnsupportedUrl(redact_url(url))),
     }
+}
+
+/// Put the replay cache ([`cache::CachedStore`]) in front of a shared store,
+/// if configured. The in-memory store needs none: it is memory already.
+pub fn with_replay_cache(
+    store: Arc<dyn Store>,
+    config: &StoreConfig,
+    hits: prometheus_client::metrics::counter::Counter,
+) -> Arc<dyn Store> {
+    let off = config.replay_cache_ttl.is_zero() || config.replay_cache_size == 0;
+    if off || config.url.starts_with("memory:") {
+        return store;
+    }
+    Arc::new(cache::CachedStore::new(
+        store,
+        config.replay_cache_ttl,
+        config.replay_cache_size,
+        hits,
+    ))
 }
 
 /// A store URL fit for logs and errors: the password replaced by `***`.

@@ -180,6 +180,11 @@ impl TestStore {
         }
     }
 
+    /// The Redis key prefix (empty for other backends).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     /// The PostgreSQL URL, when the backend is PostgreSQL.
     pub fn pg_url(&self) -> Option<&str> {
         (self.backend == Backend::Postgres).then_some(self.url.as_str())

@@ -1,0 +1,189 @@
+//! The replay cache: a per-instance, size-bounded cache of completed records
+//! in front of a shared store (PostgreSQL or Redis), so that a replay costs
+//! no store round trip once this instance has replayed the key before.
+//!
+//! It is sound because a completed record never changes: it is only ever
+//! replayed (same fingerprint) or refused (`422`, another fingerprint) until
+//! it expires or an operator deletes it. Each entry lives at most
+//! `min([store] replay_cache_ttl, the route's retention)` from when the store
+//! last confirmed it, so the cache can answer for a record that another
+//! process deleted (`idemgate keys delete`), or that just passed its
+//! retention, for at most that long. Deletes made through this instance
+//! (its admin listener) drop the entry at once. Only the claim is served
+//! from the cache; every other operation goes straight to the store.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus_client::metrics::counter::Counter;
+use quick_cache::Weighter;
+use quick_cache::sync::Cache;
+
+use super::{
+    Cas, Claim, ClaimRequest, HeldReason, PoolStats, RecordInfo, RecordKey, RecordState, Store,
+    StoreError, StoredResponse, Token,
+};
+use crate::fingerprint::Fingerprint;
+
+/// A completed record as the store last confirmed it.
+#[derive(Clone)]
+struct Entry {
+    fingerprint: Fingerprint,
+    response: StoredResponse,
+    /// Past this instant the entry is not used.
+    until: Instant,
+    /// Approximate bytes held, for the size bound.
+    weight: u64,
+}
+
+#[derive(Clone)]
+struct BySize;
+
+impl Weighter<RecordKey, Entry> for BySize {
+    fn weight(&self, _key: &RecordKey, entry: &Entry) -> u64 {
+        entry.weight
+    }
+}
+
+/// Bytes an entry holds, roughly: body, headers, key, and fixed overhead.
+fn weight(key: &RecordKey, response: &StoredResponse) -> u64 {
+    let headers: usize = response
+        .headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 32)
+        .sum();
+    (response.body.len() + headers + key.route.len() + key.scope.len() + key.key.len() + 160) as u64
+}
+
+/// A [`Store`] that answers claims on recently replayed completed records
+/// from memory.
+pub struct CachedStore {
+    inner: Arc<dyn Store>,
+    cache: Cache<RecordKey, Entry, BySize>,
+    ttl: Duration,
+    hits: Counter,
+}
+
+impl CachedStore {
+    /// Cache up to `max_bytes` of completed records for up to `ttl` each;
+    /// `hits` counts the claims answered from the cache.
+    pub fn new(inner: Arc<dyn Store>, ttl: Duration, max_bytes: u64, hits: Counter) -> Self {
+        // quick_cache sizes its tables from an estimate of the entry count.
+        let estimated_entries = (max_bytes / 2048).clamp(16, 1 << 20) as usize;
+        Self {
+            inner,
+            cache: Cache::with_weighter(estimated_entries, max_bytes, BySize),
+            ttl,
+            hits,
+        }
+    }
+
+    fn cached(&self, request: &ClaimRequest<'_>) -> Option<Claim> {
+        let entry = self.cache.get(request.key)?;
+        if entry.until <= Instant::now() {
+            self.cache.remove(request.key);
+            return None;
+        }
+        self.hits.inc();
+        Some(if entry.fingerprint == *request.fingerprint {
+            Claim::Replay(entry.response)
+        } else {
+            Claim::Mismatch
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for CachedStore {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        if let Some(claim) = self.cached(request) {
+            return Ok(claim);
+        }
+        let claim = self.inner.claim(request).await?;
+        if let Claim::Replay(response) = &claim {
+            // A replay means the record's fingerprint is this request's.
+            let life = self.ttl.min(request.retention);
+            self.cache.insert(
+                request.key.clone(),
+                Entry {
+                    fingerprint: *request.fingerprint,
+                    response: response.clone(),
+                    until: Instant::now() + life,
+                    weight: weight(request.key, response),
+                },
+            );
+        }
+        Ok(claim)
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Cas, StoreError> {
+        self.inner.renew(key, token, lease).await
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        response: &StoredResponse,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        self.inner.complete(key, token, response, retention).await
+    }
+
+    async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
+        self.inner.release(key, token).await
+    }
+
+    async fn hold(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        reason: HeldReason,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        self.inner.hold(key, token, reason, retention).await
+    }
+
+    async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
+        self.inner.sweep(batch).await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.inner.ping().await
+    }
+
+    async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
+        self.inner.inspect(key).await
+    }
+
+    async fn list(
+        &self,
+        route: &str,
+        state: RecordState,
+        limit: usize,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        self.inner.list(route, state, limit).await
+    }
+
+    async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
+        // A completed record is never cleared, but drop the entry anyway.
+        self.cache.remove(key);
+        self.inner.clear(key, force).await
+    }
+
+    async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
+        let deleted = self.inner.delete(key, force).await;
+        // After the delete: a claim racing it may have cached the record.
+        self.cache.remove(key);
+        deleted
+    }
+
+    fn pool_stats(&self) -> Option<PoolStats> {
+        self.inner.pool_stats()
+    }
+}

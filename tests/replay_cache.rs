@@ -1,0 +1,148 @@
+//! The replay cache (`[store] replay_cache_ttl`, README "The replay cache"),
+//! on PostgreSQL and Redis: once an instance has replayed a completed record
+//! it answers that key from memory, for at most the TTL and never past the
+//! record's retention. To tell a cached answer from a store answer, the tests
+//! delete the record behind the gateway's back, straight in the store.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use http::StatusCode;
+
+struct Setup {
+    store: TestStore,
+    upstream: Upstream,
+    gateway: Gateway,
+    client: HttpClient,
+}
+
+/// A gateway with `replay_cache_ttl = ttl` and route settings `extra`.
+async fn setup(backend: Backend, ttl: &str, extra: &str) -> Setup {
+    let store = TestStore::new(backend).await;
+    let upstream = Upstream::start().await;
+    let config = store.config(&upstream.url(), extra).replace(
+        "[store]\n",
+        &format!("[store]\nreplay_cache_ttl = \"{ttl}\"\n"),
+    );
+    let gateway = Gateway::start(&config).await;
+    Setup {
+        store,
+        upstream,
+        gateway,
+        client: client(),
+    }
+}
+
+/// Remove every record of this test from the store itself.
+async fn wipe_records(store: &TestStore) {
+    match store.backend {
+        Backend::Postgres => {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&store.url).await.unwrap();
+            sqlx::query("DELETE FROM idemgate_records")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        Backend::Redis => {
+            let client = deadpool_redis::redis::Client::open(store.url.as_str()).unwrap();
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            let pattern = format!("{}rec:*", store.prefix());
+            let keys: Vec<Vec<u8>> = deadpool_redis::redis::cmd("KEYS")
+                .arg(&pattern)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            assert!(!keys.is_empty(), "no records under {pattern}");
+            let _: i64 = deadpool_redis::redis::cmd("DEL")
+                .arg(keys)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        Backend::Memory => unreachable!("the memory store has no replay cache"),
+    }
+}
+
+async fn hits(gateway: &Gateway) -> f64 {
+    sample(&gateway.metrics().await, "idemgate_replay_cache_hits_total")
+}
+
+async fn a_replayed_record_is_answered_from_memory_until_the_ttl(b: Backend) {
+    let s = setup(b, "1500ms", "").await;
+    let url = s.gateway.url("/v1/payments");
+    let first = post(&s.client, &url, "c1", r#"{"amount":10}"#).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    // The first replay comes from the store and fills the cache.
+    let replay = post(&s.client, &url, "c1", r#"{"amount":10}"#).await;
+    assert!(replay.is_replay());
+    assert_eq!(hits(&s.gateway).await, 0.0);
+
+    wipe_records(&s.store).await;
+    let cached = post(&s.client, &url, "c1", r#"{"amount":10}"#).await;
+    assert_eq!(cached.status, StatusCode::CREATED);
+    assert!(cached.is_replay());
+    assert_eq!(cached.body, first.body);
+    // Another body gets the record's 422 from the cache, never a forward.
+    let other = post(&s.client, &url, "c1", r#"{"amount":99}"#).await;
+    assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(other.problem_type(), "urn:idemgate:problem:key-reused");
+    assert_eq!(hits(&s.gateway).await, 2.0);
+    assert_eq!(s.upstream.count("c1"), 1);
+
+    // Past the TTL the store decides again: the record is gone, so the key
+    // is new.
+    tokio::time::sleep(Duration::from_millis(1_700)).await;
+    let again = post(&s.client, &url, "c1", r#"{"amount":10}"#).await;
+    assert_eq!(again.status, StatusCode::CREATED);
+    assert!(!again.is_replay());
+    assert_eq!(s.upstream.count("c1"), 2);
+}
+
+async fn a_cached_record_never_outlives_its_retention(b: Backend) {
+    let s = setup(b, "1h", "lease = \"1s\"\nretention = \"2s\"").await;
+    let url = s.gateway.url("/v1/payments");
+    assert_eq!(
+        post(&s.client, &url, "c2", "{}").await.status,
+        StatusCode::CREATED
+    );
+    assert!(post(&s.client, &url, "c2", "{}").await.is_replay());
+    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    let after = post(&s.client, &url, "c2", "{}").await;
+    assert_eq!(after.status, StatusCode::CREATED);
+    assert!(!after.is_replay(), "replayed past the record's retention");
+    assert_eq!(s.upstream.count("c2"), 2);
+}
+
+async fn a_zero_ttl_turns_the_cache_off(b: Backend) {
+    let s = setup(b, "0s", "").await;
+    let url = s.gateway.url("/v1/payments");
+    assert_eq!(
+        post(&s.client, &url, "c3", "{}").await.status,
+        StatusCode::CREATED
+    );
+    assert!(post(&s.client, &url, "c3", "{}").await.is_replay());
+    wipe_records(&s.store).await;
+    let after = post(&s.client, &url, "c3", "{}").await;
+    assert!(!after.is_replay());
+    assert_eq!(s.upstream.count("c3"), 2);
+    assert_eq!(hits(&s.gateway).await, 0.0);
+}
+
+macro_rules! per_backend {
+    ($($backend:ident => $variant:ident),*) => {$(
+        mod $backend {
+            per_backend!(@tests $variant, a_replayed_record_is_answered_from_memory_until_the_ttl, a_cached_record_never_outlives_its_retention, a_zero_ttl_turns_the_cache_off);
+        }
+    )*};
+    (@tests $variant:ident, $($test:ident),*) => {$(
+        #[tokio::test]
+        async fn $test() {
+            super::$test(super::Backend::$variant).await;
+        }
+    )*};
+}
+
+per_backend!(postgres => Postgres, redis => Redis);
