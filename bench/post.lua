@@ -2,10 +2,11 @@
 --   none   no Idempotency-Key (pass-through)
 --   new    a new key per request (B)
 --   hot    one of HOT keys already completed (C: replays)
---   storm  one shared key per STORM requests (D)
+--   storm  one shared key per STORM consecutive requests of a thread (D)
 local mode = os.getenv("MODE") or "none"
 local hot = tonumber(os.getenv("HOT") or "100")
 local run = os.getenv("RUN") or tostring(os.time())
+local storm = tonumber(os.getenv("STORM") or "64")
 local body = '{"amount":1200,"currency":"eur","pad":"' .. string.rep("x", 471) .. '"}'  -- 512 bytes
 wrk.method = "POST"
 wrk.body = body
@@ -32,7 +33,7 @@ function request()
   elseif mode == "hot" then
     headers["Idempotency-Key"] = string.format("hot-%012d", counter % hot)
   elseif mode == "storm" then
-    headers["Idempotency-Key"] = run .. "-storm-" .. math.floor(counter / 64)
+    headers["Idempotency-Key"] = run .. "-" .. thread_id .. "-storm-" .. math.floor(counter / storm)
   end
   return wrk.format(nil, nil, headers)
 end

@@ -11,9 +11,10 @@
 #   A  pass-through (no key): direct vs nginx proxy_pass vs idemgate
 #   B  a new key per request: idemgate on PostgreSQL, on Redis
 #   C  replays of a hot set of 100 completed keys: PostgreSQL, Redis
-#   D  same-key storms (64 requests per key)
+#   D  same-key storms: 2, 8, 32 and 64 requests per key (at c = 64)
 #   ceilings: pgbench running idemgate's own claim + complete statements and
-#   its replay claim; redis-benchmark running idemgate's own claim script
+#   its replay claim; redis-benchmark running idemgate's own claim, complete
+#   and replay (claim on a completed record) scripts
 # Writes bench/results/<date>.md with medians (min–max) and the ratios.
 # idemgate runs with RUST_LOG=warn (no per-request log line); see the results.
 set -euo pipefail
@@ -23,6 +24,7 @@ DURATION="${DURATION:-5}"
 REPEATS="${REPEATS:-3}"
 CONCURRENCY="${CONCURRENCY:-8 32 64}"
 HOT=100
+STORMS="${STORMS:-2 8 32 64}"
 RESULTS="bench/results/$(date -u +%Y-%m-%d).md"
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -122,7 +124,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # wrk once: prints "rps p50_ms p99_ms non2xx requests"
 wrk_once() { # port mode conns
     local out
-    out="$(MODE="$2" HOT="$HOT" RUN="r$RANDOM$RANDOM" wrk -t2 -c"$3" -d"${DURATION}s" --latency \
+    out="$(MODE="$2" HOT="$HOT" STORM="${STORM:-64}" RUN="r$RANDOM$RANDOM" wrk -t2 -c"$3" -d"${DURATION}s" --latency \
         -s bench/post.lua "http://127.0.0.1:$1/v1/payments")"
     python3 - "$out" <<'PY'
 import re, sys
@@ -138,11 +140,11 @@ print(f"{rps:.0f} {ms('50%'):.3f} {ms('99%'):.3f} {non2xx.group(1) if non2xx els
 PY
 }
 
-# measure NAME PORT MODE [PID]: REPEATS runs at each concurrency; appends
-# "NAME c rps p50 p99 non2xx cpu_us_per_req" lines to $WORK/raw
+# measure NAME PORT MODE [PID]: REPEATS runs at each concurrency (or at
+# $ONLY_C); appends "NAME c rps p50 p99 non2xx cpu_us_per_req" lines to $WORK/raw
 measure() {
     local name="$1" port="$2" mode="$3" pid="${4:-}" c i before after line
-    for c in $CONCURRENCY; do
+    for c in ${ONLY_C:-$CONCURRENCY}; do
         for i in $(seq 1 "$REPEATS"); do
             [ -n "$pid" ] && before="$(cpu_ticks "$pid")"
             line="$(wrk_once "$port" "$mode" "$c")"
@@ -182,7 +184,12 @@ measure C-postgres "$PG_PORT" hot "$PG_PID"
 measure C-redis "$RD_PORT" hot "$RD_PID"
 
 # ---- D: same-key storms ------------------------------------------------------------
-measure D-postgres "$PG_PORT" storm "$PG_PID"
+# STORM consecutive requests of a wrk thread share a key; at c = 64 (32
+# connections per thread) they are in flight together.
+for size in $STORMS; do
+    STORM="$size" ONLY_C=64 measure "D-postgres-s$size" "$PG_PORT" storm "$PG_PID"
+    STORM="$size" ONLY_C=64 measure "D-redis-s$size" "$RD_PORT" storm "$RD_PID"
+done
 
 PG_RSS="$(awk '/VmHWM/ {print $2}' "/proc/$PG_PID/status")"
 RD_RSS="$(awk '/VmHWM/ {print $2}' "/proc/$RD_PID/status")"
@@ -210,21 +217,33 @@ for c in $CONCURRENCY; do
     done
 done
 
-log "redis-benchmark ceiling (idemgate's claim script)"
-python3 - "$WORK/claim.lua" <<'PY'
+log "redis-benchmark ceilings (idemgate's own claim and complete scripts)"
+python3 - "$WORK" <<'PY'
 import re, sys
 src = open("src/store/redis.rs").read()
 now = re.search(r'const NOW: &str =\s*"(.*?)";', src, re.S).group(1).replace("\\n", "\n")
-body = re.search(r'static CLAIM: .*?r#"(.*?)"#', src, re.S).group(1)
-open(sys.argv[1], "w").write(now + body)
+for name in ["CLAIM", "COMPLETE"]:
+    body = re.search(r'static %s: .*?r#"(.*?)"#' % name, src, re.S).group(1)
+    open(f"{sys.argv[1]}/{name.lower()}.lua", "w").write(now + body)
 PY
-SHA="$(redis-cli -p "$REDISPORT" SCRIPT LOAD "$(cat "$WORK/claim.lua")")"
+CLAIM_SHA="$(redis-cli -p "$REDISPORT" SCRIPT LOAD "$(cat "$WORK/claim.lua")")"
+COMPLETE_SHA="$(redis-cli -p "$REDISPORT" SCRIPT LOAD "$(cat "$WORK/complete.lua")")"
+# One completed record, ceil:done, for the complete and replay ceilings: a
+# completion by its own token of a completed record rewrites it in full, as
+# a first completion does.
+TOKEN="$(redis-cli -p "$REDISPORT" EVALSHA "$CLAIM_SHA" 2 ceil:done ceil:token fingerprint 30000 86400000 0 | tail -n 1)"
+RESPONSE='{"id":"pay_1","status":"succeeded"}'
+redis-cli -p "$REDISPORT" EVALSHA "$COMPLETE_SHA" 1 ceil:done "$TOKEN" 201 "" "$RESPONSE" 86400000 >/dev/null
+redis_rps() { # clients, command...
+    local c="$1"; shift
+    redis-benchmark -p "$REDISPORT" -c "$c" -n 200000 -r 1000000000 -q "$@" \
+        | grep -o '[0-9.]* requests per second' | awk '{print int($1)}' | tail -n 1
+}
 for c in $CONCURRENCY; do
     for i in $(seq 1 "$REPEATS"); do
-        rps="$(redis-benchmark -p "$REDISPORT" -c "$c" -n 200000 -r 1000000000 -q \
-            EVALSHA "$SHA" 2 "ceil:rec:__rand_int__" "ceil:token" fingerprint 30000 86400000 0 \
-            | grep -o '[0-9.]* requests per second' | awk '{print int($1)}' | tail -n 1)"
-        echo "ceil-redis-claim $c $rps - - - -" >> "$WORK/raw"
+        echo "ceil-redis-claim $c $(redis_rps "$c" EVALSHA "$CLAIM_SHA" 2 "ceil:rec:__rand_int__" ceil:token fingerprint 30000 86400000 0) - - - -" >> "$WORK/raw"
+        echo "ceil-redis-complete $c $(redis_rps "$c" EVALSHA "$COMPLETE_SHA" 1 ceil:done "$TOKEN" 201 "" "$RESPONSE" 86400000) - - - -" >> "$WORK/raw"
+        echo "ceil-redis-replay $c $(redis_rps "$c" EVALSHA "$CLAIM_SHA" 2 ceil:done ceil:token fingerprint 30000 86400000 0) - - - -" >> "$WORK/raw"
     done
 done
 
@@ -245,8 +264,17 @@ def cell(name, c):
     if not vals: return "—"
     return f"{statistics.median(vals):,.0f} ({min(vals):,.0f}–{max(vals):,.0f})"
 cs = sorted({c for _, c in rows})
-names = ["A-direct", "A-nginx", "A-idemgate", "B-postgres", "B-redis", "C-postgres", "C-redis", "D-postgres",
-         "ceil-pg-claim-complete", "ceil-pg-replay", "ceil-redis-claim"]
+storms = sorted({n for n, _ in rows if n.startswith("D-")}, key=lambda n: (n.rsplit("-s", 1)[0], int(n.rsplit("-s", 1)[1])))
+# Redis runs one script at a time: a request's two calls cost the sum of
+# their times, so the pair ceiling is 1 / (1/claim + 1/complete).
+for c in {c for _, c in rows}:
+    a, b = rows.get(("ceil-redis-claim", c), []), rows.get(("ceil-redis-complete", c), [])
+    for x, y in zip(a, b):
+        rows[("ceil-redis-claim+complete", c)].append((1 / (1 / x[0] + 1 / y[0]), "-", "-", "-", "-"))
+names = ["A-direct", "A-nginx", "A-idemgate", "B-postgres", "B-redis", "C-postgres", "C-redis"] + storms + [
+         "ceil-pg-claim-complete", "ceil-pg-replay", "ceil-redis-claim", "ceil-redis-complete",
+         "ceil-redis-claim+complete", "ceil-redis-replay"]
+measured = [n for n in names if not n.startswith("ceil-")]
 L = [f"# idemgate benchmark — {datetime.date.today()}", "",
      f"Commit {commit}. 2 cores shared by everything (wrk -t2, nginx 1 worker each, PostgreSQL, Redis, idemgate).",
      f"{duration} s per run, {repeats} runs per cell; requests/s as median (min–max). 512-byte JSON POST;",
@@ -258,7 +286,7 @@ for n in names:
     if any((n, c) in rows for c in cs):
         L.append(f"| {n} | " + " | ".join(cell(n, c) for c in cs) + " |")
 L += ["", "## Latency and CPU (medians)", "", "| run | c | p50 ms | p99 ms | non-2xx | idemgate CPU µs/req |", "|---|---|---|---|---|---|"]
-for n in names[:8]:
+for n in measured:
     for c in cs:
         if (n, c) in rows:
             r = rows[(n, c)]
@@ -270,7 +298,8 @@ def ratio(a, b, c):
 for label, a, b, target in [
     ("B postgres ÷ pgbench claim+complete", "B-postgres", "ceil-pg-claim-complete", "≥ 0.8"),
     ("C postgres ÷ pgbench replay", "C-postgres", "ceil-pg-replay", "≥ 0.8"),
-    ("B redis ÷ redis claim script (one call; a request needs two)", "B-redis", "ceil-redis-claim", "—"),
+    ("B redis ÷ redis claim ⊕ complete scripts", "B-redis", "ceil-redis-claim+complete", "—"),
+    ("C redis ÷ redis replay (claim script on a completed record)", "C-redis", "ceil-redis-replay", "—"),
     ("A idemgate ÷ nginx proxy", "A-idemgate", "A-nginx", "≥ 1.0"),
     ("A idemgate ÷ direct", "A-idemgate", "A-direct", "—"),
     ("keyed (B postgres) ÷ unkeyed (A idemgate)", "B-postgres", "A-idemgate", "—"),
