@@ -12,11 +12,15 @@ use idemgate::store::{Claim, ClaimRequest, RecordKey, Store};
 use sqlx::Connection;
 
 async fn store(db: &TestDb) -> std::sync::Arc<dyn Store> {
+    store_with(db, 4, Duration::from_secs(10)).await
+}
+
+async fn store_with(db: &TestDb, pool_size: u32, timeout: Duration) -> std::sync::Arc<dyn Store> {
     idemgate::store::open(&StoreConfig {
         url: db.url.clone(),
         migrate: true,
-        pool_size: 4,
-        timeout: Duration::from_secs(10),
+        pool_size,
+        timeout,
         prefix: String::new(),
         max_records: 1,
         sweep_interval: Duration::from_secs(60),
@@ -138,4 +142,71 @@ async fn a_hold_committed_during_expiry_reuse_stays_held() {
         matches!(outcome, Claim::Held(_)),
         "a held key was claimed again: {outcome:?}"
     );
+}
+
+/// A store operation cut off by `[store] timeout` in the middle of the
+/// protocol (here: a renewal waiting on a row lock) closes its connection
+/// instead of returning it to the pool half-way through an exchange, and
+/// frees its slot: with a pool of one, the next operations work.
+#[tokio::test]
+async fn an_operation_cut_off_by_the_timeout_frees_its_connection() {
+    let db = TestDb::new().await;
+    let s = store_with(&db, 1, Duration::from_millis(500)).await;
+    let token = match claim(
+        s.as_ref(),
+        Duration::from_secs(30),
+        Duration::from_secs(3600),
+    )
+    .await
+    {
+        Claim::Claimed { token, .. } => token,
+        other => panic!("{other:?}"),
+    };
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM idemgate_records WHERE key = 'race' FOR UPDATE")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let response = idemgate::store::StoredResponse {
+        status: http::StatusCode::CREATED,
+        headers: http::HeaderMap::new(),
+        body: bytes::Bytes::from_static(b"late"),
+    };
+    // A renewal: if it still lands once the lock goes (closing the socket
+    // does not cancel a statement the server already runs), nothing changes.
+    let blocked = s.renew(&key(), token, Duration::from_secs(30)).await;
+    assert!(
+        matches!(blocked, Err(idemgate::store::StoreError::Unavailable(_))),
+        "{blocked:?}"
+    );
+    tx.rollback().await.unwrap();
+    // Several operations on the one slot, each with the answer it should get.
+    for _ in 0..3 {
+        assert!(matches!(
+            claim(
+                s.as_ref(),
+                Duration::from_secs(30),
+                Duration::from_secs(3600)
+            )
+            .await,
+            Claim::InFlight { .. }
+        ));
+    }
+    assert_eq!(
+        s.complete(&key(), token, &response, Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        idemgate::store::Cas::Applied
+    );
+    match claim(
+        s.as_ref(),
+        Duration::from_secs(30),
+        Duration::from_secs(3600),
+    )
+    .await
+    {
+        Claim::Replay(r) => assert_eq!(&r.body[..], b"late"),
+        other => panic!("{other:?}"),
+    }
 }

@@ -10,6 +10,7 @@ mod cache;
 mod headers;
 mod info;
 pub mod memory;
+mod pg_pool;
 pub mod postgres;
 pub mod redis;
 

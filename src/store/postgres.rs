@@ -3,17 +3,17 @@
 //! The claim is one call of the `idemgate_claim` function (migrations/), one
 //! round trip; every later transition is one `UPDATE`/`DELETE` that is a
 //! compare-and-set on the fencing token. Connections come from a bounded
-//! sqlx pool; every operation is bounded by `[store] timeout`.
+//! pool ([`super::pg_pool`]); every operation is bounded by `[store] timeout`.
 
-use std::future::Future;
 use std::str::FromStr;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::StatusCode;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 use super::info::from_epoch_millis;
+use super::pg_pool::PgPool;
 use super::{
     Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreError,
     StoredResponse, Token, decode_headers, encode_headers, redact_url,
@@ -105,19 +105,16 @@ impl PgStore {
         let options = PgConnectOptions::from_str(&config.url)
             .map_err(|e| StoreError::Unavailable(format!("invalid store URL {shown}: {e}")))?
             .application_name("idemgate");
-        let pool = PgPoolOptions::new()
-            .max_connections(config.pool_size)
-            .acquire_timeout(config.timeout)
-            // A ping before every use would double the round trips on the hot
-            // path; a dead connection fails its query and is dropped instead.
-            .test_before_acquire(false)
-            .connect_with(options)
-            .await
-            .map_err(|e| {
-                StoreError::Unavailable(format!(
-                    "cannot reach store at {shown}: {e}; start PostgreSQL or point [store] url at a reachable database"
-                ))
-            })?;
+        let pool = PgPool::new(options, config.pool_size as usize, config.timeout);
+        // Connect now, so that a wrong URL or a database that is down is
+        // reported at start, with what to do.
+        let mut first = pool.get().await.map_err(|e| {
+            StoreError::Unavailable(format!(
+                "cannot reach store at {shown}: {e}; start PostgreSQL or point [store] url at a reachable database"
+            ))
+        })?;
+        first.clean();
+        drop(first);
         Ok(Self {
             pool,
             timeout: config.timeout,
@@ -126,23 +123,41 @@ impl PgStore {
 
     /// Apply the embedded migrations (safe to run from many instances at once).
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR
-            .run(&self.pool)
+        let mut checkout = self
+            .pool
+            .get()
             .await
-            .map_err(|e| StoreError::Migration(e.to_string()))
+            .map_err(|e| StoreError::Migration(e.to_string()))?;
+        MIGRATOR
+            .run(checkout.conn())
+            .await
+            .map_err(|e| StoreError::Migration(e.to_string()))?;
+        checkout.clean();
+        Ok(())
     }
 
-    /// The underlying pool (tests and administration).
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
+    /// Run `op` on a pooled connection, bounded by `[store] timeout`
+    /// (getting the connection included). The connection goes back to the
+    /// pool only if `op` ended at a protocol boundary: it succeeded or the
+    /// database refused the statement.
     async fn bounded<T>(
         &self,
-        op: impl Future<Output = Result<T, sqlx::Error>>,
+        op: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
     ) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.timeout, op).await {
-            Ok(result) => result.map_err(unavailable),
+        let work = async {
+            let mut checkout = self
+                .pool
+                .get()
+                .await
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            let result = op(checkout.conn()).await;
+            if matches!(&result, Ok(_) | Err(sqlx::Error::Database(_))) {
+                checkout.clean();
+            }
+            result.map_err(unavailable)
+        };
+        match tokio::time::timeout(self.timeout, work).await {
+            Ok(result) => result,
             Err(_) => Err(StoreError::Unavailable(format!(
                 "no answer within {:?}",
                 self.timeout
@@ -190,7 +205,7 @@ fn claim_from_row(row: ClaimRow) -> Result<Claim, StoreError> {
 impl Store for PgStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let row: ClaimRow = self
-            .bounded(
+            .bounded(async |conn| {
                 sqlx::query_as("SELECT * FROM idemgate_claim($1, $2, $3, $4, $5, $6, $7)")
                     .bind(&req.key.route)
                     .bind(&req.key.scope)
@@ -199,8 +214,9 @@ impl Store for PgStore {
                     .bind(millis(req.lease))
                     .bind(millis(req.retention))
                     .bind(req.on_unknown_outcome == UnknownOutcome::Release)
-                    .fetch_one(&self.pool),
-            )
+                    .fetch_one(conn)
+                    .await
+            })
             .await?;
         claim_from_row(row)
     }
@@ -212,8 +228,7 @@ impl Store for PgStore {
         lease: Duration,
     ) -> Result<Cas, StoreError> {
         let done = self
-            .bounded(
-                sqlx::query(
+            .bounded(async |conn| sqlx::query(
                     "UPDATE idemgate_records
                         SET lease_until = clock_timestamp() + $5 * INTERVAL '1 millisecond',
                             expires_at = GREATEST(expires_at, clock_timestamp() + $5 * INTERVAL '1 millisecond'),
@@ -226,8 +241,7 @@ impl Store for PgStore {
                 .bind(&key.key)
                 .bind(token)
                 .bind(millis(lease))
-                .execute(&self.pool),
-            )
+                .execute(conn).await)
             .await?;
         Ok(cas(done.rows_affected()))
     }
@@ -244,7 +258,7 @@ impl Store for PgStore {
         // already applied by this attempt applies again (a retried write
         // whose first answer was lost must not look fenced).
         let done = self
-            .bounded(
+            .bounded(async |conn| {
                 sqlx::query(
                     "UPDATE idemgate_records
                         SET state = 'completed', status = $5, headers = $6, body = $7,
@@ -263,15 +277,16 @@ impl Store for PgStore {
                 .bind(encode_headers(&response.headers))
                 .bind(&response.body[..])
                 .bind(millis(retention))
-                .execute(&self.pool),
-            )
+                .execute(conn)
+                .await
+            })
             .await?;
         Ok(cas(done.rows_affected()))
     }
 
     async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
         let done = self
-            .bounded(
+            .bounded(async |conn| {
                 sqlx::query(
                     "DELETE FROM idemgate_records
                       WHERE route = $1 AND scope = $2 AND key = $3
@@ -281,8 +296,9 @@ impl Store for PgStore {
                 .bind(&key.scope)
                 .bind(&key.key)
                 .bind(token)
-                .execute(&self.pool),
-            )
+                .execute(conn)
+                .await
+            })
             .await?;
         Ok(cas(done.rows_affected()))
     }
@@ -295,7 +311,7 @@ impl Store for PgStore {
         retention: Duration,
     ) -> Result<Cas, StoreError> {
         let done = self
-            .bounded(
+            .bounded(async |conn| {
                 sqlx::query(
                     "UPDATE idemgate_records
                         SET state = 'held', held_reason = $5, lease_until = NULL,
@@ -310,8 +326,9 @@ impl Store for PgStore {
                 .bind(token)
                 .bind(reason.as_str())
                 .bind(millis(retention))
-                .execute(&self.pool),
-            )
+                .execute(conn)
+                .await
+            })
             .await?;
         Ok(cas(done.rows_affected()))
     }
@@ -319,8 +336,7 @@ impl Store for PgStore {
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
         // Bounded, and skipping rows other transactions hold: never a long lock.
         let done = self
-            .bounded(
-                sqlx::query(
+            .bounded(async |conn| sqlx::query(
                     "DELETE FROM idemgate_records
                       WHERE ctid IN (SELECT ctid FROM idemgate_records
                                       WHERE expires_at <= clock_timestamp()
@@ -328,8 +344,7 @@ impl Store for PgStore {
                                       LIMIT $1 FOR UPDATE SKIP LOCKED)",
                 )
                 .bind(i64::try_from(batch).unwrap_or(i64::MAX))
-                .execute(&self.pool),
-            )
+                .execute(conn).await)
             .await?;
         Ok(done.rows_affected())
     }
@@ -337,13 +352,14 @@ impl Store for PgStore {
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
         let sql = format!("SELECT {INFO_COLUMNS} WHERE route = $1 AND scope = $2 AND key = $3");
         let row: Option<InfoRow> = self
-            .bounded(
+            .bounded(async |conn| {
                 sqlx::query_as(sqlx::AssertSqlSafe(sql))
                     .bind(&key.route)
                     .bind(&key.scope)
                     .bind(&key.key)
-                    .fetch_optional(&self.pool),
-            )
+                    .fetch_optional(conn)
+                    .await
+            })
             .await?;
         row.map(InfoRow::into_info).transpose()
     }
@@ -358,21 +374,21 @@ impl Store for PgStore {
             "SELECT {INFO_COLUMNS} WHERE route = $1 AND state = $2 ORDER BY updated_at LIMIT $3"
         );
         let rows: Vec<InfoRow> = self
-            .bounded(
+            .bounded(async |conn| {
                 sqlx::query_as(sqlx::AssertSqlSafe(sql))
                     .bind(route)
                     .bind(state.as_str())
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                    .fetch_all(&self.pool),
-            )
+                    .fetch_all(conn)
+                    .await
+            })
             .await?;
         rows.into_iter().map(InfoRow::into_info).collect()
     }
 
     async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
         let done = self
-            .bounded(
-                sqlx::query(
+            .bounded(async |conn| sqlx::query(
                     "DELETE FROM idemgate_records
                       WHERE route = $1 AND scope = $2 AND key = $3
                         AND (state = 'held'
@@ -382,15 +398,14 @@ impl Store for PgStore {
                 .bind(&key.scope)
                 .bind(&key.key)
                 .bind(force)
-                .execute(&self.pool),
-            )
+                .execute(conn).await)
             .await?;
         Ok(done.rows_affected() == 1)
     }
 
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
         let done = self
-            .bounded(
+            .bounded(async |conn| {
                 sqlx::query(
                     "DELETE FROM idemgate_records
                       WHERE route = $1 AND scope = $2 AND key = $3
@@ -400,37 +415,41 @@ impl Store for PgStore {
                 .bind(&key.scope)
                 .bind(&key.key)
                 .bind(force)
-                .execute(&self.pool),
-            )
+                .execute(conn)
+                .await
+            })
             .await?;
         Ok(done.rows_affected() == 1)
     }
 
     fn pool_stats(&self) -> Option<super::PoolStats> {
+        let (connections, idle, max) = self.pool.stats();
         Some(super::PoolStats {
-            connections: u64::from(self.pool.size()),
-            idle: self.pool.num_idle() as u64,
-            max: u64::from(self.pool.options().get_max_connections()),
+            connections,
+            idle,
+            max,
         })
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
         let expected = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
         let table: Option<String> = self
-            .bounded(
+            .bounded(async |conn| {
                 sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
-                    .fetch_one(&self.pool),
-            )
+                    .fetch_one(conn)
+                    .await
+            })
             .await?;
         let applied: Option<i64> = match table {
             None => None,
             Some(_) => Some(
-                self.bounded(
+                self.bounded(async |conn| {
                     sqlx::query_scalar(
                         "SELECT COALESCE(max(version), 0) FROM _sqlx_migrations WHERE success",
                     )
-                    .fetch_one(&self.pool),
-                )
+                    .fetch_one(conn)
+                    .await
+                })
                 .await?,
             ),
         };
