@@ -64,6 +64,13 @@ impl PgPool {
         })
     }
 
+    /// Close every idle connection: after one failed at the transport (the
+    /// server restarted, the network dropped), the others almost certainly
+    /// did too, and each would otherwise fail one operation first.
+    pub fn close_idle(&self) {
+        let _ = self.pool.retain(|_, _| false);
+    }
+
     /// Open connections, idle ones, and the most the pool opens.
     pub fn stats(&self) -> (u64, u64, u64) {
         let status = self.pool.status();

@@ -151,8 +151,12 @@ impl PgStore {
                 .await
                 .map_err(|e| StoreError::Unavailable(e.to_string()))?;
             let result = op(checkout.conn()).await;
-            if matches!(&result, Ok(_) | Err(sqlx::Error::Database(_))) {
-                checkout.clean();
+            match &result {
+                Ok(_) | Err(sqlx::Error::Database(_)) => checkout.clean(),
+                Err(sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_)) => {
+                    self.pool.close_idle();
+                }
+                Err(_) => {}
             }
             result.map_err(unavailable)
         };

@@ -164,8 +164,9 @@ pub struct RedisStore {
 /// deadpool-redis recycles a connection on every `get()` with an `UNWATCH` +
 /// `PING` round trip, which doubled the round trips of every operation. A
 /// lane instead keeps its connection (made by the pool, then taken out of
-/// it) until an operation on it fails or times out; the next operation on
-/// that lane makes a new one.
+/// it) until an operation fails at the transport or times out; then every
+/// lane forgets its connection, and the next operation on a lane makes a
+/// new one.
 struct Lanes {
     slots: Vec<Mutex<Option<MultiplexedConnection>>>,
     next: AtomicUsize,
@@ -190,6 +191,16 @@ impl Lanes {
         self.slots[lane]
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Forget every lane's connection: when one breaks at the transport
+    /// (the server restarted, the network dropped), the others almost
+    /// certainly did too, and each would otherwise fail one operation before
+    /// being replaced.
+    fn reset(&self) {
+        for lane in 0..self.slots.len() {
+            *self.slot(lane) = None;
+        }
     }
 
     fn open(&self) -> usize {
@@ -340,7 +351,7 @@ impl RedisStore {
             };
             op(conn).await.map_err(|e| {
                 if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
-                    *self.lanes.slot(lane) = None;
+                    self.lanes.reset();
                 }
                 StoreError::Unavailable(e.to_string())
             })
@@ -348,7 +359,7 @@ impl RedisStore {
         match tokio::time::timeout(self.timeout, work).await {
             Ok(result) => result,
             Err(_) => {
-                *self.lanes.slot(lane) = None;
+                self.lanes.reset();
                 Err(StoreError::Unavailable(format!(
                     "no answer within {:?}",
                     self.timeout
