@@ -9,7 +9,7 @@
 //! server's persistence gives: see the README's "Choosing a store".
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
@@ -168,25 +168,42 @@ pub struct RedisStore {
 /// lane forgets its connection, and the next operation on a lane makes a
 /// new one.
 struct Lanes {
-    slots: Vec<Mutex<Option<MultiplexedConnection>>>,
+    /// Each lane's connection and the generation it was opened in.
+    slots: Vec<Mutex<Option<(MultiplexedConnection, u64)>>>,
+    /// Bumped by each reset; a failure resets only if its connection is of
+    /// the current generation, so the late failures of connections already
+    /// forgotten cannot throw away their replacements.
+    generation: AtomicU64,
+    /// One connect at a time per lane: after a reset, the operations that
+    /// find a lane empty wait for its one new connection instead of each
+    /// opening their own (at most `pool_size` connects, however many
+    /// requests are in flight).
+    connecting: Vec<tokio::sync::Mutex<()>>,
     next: AtomicUsize,
 }
 
 impl Lanes {
     fn new(count: usize) -> Self {
+        let count = count.max(1);
         Self {
-            slots: (0..count.max(1)).map(|_| Mutex::new(None)).collect(),
+            slots: (0..count).map(|_| Mutex::new(None)).collect(),
+            connecting: (0..count).map(|_| tokio::sync::Mutex::new(())).collect(),
+            generation: AtomicU64::new(0),
             next: AtomicUsize::new(0),
         }
     }
 
-    /// The next lane, and its connection if it has one.
-    fn pick(&self) -> (usize, Option<MultiplexedConnection>) {
+    /// The next lane, its connection if it has one, and the generation an
+    /// operation on it belongs to.
+    fn pick(&self) -> (usize, Option<MultiplexedConnection>, u64) {
         let lane = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
-        (lane, self.slot(lane).clone())
+        match self.slot(lane).clone() {
+            Some((conn, generation)) => (lane, Some(conn), generation),
+            None => (lane, None, self.generation.load(Ordering::SeqCst)),
+        }
     }
 
-    fn slot(&self, lane: usize) -> std::sync::MutexGuard<'_, Option<MultiplexedConnection>> {
+    fn slot(&self, lane: usize) -> std::sync::MutexGuard<'_, Option<(MultiplexedConnection, u64)>> {
         // A panic while holding this lock cannot leave the Option invalid.
         self.slots[lane]
             .lock()
@@ -197,9 +214,21 @@ impl Lanes {
     /// (the server restarted, the network dropped), the others almost
     /// certainly did too, and each would otherwise fail one operation before
     /// being replaced.
-    fn reset(&self) {
+    fn reset(&self, failed: u64) {
+        let current = self.generation.load(Ordering::SeqCst);
+        if failed != current
+            || self
+                .generation
+                .compare_exchange(current, current + 1, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+        {
+            return; // already reset since that connection was opened
+        }
         for lane in 0..self.slots.len() {
-            *self.slot(lane) = None;
+            let mut slot = self.slot(lane);
+            if slot.as_ref().is_some_and(|(_, g)| *g <= current) {
+                *slot = None;
+            }
         }
     }
 
@@ -326,6 +355,24 @@ impl RedisStore {
         format!("{}token", self.prefix)
     }
 
+    /// The lane's connection, opened (through the pool) if it has none. Only
+    /// one operation per lane connects; the others wait and share it.
+    async fn open_lane(&self, lane: usize) -> Result<(MultiplexedConnection, u64), StoreError> {
+        let _turn = self.lanes.connecting[lane].lock().await;
+        if let Some(opened) = self.lanes.slot(lane).clone() {
+            return Ok(opened);
+        }
+        let generation = self.lanes.generation.load(Ordering::SeqCst);
+        let conn = Connection::take(
+            self.pool
+                .get()
+                .await
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?,
+        );
+        *self.lanes.slot(lane) = Some((conn.clone(), generation));
+        Ok((conn, generation))
+    }
+
     /// Run `op` on a lane's connection, bounded by `[store] timeout`. A
     /// connection that fails or does not answer in time is dropped from its
     /// lane (a half-open TCP connection would otherwise time out forever).
@@ -334,24 +381,21 @@ impl RedisStore {
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let (lane, conn) = self.lanes.pick();
+        let (lane, conn, picked) = self.lanes.pick();
+        // The generation of the connection the operation ends up on.
+        let generation = AtomicU64::new(picked);
         let work = async {
             let conn = match conn {
                 Some(conn) => conn,
                 None => {
-                    let conn = Connection::take(
-                        self.pool
-                            .get()
-                            .await
-                            .map_err(|e| StoreError::Unavailable(e.to_string()))?,
-                    );
-                    *self.lanes.slot(lane) = Some(conn.clone());
+                    let (conn, opened) = self.open_lane(lane).await?;
+                    generation.store(opened, Ordering::Relaxed);
                     conn
                 }
             };
             op(conn).await.map_err(|e| {
                 if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
-                    self.lanes.reset();
+                    self.lanes.reset(generation.load(Ordering::Relaxed));
                 }
                 StoreError::Unavailable(e.to_string())
             })
@@ -359,7 +403,7 @@ impl RedisStore {
         match tokio::time::timeout(self.timeout, work).await {
             Ok(result) => result,
             Err(_) => {
-                self.lanes.reset();
+                self.lanes.reset(generation.load(Ordering::Relaxed));
                 Err(StoreError::Unavailable(format!(
                     "no answer within {:?}",
                     self.timeout
