@@ -1,4 +1,4 @@
-//! The admin listener (DESIGN.md §7), separate from the proxy port:
+//! The admin listener (docs/DESIGN.md §7), separate from the proxy port:
 //! `/metrics` (Prometheus text format), `/healthz` (the process answers),
 //! `/readyz` (the store answers and is migrated), and `POST /keys`, which
 //! runs an `idemgate keys` command on this gateway's store (how the CLI
@@ -21,17 +21,21 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 
 use crate::body::{Body, full};
+use crate::clock::Instant;
 use crate::config::Config;
-use crate::metrics::Metrics;
-use crate::store::Store;
+use crate::metrics::{Metrics, plain_result};
+use crate::store::{Store, StoreAdmin};
 
 /// Largest `POST /keys` body read.
 const MAX_COMMAND: usize = 64 * 1024;
 
 /// What the admin endpoints work with.
 pub struct Admin {
-    /// The gateway's store.
+    /// The gateway's request path (key administration makes it forget
+    /// what it caches of a removed key).
     pub store: Arc<dyn Store>,
+    /// The store's administration side.
+    pub records: Arc<dyn StoreAdmin>,
     /// Its metrics.
     pub metrics: Arc<Metrics>,
     /// Its configuration (routes, for key administration).
@@ -104,7 +108,7 @@ const PLAIN: &str = "text/plain; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 async fn answer(request: Request<Incoming>, admin: &Admin) -> Response<Body> {
-    let (store, metrics) = (admin.store.as_ref(), &admin.metrics);
+    let (store, metrics) = (admin.records.as_ref(), &admin.metrics);
     match (request.method().clone(), request.uri().path()) {
         (Method::POST, "/keys") => keys(request, admin).await,
         (Method::GET | Method::HEAD, "/metrics") => {
@@ -116,7 +120,7 @@ async fn answer(request: Request<Incoming>, admin: &Admin) -> Response<Body> {
             text(StatusCode::OK, OPENMETRICS, metrics.encode())
         }
         (Method::GET | Method::HEAD, "/healthz") => text(StatusCode::OK, PLAIN, "ok\n".into()),
-        (Method::GET | Method::HEAD, "/readyz") => match store.ping().await {
+        (Method::GET | Method::HEAD, "/readyz") => match ping(store, metrics).await {
             Ok(()) => text(StatusCode::OK, PLAIN, "ready\n".into()),
             Err(error) => text(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -130,6 +134,14 @@ async fn answer(request: Request<Incoming>, admin: &Admin) -> Response<Body> {
             "admin endpoints: GET /metrics, /healthz, /readyz; POST /keys\n".into(),
         ),
     }
+}
+
+/// Readiness, measured like every store operation.
+async fn ping(store: &dyn StoreAdmin, metrics: &Metrics) -> Result<(), crate::store::StoreError> {
+    let started = Instant::now();
+    let result = store.ping().await;
+    metrics.store_op("ping", plain_result(&result), started.elapsed());
+    result
 }
 
 /// Run the `idemgate keys` command in the body on this gateway's store.
@@ -158,7 +170,8 @@ async fn keys(request: Request<Incoming>, admin: &Admin) -> Response<Body> {
             );
         }
     };
-    match crate::keys::execute(&admin.config, admin.store.as_ref(), command).await {
+    let (records, path) = (admin.records.as_ref(), admin.store.as_ref());
+    match crate::key_admin::execute(&admin.config, records, path, command).await {
         Ok(output) => text(StatusCode::OK, PLAIN, output),
         Err(error) => text(error.status(), PLAIN, format!("{error}\n")),
     }

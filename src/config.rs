@@ -1,4 +1,4 @@
-//! Configuration: the TOML file of DESIGN.md §5, parsed into raw structs that
+//! Configuration: the TOML file of docs/DESIGN.md §5, parsed into raw structs that
 //! mirror the file one to one, then validated into a [`Config`] the rest of
 //! the gateway can trust (no `Option`s left to interpret, no strings left to
 //! parse on the request path).
@@ -141,7 +141,7 @@ impl PathMatch {
 }
 
 /// How logs are written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -189,7 +189,7 @@ pub struct RecordPolicy {
 }
 
 impl RecordPolicy {
-    /// DESIGN.md §5: 2xx, 3xx and 4xx except 408, 409, 425 and 429.
+    /// docs/DESIGN.md §5: 2xx, 3xx and 4xx except 408, 409, 425 and 429.
     pub const DEFAULT: &'static [&'static str] =
         &["2xx", "3xx", "4xx", "!408", "!409", "!425", "!429"];
 

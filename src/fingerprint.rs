@@ -1,4 +1,4 @@
-//! The request fingerprint (DESIGN.md §2 step 4): a SHA-256 over the parts of
+//! The request fingerprint (docs/DESIGN.md §2 step 4): a SHA-256 over the parts of
 //! a request the route says identify it. A key that comes back with a
 //! different fingerprint is a different request under the same key: `422`.
 //!
@@ -121,10 +121,10 @@ fn remove_pointer(value: &mut serde_json::Value, pointer: &str) {
             map.remove(&last);
         }
         Some(serde_json::Value::Array(items)) => {
-            if let Ok(i) = last.parse::<usize>() {
-                if i < items.len() {
-                    items.remove(i);
-                }
+            if let Ok(i) = last.parse::<usize>()
+                && i < items.len()
+            {
+                items.remove(i);
             }
         }
         _ => {}

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use idemgate::cli::{Cli, Command, LogFormat};
+use idemgate::cli::{Cli, Command};
+use idemgate::config::LogFormat;
 use idemgate::{Config, store};
 use tracing_subscriber::EnvFilter;
 
@@ -41,7 +42,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     // Logging starts with the config, whose `log_format` the flag overrides.
     let load = || -> anyhow::Result<Config> {
         let config = Config::load(&cli.config)?;
-        init_logging(cli.log_format.unwrap_or(config.log_format));
+        init_logging(cli.log_format.map_or(config.log_format, LogFormat::from));
         Ok(config)
     };
     match cli.command.unwrap_or(Command::Serve) {
@@ -50,7 +51,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(config.listen)
                 .await
                 .with_context(|| format!("cannot listen on {}", config.listen))?;
-            idemgate::run(listener, config, shutdown_signal()).await?;
+            idemgate::app::run(listener, config, shutdown_signal()).await?;
         }
         Command::Check => {
             let config = load()?;
@@ -78,18 +79,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sweep => {
             let config = load()?;
             let store = store::open(&config.store).await?;
-            let swept = idemgate::sweep_once(store.as_ref(), config.store.sweep_batch).await?;
+            let swept =
+                idemgate::app::sweep_once(store.as_ref(), config.store.sweep_batch, None).await?;
             println!("{swept} expired records deleted");
         }
-        Command::Keys { command } => {
-            print!("{}", idemgate::keys::run(&load()?, command).await?);
+        Command::Keys {
+            command,
+            admin_timeout,
+        } => {
+            let output = idemgate::cli::keys::run(&load()?, command, admin_timeout).await?;
+            print!("{output}");
         }
         Command::Health { admin } => {
             let addr = match admin {
                 Some(addr) => addr,
                 None => load()?.admin_listen,
             };
-            init_logging(cli.log_format.unwrap_or_default());
+            init_logging(cli.log_format.map(LogFormat::from).unwrap_or_default());
             let addr = idemgate::admin::probe_address(addr);
             let status = idemgate::admin::probe(addr, "/healthz", Duration::from_secs(3))
                 .await

@@ -1,10 +1,12 @@
-//! Prometheus metrics (DESIGN.md §7), served on the admin listener's
+//! Prometheus metrics (docs/DESIGN.md §7), served on the admin listener's
 //! `/metrics`. Names and labels are stable; the README's operations section
 //! lists them. Store operations are measured by [`InstrumentedStore`], a
 //! [`Store`] that wraps the real one, so no backend carries metrics code.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Instant;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -14,8 +16,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::store::{
-    Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreError,
-    StoredResponse, Token,
+    Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
 };
 
 /// `route` and `outcome` of a request.
@@ -194,7 +195,8 @@ impl Metrics {
         out
     }
 
-    fn store_op(&self, op: &'static str, result: &'static str, took: Duration) {
+    /// Observe one store operation's latency (`op`: claim, renew, …, sweep, ping).
+    pub fn store_op(&self, op: &'static str, result: &'static str, took: Duration) {
         self.store_seconds
             .get_or_create(&StoreLabels { op, result })
             .observe(took.as_secs_f64());
@@ -222,7 +224,8 @@ fn cas_result(r: &Result<Cas, StoreError>) -> &'static str {
     }
 }
 
-fn plain_result<T>(r: &Result<T, StoreError>) -> &'static str {
+/// The `result` label of an operation that either succeeds or fails.
+pub fn plain_result<T>(r: &Result<T, StoreError>) -> &'static str {
     if r.is_ok() { "ok" } else { "error" }
 }
 
@@ -285,48 +288,7 @@ impl Store for InstrumentedStore {
         r
     }
 
-    async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
-        let started = Instant::now();
-        let r = self.inner.sweep(batch).await;
-        self.metrics
-            .store_op("sweep", plain_result(&r), started.elapsed());
-        if let Ok(n) = r {
-            self.metrics.records_swept.inc_by(n);
-        }
-        r
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        let started = Instant::now();
-        let r = self.inner.ping().await;
-        self.metrics
-            .store_op("ping", plain_result(&r), started.elapsed());
-        r
-    }
-
-    // Key administration is rare and operator-driven: passed through unmeasured.
-    async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
-        self.inner.inspect(key).await
-    }
-
-    async fn list(
-        &self,
-        route: &str,
-        state: RecordState,
-        limit: usize,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
-        self.inner.list(route, state, limit).await
-    }
-
-    async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        self.inner.clear(key, force).await
-    }
-
-    async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        self.inner.delete(key, force).await
-    }
-
-    fn pool_stats(&self) -> Option<crate::store::PoolStats> {
-        self.inner.pool_stats()
+    fn forget(&self, key: &RecordKey) {
+        self.inner.forget(key);
     }
 }

@@ -1,6 +1,6 @@
 //! Every synthetic answer idemgate gives: the [`GatewayError`] enum, its one
 //! exhaustive mapping to an HTTP status, and its RFC 9457
-//! `application/problem+json` rendering (DESIGN.md §2 step 8).
+//! `application/problem+json` rendering (docs/DESIGN.md §2 step 8).
 
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use serde::Serialize;
 
 use crate::body::{Body, full};
-use crate::key::KeyError;
+use crate::idempotency_key::KeyError;
 use crate::store::{HeldReason, StoreError};
 
 /// Every way the gateway answers instead of (or after) the upstream.

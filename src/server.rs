@@ -15,6 +15,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::clock::Instant;
 use crate::config::Config;
 use crate::handler::Gateway;
 
@@ -81,18 +82,19 @@ pub async fn serve(
 
     drop(listener);
     tracing::info!("shutting down: finishing open requests and forwards");
-    let deadline = config.shutdown_timeout;
-    if tokio::time::timeout(deadline, graceful.shutdown())
+    // One deadline for both phases: `shutdown_timeout` is the longest wait.
+    let deadline = Instant::now() + config.shutdown_timeout;
+    if tokio::time::timeout_at(deadline, graceful.shutdown())
         .await
         .is_err()
     {
-        tracing::warn!(?deadline, "connections still open at the shutdown deadline");
+        tracing::warn!(timeout = ?config.shutdown_timeout, "connections still open at the shutdown deadline");
     }
     gateway.tasks().close();
-    if tokio::time::timeout(deadline, gateway.tasks().wait())
+    if tokio::time::timeout_at(deadline, gateway.tasks().wait())
         .await
         .is_err()
     {
-        tracing::warn!(?deadline, "forwards still running at the shutdown deadline");
+        tracing::warn!(timeout = ?config.shutdown_timeout, "forwards still running at the shutdown deadline");
     }
 }

@@ -134,10 +134,10 @@ pub fn prepare<B>(mut request: Request<B>, upstream: &Uri, client: SocketAddr) -
     if !headers.contains_key(&X_FORWARDED_PROTO) {
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
     }
-    if let Some(host) = original_host {
-        if !headers.contains_key(&X_FORWARDED_HOST) {
-            headers.insert(X_FORWARDED_HOST, host);
-        }
+    if let Some(host) = original_host
+        && !headers.contains_key(&X_FORWARDED_HOST)
+    {
+        headers.insert(X_FORWARDED_HOST, host);
     }
     request
 }

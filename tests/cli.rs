@@ -1,5 +1,8 @@
 //! The command line, run as the real binary: `check`, `serve` against an
 //! unreachable store, `migrate`.
+// Test support shares items across modules with `pub`, and measures real
+// elapsed time of external processes with std's clock.
+#![allow(unreachable_pub, clippy::disallowed_types)]
 
 mod common;
 

@@ -2,6 +2,9 @@
 //! `idemgate` binary as child processes on one fresh PostgreSQL database,
 //! killed with SIGKILL or stopped with SIGTERM mid-forward, in front of a
 //! real upstream that counts what it receives.
+// Test support shares items across modules with `pub`, and measures real
+// elapsed time of external processes with std's clock.
+#![allow(unreachable_pub, clippy::disallowed_types)]
 
 mod common;
 

@@ -1,5 +1,8 @@
 //! `idemgate keys show|list|release|delete` (the real binary) against a
 //! real gateway's records, on PostgreSQL and on Redis.
+// Test support shares items across modules with `pub`, and measures real
+// elapsed time of external processes with std's clock.
+#![allow(unreachable_pub, clippy::disallowed_types)]
 
 mod common;
 

@@ -1,5 +1,8 @@
 //! `/metrics` on the admin listener: counters move as requests flow
 //! (scrape, act, scrape again).
+// Test support shares items across modules with `pub`, and measures real
+// elapsed time of external processes with std's clock.
+#![allow(unreachable_pub, clippy::disallowed_types)]
 
 mod common;
 

@@ -2,6 +2,9 @@
 //! (`pg_ctl stop -m immediate`) and started again under a running gateway,
 //! which must fail closed (or open, where configured) and recover by itself.
 //! The shared PostgreSQL other tests use is never touched.
+// Test support shares items across modules with `pub`, and measures real
+// elapsed time of external processes with std's clock.
+#![allow(unreachable_pub, clippy::disallowed_types)]
 
 mod common;
 

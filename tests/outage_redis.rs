@@ -2,6 +2,9 @@
 //! `redis-server` on a free port is stopped, frozen and restarted under a
 //! running gateway, which must answer 503 (or fail open) and recover by
 //! itself.
+// Test support shares items across modules with `pub`, and measures real
+// elapsed time of external processes with std's clock.
+#![allow(unreachable_pub, clippy::disallowed_types)]
 
 mod common;
 

@@ -1,5 +1,8 @@
-//! The pipeline of DESIGN.md §2 end to end: the real gateway on port 0 in
+//! The pipeline of docs/DESIGN.md §2 end to end: the real gateway on port 0 in
 //! front of a real upstream on port 0, on a fresh PostgreSQL database.
+// Test support shares items across modules with `pub`, and measures real
+// elapsed time of external processes with std's clock.
+#![allow(unreachable_pub, clippy::disallowed_types)]
 
 mod common;
 

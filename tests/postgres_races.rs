@@ -1,6 +1,9 @@
 //! Interleavings the PostgreSQL claim must survive, forced with explicit
 //! transactions: a write that commits between the claim's read and its
 //! write must make the claim read again, never be overwritten.
+// Test support shares items across modules with `pub`, and measures real
+// elapsed time of external processes with std's clock.
+#![allow(unreachable_pub, clippy::disallowed_types)]
 
 mod common;
 

@@ -3,6 +3,9 @@
 //! it answers that key from memory, for at most the TTL and never past the
 //! record's retention. To tell a cached answer from a store answer, the tests
 //! delete the record behind the gateway's back, straight in the store.
+// Test support shares items across modules with `pub`, and measures real
+// elapsed time of external processes with std's clock.
+#![allow(unreachable_pub, clippy::disallowed_types)]
 
 mod common;
 

@@ -1,5 +1,8 @@
 //! The server's connection handling: h2c next to HTTP/1.1, the connection
 //! cap, and the header-read timeout.
+// Test support shares items across modules with `pub`, and measures real
+// elapsed time of external processes with std's clock.
+#![allow(unreachable_pub, clippy::disallowed_types)]
 
 mod common;
 

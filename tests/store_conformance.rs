@@ -1,6 +1,9 @@
-//! One conformance suite for every store (DESIGN.md §6): the same tests,
+//! One conformance suite for every store (docs/DESIGN.md §6): the same tests,
 //! unchanged, instantiated per backend by `conformance!` at the bottom.
 //! Adding a backend means adding one line there.
+// Test support shares items across modules with `pub`, and measures real
+// elapsed time of external processes with std's clock.
+#![allow(unreachable_pub, clippy::disallowed_types)]
 
 mod common;
 
@@ -10,14 +13,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use idemgate::config::{StoreConfig, UnknownOutcome};
-use idemgate::store::{Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoredResponse};
+use idemgate::store::{Backend, Cas, Claim, ClaimRequest, HeldReason, RecordKey, StoredResponse};
 
 const LEASE: Duration = Duration::from_secs(30);
 const RETENTION: Duration = Duration::from_secs(3600);
 
 /// A store on fresh storage, and what keeps that storage alive.
 struct Fixture {
-    store: Arc<dyn Store>,
+    store: Arc<dyn Backend>,
     /// The backend expires records by itself (Redis TTLs): sweeps find nothing.
     expires_by_itself: bool,
     _guard: Box<dyn std::any::Any + Send>,
@@ -87,7 +90,7 @@ fn fp(n: u8) -> [u8; 32] {
 }
 
 async fn claim_with(
-    store: &dyn Store,
+    store: &dyn Backend,
     k: &RecordKey,
     f: u8,
     lease: Duration,
@@ -105,7 +108,7 @@ async fn claim_with(
         .expect("claim")
 }
 
-async fn claim(store: &dyn Store, k: &RecordKey, f: u8) -> Claim {
+async fn claim(store: &dyn Backend, k: &RecordKey, f: u8) -> Claim {
     claim_with(store, k, f, LEASE, UnknownOutcome::Hold).await
 }
 
@@ -385,9 +388,9 @@ async fn sweep_deletes_only_expired_records(f: Fixture) {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let swept = idemgate::sweep_once(s, 2).await.unwrap();
+    let swept = idemgate::sweep_once(s, 2, None).await.unwrap();
     assert_eq!(swept, if f.expires_by_itself { 0 } else { 5 });
-    assert_eq!(idemgate::sweep_once(s, 2).await.unwrap(), 0);
+    assert_eq!(idemgate::sweep_once(s, 2, None).await.unwrap(), 0);
     assert_eq!(claim(s, &live, 1).await, Claim::Replay(response("keep")));
     token(claim(s, &key("old0"), 2).await);
 }
@@ -413,7 +416,7 @@ async fn a_live_lease_outlives_retention(f: Fixture) {
         s.claim(&request).await.unwrap(),
         Claim::InFlight { .. }
     ));
-    assert_eq!(idemgate::sweep_once(s, 10).await.unwrap(), 0);
+    assert_eq!(idemgate::sweep_once(s, 10, None).await.unwrap(), 0);
     assert_eq!(
         s.complete(&k, t, &response("done"), RETENTION)
             .await

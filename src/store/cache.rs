@@ -9,19 +9,21 @@
 //! last confirmed it, so the cache can answer for a record that another
 //! process deleted (`idemgate keys delete`), or that just passed its
 //! retention, for at most that long. Deletes made through this instance
-//! (its admin listener) drop the entry at once. Only the claim is served
-//! from the cache; every other operation goes straight to the store.
+//! (its admin listener) drop the entry at once ([`Store::forget`]). Only
+//! the claim is served from the cache; every other operation goes straight
+//! to the store.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::clock::Instant;
 
 use prometheus_client::metrics::counter::Counter;
 use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 
 use super::{
-    Cas, Claim, ClaimRequest, HeldReason, PoolStats, RecordInfo, RecordKey, RecordState, Store,
-    StoreError, StoredResponse, Token,
+    Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
 };
 use crate::fingerprint::Fingerprint;
 
@@ -57,7 +59,7 @@ fn weight(key: &RecordKey, response: &StoredResponse) -> u64 {
 
 /// A [`Store`] that answers claims on recently replayed completed records
 /// from memory.
-pub struct CachedStore {
+pub(super) struct CachedStore {
     inner: Arc<dyn Store>,
     cache: Cache<RecordKey, Entry, BySize>,
     ttl: Duration,
@@ -67,7 +69,7 @@ pub struct CachedStore {
 impl CachedStore {
     /// Cache up to `max_bytes` of completed records for up to `ttl` each;
     /// `hits` counts the claims answered from the cache.
-    pub fn new(inner: Arc<dyn Store>, ttl: Duration, max_bytes: u64, hits: Counter) -> Self {
+    pub(super) fn new(inner: Arc<dyn Store>, ttl: Duration, max_bytes: u64, hits: Counter) -> Self {
         // quick_cache sizes its tables from an estimate of the entry count.
         let estimated_entries = (max_bytes / 2048).clamp(16, 1 << 20) as usize;
         Self {
@@ -149,41 +151,11 @@ impl Store for CachedStore {
         self.inner.hold(key, token, reason, retention).await
     }
 
-    async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
-        self.inner.sweep(batch).await
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        self.inner.ping().await
-    }
-
-    async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
-        self.inner.inspect(key).await
-    }
-
-    async fn list(
-        &self,
-        route: &str,
-        state: RecordState,
-        limit: usize,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
-        self.inner.list(route, state, limit).await
-    }
-
-    async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        // A completed record is never cleared, but drop the entry anyway.
+    fn forget(&self, key: &RecordKey) {
+        // After the administrative delete: a claim racing it may have
+        // cached the record. (A completed record is never cleared, so
+        // `keys release` needs this only for the race.)
         self.cache.remove(key);
-        self.inner.clear(key, force).await
-    }
-
-    async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        let deleted = self.inner.delete(key, force).await;
-        // After the delete: a claim racing it may have cached the record.
-        self.cache.remove(key);
-        deleted
-    }
-
-    fn pool_stats(&self) -> Option<PoolStats> {
-        self.inner.pool_stats()
+        self.inner.forget(key);
     }
 }

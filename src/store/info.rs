@@ -7,12 +7,11 @@ use serde::Serialize;
 
 use super::{HeldReason, RecordKey};
 
-/// A record's state (DESIGN.md §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, clap::ValueEnum)]
+/// A record's state (docs/DESIGN.md §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RecordState {
     /// An attempt holds (or held, if `lease_until` has passed) a lease.
-    #[value(name = "in_flight")]
     InFlight,
     /// A response is recorded.
     Completed,
@@ -124,7 +123,7 @@ fn rfc3339_opt<S: serde::Serializer>(t: &Option<SystemTime>, s: S) -> Result<S::
     }
 }
 
-/// Seconds since the epoch (as stores keep them) to a `SystemTime`.
+/// Milliseconds since the epoch (as stores keep them) to a `SystemTime`.
 pub(crate) fn from_epoch_millis(ms: i64) -> SystemTime {
     SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64)
 }

@@ -1,8 +1,8 @@
 //! The in-memory store (`memory://`): for trying idemgate on one machine
 //! with no database, and for fast tests. Per-process and lost on restart,
-//! which the gateway warns about at start. It follows exactly the state
-//! machine of the PostgreSQL claim function (migrations/0001_records.sql):
-//! same outcomes, same fencing, same expiry, on a monotonic clock.
+//! which the gateway warns about at start. It executes the rules of
+//! [`super::transitions`] directly, on tokio's monotonic clock (so tests
+//! can pause time).
 //!
 //! Memory is bounded by `[store] max_records`: when that many live records
 //! exist, expired ones are swept first, and if none are, a new key is
@@ -14,11 +14,11 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use super::transitions::{self, ClaimStep, Phase, Write};
 use super::{
-    Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreError,
-    StoredResponse, Token,
+    Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreAdmin,
+    StoreError, StoredResponse, Token,
 };
-use crate::config::UnknownOutcome;
 use crate::fingerprint::Fingerprint;
 
 #[derive(Debug, Clone)]
@@ -81,10 +81,20 @@ impl Record {
         )
     }
 
-    /// Past retention and not held by a live lease (a lease outlives retention).
+    /// The state as the rules of [`transitions`] see it at `now`.
+    fn phase(&self, now: Instant) -> Phase {
+        match &self.state {
+            State::InFlight { lease_until } => {
+                Phase::in_flight(lease_until.saturating_duration_since(now))
+            }
+            State::Completed(_) => Phase::Completed,
+            State::Held(reason) => Phase::Held(*reason),
+        }
+    }
+
+    /// Gone for every purpose ([`transitions::expired`]).
     fn expired(&self, now: Instant) -> bool {
-        let leased = matches!(self.state, State::InFlight { lease_until } if lease_until > now);
-        self.expires_at <= now && !leased
+        transitions::expired(self.expires_at <= now, self.phase(now))
     }
 }
 
@@ -132,8 +142,46 @@ impl MemoryStore {
     }
 }
 
-fn owned(record: &Record, token: Token) -> bool {
-    record.token == token
+impl MemoryStore {
+    /// An attempt's write: `apply` it at `now` if [`transitions::write_applies`]
+    /// (a release removes the record instead).
+    fn write(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        write: Write,
+        apply: impl FnOnce(&mut Record, Instant),
+    ) -> Cas {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let Some(record) = inner.records.get_mut(key) else {
+            return Cas::Fenced;
+        };
+        if !transitions::write_applies(write, record.token == token, record.phase(now)) {
+            return Cas::Fenced;
+        }
+        if write == Write::Release {
+            inner.records.remove(key);
+        } else {
+            apply(record, now);
+            record.updated_at = now;
+        }
+        Cas::Applied
+    }
+
+    /// Key administration: remove the record if `allowed` by its phase.
+    fn remove_if(&self, key: &RecordKey, allowed: impl FnOnce(Phase) -> bool) -> bool {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let removable = inner
+            .records
+            .get(key)
+            .is_some_and(|r| allowed(r.phase(now)));
+        if removable {
+            inner.records.remove(key);
+        }
+        removable
+    }
 }
 
 #[async_trait::async_trait]
@@ -151,56 +199,53 @@ impl Store for MemoryStore {
             created_at: now,
             updated_at: now,
         };
-        let live = inner
-            .records
-            .get(req.key)
-            .filter(|r| !r.expired(now))
-            .cloned();
-        let Some(record) = live else {
-            if !inner.records.contains_key(req.key) && inner.records.len() >= self.max_records {
-                let room = inner.records.len() - self.max_records + 1;
-                if inner.sweep(now, room.max(64)) < room as u64 {
-                    return Err(StoreError::Full(self.max_records));
-                }
-            }
-            let token = inner.next_token();
-            inner.records.insert(req.key.clone(), fresh(token));
-            return Ok(Claim::Claimed {
-                token,
-                takeover: false,
-            });
-        };
-        if record.fingerprint != *req.fingerprint {
-            return Ok(Claim::Mismatch);
-        }
-        Ok(match record.state {
-            State::Completed(response) => Claim::Replay(response),
-            State::Held(reason) => Claim::Held(reason),
-            State::InFlight { lease_until } if lease_until > now => Claim::InFlight {
-                retry_after: lease_until - now,
-            },
-            State::InFlight { .. } => match req.on_unknown_outcome {
-                UnknownOutcome::Release => {
-                    let token = inner.next_token();
-                    let entry = inner.records.get_mut(req.key).expect("read above");
-                    entry.token = token;
-                    entry.updated_at = now;
-                    entry.expires_at = entry.expires_at.max(now + req.lease);
-                    entry.state = State::InFlight {
-                        lease_until: now + req.lease,
-                    };
-                    Claim::Claimed {
-                        token,
-                        takeover: true,
+        let live = inner.records.get(req.key).filter(|r| !r.expired(now));
+        let step = transitions::claim(
+            live.map(|r| (r.phase(now), r.fingerprint == *req.fingerprint)),
+            req.on_unknown_outcome,
+        );
+        Ok(match step {
+            ClaimStep::Insert => {
+                if !inner.records.contains_key(req.key) && inner.records.len() >= self.max_records {
+                    let room = inner.records.len() - self.max_records + 1;
+                    if inner.sweep(now, room.max(64)) < room as u64 {
+                        return Err(StoreError::Full(self.max_records));
                     }
                 }
-                UnknownOutcome::Hold => {
-                    let entry = inner.records.get_mut(req.key).expect("read above");
-                    entry.state = State::Held(HeldReason::LeaseLapsed);
-                    entry.updated_at = now;
-                    Claim::Held(HeldReason::LeaseLapsed)
+                let token = inner.next_token();
+                inner.records.insert(req.key.clone(), fresh(token));
+                Claim::Claimed {
+                    token,
+                    takeover: false,
                 }
+            }
+            ClaimStep::Mismatch => Claim::Mismatch,
+            ClaimStep::Replay => match live.map(|r| &r.state) {
+                Some(State::Completed(response)) => Claim::Replay(response.clone()),
+                _ => unreachable!("a replay is decided on a completed record"),
             },
+            ClaimStep::Held(reason) => Claim::Held(reason),
+            ClaimStep::InFlight(retry_after) => Claim::InFlight { retry_after },
+            ClaimStep::TakeOver => {
+                let token = inner.next_token();
+                let entry = inner.records.get_mut(req.key).expect("read above");
+                entry.token = token;
+                entry.updated_at = now;
+                entry.expires_at = entry.expires_at.max(now + req.lease);
+                entry.state = State::InFlight {
+                    lease_until: now + req.lease,
+                };
+                Claim::Claimed {
+                    token,
+                    takeover: true,
+                }
+            }
+            ClaimStep::HoldLapsed => {
+                let entry = inner.records.get_mut(req.key).expect("read above");
+                entry.state = State::Held(HeldReason::LeaseLapsed);
+                entry.updated_at = now;
+                Claim::Held(HeldReason::LeaseLapsed)
+            }
         })
     }
 
@@ -210,19 +255,12 @@ impl Store for MemoryStore {
         token: Token,
         lease: Duration,
     ) -> Result<Cas, StoreError> {
-        let now = Instant::now();
-        let mut inner = self.lock();
-        Ok(match inner.records.get_mut(key) {
-            Some(r) if owned(r, token) && matches!(r.state, State::InFlight { .. }) => {
-                r.state = State::InFlight {
-                    lease_until: now + lease,
-                };
-                r.expires_at = r.expires_at.max(now + lease);
-                r.updated_at = now;
-                Cas::Applied
-            }
-            _ => Cas::Fenced,
-        })
+        Ok(self.write(key, token, Write::Renew, |r, now| {
+            r.state = State::InFlight {
+                lease_until: now + lease,
+            };
+            r.expires_at = r.expires_at.max(now + lease);
+        }))
     }
 
     async fn complete(
@@ -232,36 +270,14 @@ impl Store for MemoryStore {
         response: &StoredResponse,
         retention: Duration,
     ) -> Result<Cas, StoreError> {
-        let now = Instant::now();
-        let mut inner = self.lock();
-        Ok(match inner.records.get_mut(key) {
-            Some(r)
-                if owned(r, token)
-                    && matches!(
-                        r.state,
-                        State::InFlight { .. }
-                            | State::Completed(_)
-                            | State::Held(HeldReason::LeaseLapsed)
-                    ) =>
-            {
-                r.state = State::Completed(response.clone());
-                r.expires_at = now + retention;
-                r.updated_at = now;
-                Cas::Applied
-            }
-            _ => Cas::Fenced,
-        })
+        Ok(self.write(key, token, Write::Complete, |r, now| {
+            r.state = State::Completed(response.clone());
+            r.expires_at = now + retention;
+        }))
     }
 
     async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
-        let mut inner = self.lock();
-        match inner.records.get(key) {
-            Some(r) if owned(r, token) && matches!(r.state, State::InFlight { .. }) => {
-                inner.records.remove(key);
-                Ok(Cas::Applied)
-            }
-            _ => Ok(Cas::Fenced),
-        }
+        Ok(self.write(key, token, Write::Release, |_, _| {}))
     }
 
     async fn hold(
@@ -271,22 +287,15 @@ impl Store for MemoryStore {
         reason: HeldReason,
         retention: Duration,
     ) -> Result<Cas, StoreError> {
-        let now = Instant::now();
-        let mut inner = self.lock();
-        Ok(match inner.records.get_mut(key) {
-            Some(r)
-                if owned(r, token)
-                    && matches!(r.state, State::InFlight { .. } | State::Held(_)) =>
-            {
-                r.state = State::Held(reason);
-                r.expires_at = now + retention;
-                r.updated_at = now;
-                Cas::Applied
-            }
-            _ => Cas::Fenced,
-        })
+        Ok(self.write(key, token, Write::Hold, |r, now| {
+            r.state = State::Held(reason);
+            r.expires_at = now + retention;
+        }))
     }
+}
 
+#[async_trait::async_trait]
+impl StoreAdmin for MemoryStore {
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
         Ok(self.lock().sweep(Instant::now(), batch))
     }
@@ -318,34 +327,125 @@ impl Store for MemoryStore {
     }
 
     async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        let now = Instant::now();
-        let mut inner = self.lock();
-        let clearable = match inner.records.get(key).map(|r| &r.state) {
-            Some(State::Held(_)) => true,
-            Some(State::InFlight { lease_until }) => force || *lease_until <= now,
-            _ => false,
-        };
-        if clearable {
-            inner.records.remove(key);
-        }
-        Ok(clearable)
+        Ok(self.remove_if(key, |phase| transitions::clearable(phase, force)))
     }
 
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        let now = Instant::now();
-        let mut inner = self.lock();
-        let deletable = match inner.records.get(key).map(|r| &r.state) {
-            None => false,
-            Some(State::InFlight { lease_until }) => force || *lease_until <= now,
-            Some(_) => true,
-        };
-        if deletable {
-            inner.records.remove(key);
-        }
-        Ok(deletable)
+        Ok(self.remove_if(key, |phase| transitions::deletable(phase, force)))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Leases and retention on tokio's paused clock: time is advanced, never
+    //! slept through. (The conformance suite checks the same rules on every
+    //! store in real time.)
+
+    use std::time::Duration;
+
+    use super::*;
+    use crate::store::UnknownOutcome;
+
+    fn key(name: &str) -> RecordKey {
+        RecordKey {
+            route: "r".into(),
+            scope: Vec::new(),
+            key: name.into(),
+        }
+    }
+
+    async fn claim(store: &MemoryStore, key: &RecordKey, unknown: UnknownOutcome) -> Claim {
+        let request = ClaimRequest {
+            key,
+            fingerprint: &[7; 32],
+            lease: Duration::from_secs(30),
+            retention: Duration::from_secs(3600),
+            on_unknown_outcome: unknown,
+        };
+        store.claim(&request).await.unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_lives_its_length_then_lapses_into_held_or_a_takeover() {
+        let store = MemoryStore::new(16);
+        for (unknown, name) in [(UnknownOutcome::Hold, "h"), (UnknownOutcome::Release, "t")] {
+            let key = key(name);
+            let Claim::Claimed { token, .. } = claim(&store, &key, unknown).await else {
+                panic!("a fresh key is claimed");
+            };
+            tokio::time::advance(Duration::from_secs(29)).await;
+            assert_eq!(
+                claim(&store, &key, unknown).await,
+                Claim::InFlight {
+                    retry_after: Duration::from_secs(1)
+                }
+            );
+            tokio::time::advance(Duration::from_secs(1)).await;
+            let lapsed = claim(&store, &key, unknown).await;
+            match unknown {
+                UnknownOutcome::Hold => {
+                    assert_eq!(lapsed, Claim::Held(HeldReason::LeaseLapsed));
+                }
+                UnknownOutcome::Release => {
+                    assert!(
+                        matches!(lapsed, Claim::Claimed { token: t, takeover: true } if t > token)
+                    );
+                    // The first attempt is fenced by the takeover.
+                    assert_eq!(store.release(&key, token).await.unwrap(), Cas::Fenced);
+                }
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_renewed_lease_outlives_retention_and_a_record_expires_after_it() {
+        let store = MemoryStore::new(16);
+        let key = key("k");
+        let request = ClaimRequest {
+            key: &key,
+            fingerprint: &[1; 32],
+            lease: Duration::from_secs(10),
+            retention: Duration::from_secs(5),
+            on_unknown_outcome: UnknownOutcome::Hold,
+        };
+        let Ok(Claim::Claimed { token, .. }) = store.claim(&request).await else {
+            panic!("a fresh key is claimed");
+        };
+        tokio::time::advance(Duration::from_secs(8)).await;
+        // Past retention, but the lease is live: nothing sweeps it.
+        assert_eq!(store.sweep(10).await.unwrap(), 0);
+        assert_eq!(
+            store
+                .renew(&key, token, Duration::from_secs(10))
+                .await
+                .unwrap(),
+            Cas::Applied
+        );
+        let response = StoredResponse {
+            status: http::StatusCode::CREATED,
+            headers: http::HeaderMap::new(),
+            body: bytes::Bytes::from_static(b"done"),
+        };
+        let retention = Duration::from_secs(60);
+        let completed = store.complete(&key, token, &response, retention).await;
+        assert_eq!(completed.unwrap(), Cas::Applied);
+        tokio::time::advance(Duration::from_secs(59)).await;
+        assert_eq!(
+            store.claim(&request).await.unwrap(),
+            Claim::Replay(response)
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(store.sweep(10).await.unwrap(), 1);
+        assert!(matches!(
+            store.claim(&request).await.unwrap(),
+            Claim::Claimed {
+                takeover: false,
+                ..
+            }
+        ));
     }
 }

@@ -1,5 +1,5 @@
 //! The record store: one trait the handler depends on, the claim outcomes
-//! (DESIGN.md §2 step 5) and the record states (§3).
+//! (docs/DESIGN.md §2 step 5) and the record states (§3).
 //!
 //! Every transition after the claim is a compare-and-set on the attempt's
 //! fencing token: an attempt whose token is no longer the record's current
@@ -13,6 +13,7 @@ pub mod memory;
 mod pg_pool;
 pub mod postgres;
 pub mod redis;
+pub mod transitions;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,13 +21,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
-use crate::config::{StoreConfig, UnknownOutcome};
+pub use crate::config::{StoreConfig, UnknownOutcome};
 use crate::fingerprint::Fingerprint;
 
 pub use headers::{decode_headers, encode_headers};
 pub use info::{RecordInfo, RecordState};
 
-/// The key space of DESIGN.md §4: `(route, scope, key)`.
+/// The key space of docs/DESIGN.md §4: `(route, scope, key)`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RecordKey {
     /// The route's name.
@@ -79,7 +80,7 @@ pub struct StoredResponse {
     pub body: Bytes,
 }
 
-/// Why a key is `held` (DESIGN.md §3).
+/// Why a key is `held` (docs/DESIGN.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeldReason {
     /// The exchange failed after the request was sent (reset, protocol error).
@@ -173,7 +174,9 @@ pub enum StoreError {
     UnsupportedUrl(String),
 }
 
-/// A record store shared by every gateway instance.
+/// The request path of a record store shared by every gateway instance:
+/// the claim and the transitions of a claimed attempt. Wrappers (metrics,
+/// the replay cache) implement this trait only.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Atomically claim a key, or report why it cannot be claimed.
@@ -203,31 +206,50 @@ pub trait Store: Send + Sync + 'static {
         reason: HeldReason,
         retention: Duration,
     ) -> Result<Cas, StoreError>;
-    /// Delete up to `batch` expired records; returns how many went.
-    async fn sweep(&self, batch: usize) -> Result<u64, StoreError>;
-    /// Readiness: the store answers and (where it has a schema) is migrated.
-    async fn ping(&self) -> Result<(), StoreError>;
-    /// Key administration: one record, if present (an expired one until it is swept).
+    /// Drop whatever this layer remembers of `key`, after key administration
+    /// removed its record. Backends remember nothing; wrappers that cache
+    /// records drop them, and wrappers forward the call.
+    fn forget(&self, _key: &RecordKey) {}
+}
+
+/// The administration side of a record store: key administration,
+/// sweeping and health. Operators and background tasks use it, never the
+/// request path; backends implement it, wrappers do not.
+#[async_trait::async_trait]
+pub trait StoreAdmin: Send + Sync + 'static {
+    /// One record, if present (an expired one until it is swept).
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError>;
-    /// Key administration: up to `limit` records of a route in one state.
+    /// Up to `limit` records of a route in one state, least recently changed first.
     async fn list(
         &self,
         route: &str,
         state: RecordState,
         limit: usize,
     ) -> Result<Vec<RecordInfo>, StoreError>;
-    /// Key administration: remove a `held` record, or an `in_flight` one
-    /// whose lease has lapsed, so the next request with the key is
-    /// forwarded. A live lease (an attempt may be at the upstream right now)
-    /// is removed only with `force`; a completed record never.
+    /// Remove a `held` record, or an `in_flight` one whose lease has lapsed,
+    /// so the next request with the key is forwarded. A live lease (an
+    /// attempt may be at the upstream right now) is removed only with
+    /// `force`; a completed record never ([`transitions::clearable`]).
     async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError>;
-    /// Key administration: remove a record in any state; a live lease only with `force`.
+    /// Remove a record in any state; a live lease only with `force`
+    /// ([`transitions::deletable`]).
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError>;
+    /// Delete up to `batch` expired records; returns how many went.
+    async fn sweep(&self, batch: usize) -> Result<u64, StoreError>;
+    /// Readiness: the store answers and (where it has a schema) is migrated.
+    async fn ping(&self) -> Result<(), StoreError>;
     /// The connection pool's occupancy, for stores that have one.
     fn pool_stats(&self) -> Option<PoolStats> {
         None
     }
 }
+
+/// A backend: both sides of one store. [`open`] returns one; its request
+/// path is wrapped (metrics, replay cache) and its administration side is
+/// used as it is.
+pub trait Backend: Store + StoreAdmin {}
+
+impl<T: Store + StoreAdmin> Backend for T {}
 
 /// A store connection pool's occupancy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -242,7 +264,7 @@ pub struct PoolStats {
 
 /// Open the store the configuration names (by URL scheme), applying
 /// migrations if asked.
-pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Store>, StoreError> {
+pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Backend>, StoreError> {
     let url = config.url.as_str();
     let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
     match scheme {

@@ -14,7 +14,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 /// Opens connections for the pool.
 #[derive(Debug)]
-pub struct Connector {
+pub(super) struct Connector {
     options: PgConnectOptions,
 }
 
@@ -35,17 +35,17 @@ impl Manager for Connector {
 
 /// A bounded pool of PostgreSQL connections (cheap to clone: shared).
 #[derive(Debug, Clone)]
-pub struct PgPool {
+pub(super) struct PgPool {
     pool: Pool<Connector>,
 }
 
 /// Why no connection could be had.
-pub type GetError = managed::PoolError<sqlx::Error>;
+pub(super) type GetError = managed::PoolError<sqlx::Error>;
 
 impl PgPool {
     /// A pool of at most `max` connections; waiting for one and opening one
     /// are each bounded by `timeout`. Connects lazily.
-    pub fn new(options: PgConnectOptions, max: usize, timeout: std::time::Duration) -> Self {
+    pub(super) fn new(options: PgConnectOptions, max: usize, timeout: std::time::Duration) -> Self {
         let pool = Pool::builder(Connector { options })
             .max_size(max)
             .wait_timeout(Some(timeout))
@@ -57,7 +57,7 @@ impl PgPool {
     }
 
     /// A connection, reused or new.
-    pub async fn get(&self) -> Result<Checkout, GetError> {
+    pub(super) async fn get(&self) -> Result<Checkout, GetError> {
         Ok(Checkout {
             object: Some(self.pool.get().await?),
             clean: false,
@@ -67,12 +67,12 @@ impl PgPool {
     /// Close every idle connection: after one failed at the transport (the
     /// server restarted, the network dropped), the others almost certainly
     /// did too, and each would otherwise fail one operation first.
-    pub fn close_idle(&self) {
+    pub(super) fn close_idle(&self) {
         let _ = self.pool.retain(|_, _| false);
     }
 
     /// Open connections, idle ones, and the most the pool opens.
-    pub fn stats(&self) -> (u64, u64, u64) {
+    pub(super) fn stats(&self) -> (u64, u64, u64) {
         let status = self.pool.status();
         (
             status.size as u64,
@@ -84,14 +84,14 @@ impl PgPool {
 
 /// A checked-out connection. It returns to the pool only after
 /// [`Checkout::clean`]; dropped without it, the connection is closed.
-pub struct Checkout {
+pub(super) struct Checkout {
     object: Option<Object<Connector>>,
     clean: bool,
 }
 
 impl Checkout {
     /// The connection.
-    pub fn conn(&mut self) -> &mut PgConnection {
+    pub(super) fn conn(&mut self) -> &mut PgConnection {
         self.object
             .as_mut()
             .expect("present until the checkout is dropped")
@@ -99,18 +99,18 @@ impl Checkout {
 
     /// The operation ended at a protocol boundary: the connection may be
     /// reused.
-    pub fn clean(&mut self) {
+    pub(super) fn clean(&mut self) {
         self.clean = true;
     }
 }
 
 impl Drop for Checkout {
     fn drop(&mut self) {
-        if let Some(object) = self.object.take() {
-            if !self.clean {
-                // Out of the pool for good; dropping it closes the socket.
-                drop(Object::take(object));
-            }
+        if let Some(object) = self.object.take()
+            && !self.clean
+        {
+            // Out of the pool for good; dropping it closes the socket.
+            drop(Object::take(object));
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The PostgreSQL store (DESIGN.md §6), the default and the source of truth.
+//! The PostgreSQL store (docs/DESIGN.md §6), the default and the source of truth.
 //!
 //! The claim is one call of the `idemgate_claim` function (migrations/), one
 //! round trip; every later transition is one `UPDATE`/`DELETE` that is a
@@ -15,8 +15,8 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use super::info::from_epoch_millis;
 use super::pg_pool::PgPool;
 use super::{
-    Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreError,
-    StoredResponse, Token, decode_headers, encode_headers, redact_url,
+    Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreAdmin,
+    StoreError, StoredResponse, Token, decode_headers, encode_headers, redact_url,
 };
 use crate::config::{StoreConfig, UnknownOutcome};
 
@@ -92,6 +92,27 @@ fn unavailable(e: sqlx::Error) -> StoreError {
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The condition that finds one record; [`bind_key!`] binds `$1`–`$3`.
+macro_rules! key_match {
+    () => {
+        "route = $1 AND scope = $2 AND key = $3"
+    };
+}
+
+/// `$head WHERE <one record> $tail`, as a `&'static str`.
+macro_rules! at_key {
+    ($head:literal, $tail:literal $(,)?) => {
+        concat!($head, " WHERE ", key_match!(), " ", $tail)
+    };
+}
+
+/// Bind a [`RecordKey`] as `$1`–`$3` of a statement written with [`at_key!`].
+macro_rules! bind_key {
+    ($query:expr, $key:expr) => {
+        $query.bind(&$key.route).bind(&$key.scope).bind(&$key.key)
+    };
 }
 
 fn cas(rows: u64) -> Cas {
@@ -208,6 +229,7 @@ fn claim_from_row(row: ClaimRow) -> Result<Claim, StoreError> {
 #[async_trait::async_trait]
 impl Store for PgStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        // idemgate_claim (migrations/0001_records.sql) implements transitions::claim.
         let row: ClaimRow = self
             .bounded(async |conn| {
                 sqlx::query_as("SELECT * FROM idemgate_claim($1, $2, $3, $4, $5, $6, $7)")
@@ -232,17 +254,14 @@ impl Store for PgStore {
         lease: Duration,
     ) -> Result<Cas, StoreError> {
         let done = self
-            .bounded(async |conn| sqlx::query(
+            // transitions::write_applies(Renew): the token, in flight.
+            .bounded(async |conn| bind_key!(sqlx::query(at_key!(
                     "UPDATE idemgate_records
                         SET lease_until = clock_timestamp() + $5 * INTERVAL '1 millisecond',
                             expires_at = GREATEST(expires_at, clock_timestamp() + $5 * INTERVAL '1 millisecond'),
-                            updated_at = clock_timestamp()
-                      WHERE route = $1 AND scope = $2 AND key = $3
-                        AND token = $4 AND state = 'in_flight'",
-                )
-                .bind(&key.route)
-                .bind(&key.scope)
-                .bind(&key.key)
+                            updated_at = clock_timestamp()",
+                    "AND token = $4 AND state = 'in_flight'",
+                )), key)
                 .bind(token)
                 .bind(millis(lease))
                 .execute(conn).await)
@@ -257,25 +276,23 @@ impl Store for PgStore {
         response: &StoredResponse,
         retention: Duration,
     ) -> Result<Cas, StoreError> {
-        // A record held only because this attempt's lease lapsed may still be
-        // completed by it: the real answer replaces "unknown". A completion
-        // already applied by this attempt applies again (a retried write
-        // whose first answer was lost must not look fenced).
+        // transitions::write_applies(Complete): the token; in flight,
+        // completed already, or held only because this attempt's lease lapsed.
         let done = self
             .bounded(async |conn| {
-                sqlx::query(
-                    "UPDATE idemgate_records
+                bind_key!(
+                    sqlx::query(at_key!(
+                        "UPDATE idemgate_records
                         SET state = 'completed', status = $5, headers = $6, body = $7,
                             lease_until = NULL, held_reason = NULL,
                             expires_at = clock_timestamp() + $8 * INTERVAL '1 millisecond',
-                            updated_at = clock_timestamp()
-                      WHERE route = $1 AND scope = $2 AND key = $3 AND token = $4
+                            updated_at = clock_timestamp()",
+                        "AND token = $4
                         AND (state IN ('in_flight', 'completed')
-                             OR (state = 'held' AND held_reason = 'lease_lapsed'))",
+                             OR (state = 'held' AND held_reason = 'lease_lapsed'))"
+                    )),
+                    key
                 )
-                .bind(&key.route)
-                .bind(&key.scope)
-                .bind(&key.key)
                 .bind(token)
                 .bind(response.status.as_u16() as i16)
                 .bind(encode_headers(&response.headers))
@@ -290,15 +307,15 @@ impl Store for PgStore {
 
     async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
         let done = self
+            // transitions::write_applies(Release): the token, in flight.
             .bounded(async |conn| {
-                sqlx::query(
-                    "DELETE FROM idemgate_records
-                      WHERE route = $1 AND scope = $2 AND key = $3
-                        AND token = $4 AND state = 'in_flight'",
+                bind_key!(
+                    sqlx::query(at_key!(
+                        "DELETE FROM idemgate_records",
+                        "AND token = $4 AND state = 'in_flight'"
+                    )),
+                    key
                 )
-                .bind(&key.route)
-                .bind(&key.scope)
-                .bind(&key.key)
                 .bind(token)
                 .execute(conn)
                 .await
@@ -315,18 +332,18 @@ impl Store for PgStore {
         retention: Duration,
     ) -> Result<Cas, StoreError> {
         let done = self
+            // transitions::write_applies(Hold): the token; in flight or held.
             .bounded(async |conn| {
-                sqlx::query(
-                    "UPDATE idemgate_records
+                bind_key!(
+                    sqlx::query(at_key!(
+                        "UPDATE idemgate_records
                         SET state = 'held', held_reason = $5, lease_until = NULL,
                             expires_at = clock_timestamp() + $6 * INTERVAL '1 millisecond',
-                            updated_at = clock_timestamp()
-                      WHERE route = $1 AND scope = $2 AND key = $3 AND token = $4
-                        AND state IN ('in_flight', 'held')",
+                            updated_at = clock_timestamp()",
+                        "AND token = $4 AND state IN ('in_flight', 'held')"
+                    )),
+                    key
                 )
-                .bind(&key.route)
-                .bind(&key.scope)
-                .bind(&key.key)
                 .bind(token)
                 .bind(reason.as_str())
                 .bind(millis(retention))
@@ -336,9 +353,12 @@ impl Store for PgStore {
             .await?;
         Ok(cas(done.rows_affected()))
     }
+}
 
+#[async_trait::async_trait]
+impl StoreAdmin for PgStore {
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
-        // Bounded, and skipping rows other transactions hold: never a long lock.
+        // transitions::expired. Bounded, and skipping rows other transactions hold: never a long lock.
         let done = self
             .bounded(async |conn| sqlx::query(
                     "DELETE FROM idemgate_records
@@ -354,13 +374,10 @@ impl Store for PgStore {
     }
 
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
-        let sql = format!("SELECT {INFO_COLUMNS} WHERE route = $1 AND scope = $2 AND key = $3");
+        let sql = format!(concat!("SELECT {} WHERE ", key_match!()), INFO_COLUMNS);
         let row: Option<InfoRow> = self
             .bounded(async |conn| {
-                sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                    .bind(&key.route)
-                    .bind(&key.scope)
-                    .bind(&key.key)
+                bind_key!(sqlx::query_as(sqlx::AssertSqlSafe(sql)), key)
                     .fetch_optional(conn)
                     .await
             })
@@ -392,15 +409,12 @@ impl Store for PgStore {
 
     async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
         let done = self
-            .bounded(async |conn| sqlx::query(
-                    "DELETE FROM idemgate_records
-                      WHERE route = $1 AND scope = $2 AND key = $3
-                        AND (state = 'held'
+            // transitions::clearable
+            .bounded(async |conn| bind_key!(sqlx::query(at_key!(
+                    "DELETE FROM idemgate_records",
+                    "AND (state = 'held'
                              OR (state = 'in_flight' AND ($4 OR lease_until <= clock_timestamp())))",
-                )
-                .bind(&key.route)
-                .bind(&key.scope)
-                .bind(&key.key)
+                )), key)
                 .bind(force)
                 .execute(conn).await)
             .await?;
@@ -409,15 +423,15 @@ impl Store for PgStore {
 
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
         let done = self
+            // transitions::deletable
             .bounded(async |conn| {
-                sqlx::query(
-                    "DELETE FROM idemgate_records
-                      WHERE route = $1 AND scope = $2 AND key = $3
-                        AND ($4 OR state <> 'in_flight' OR lease_until <= clock_timestamp())",
+                bind_key!(
+                    sqlx::query(at_key!(
+                        "DELETE FROM idemgate_records",
+                        "AND ($4 OR state <> 'in_flight' OR lease_until <= clock_timestamp())"
+                    )),
+                    key
                 )
-                .bind(&key.route)
-                .bind(&key.scope)
-                .bind(&key.key)
                 .bind(force)
                 .execute(conn)
                 .await

@@ -21,8 +21,8 @@ use http::StatusCode;
 
 use super::info::from_epoch_millis;
 use super::{
-    Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreError,
-    StoredResponse, Token, decode_headers, encode_headers, redact_url,
+    Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreAdmin,
+    StoreError, StoredResponse, Token, decode_headers, encode_headers, redact_url,
 };
 use crate::config::{StoreConfig, UnknownOutcome};
 
@@ -31,7 +31,8 @@ const NOW: &str =
     "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)\n";
 
 /// The claim: KEYS = record, token counter; ARGV = fingerprint, lease ms,
-/// retention ms, release-lapsed (1/0). Mirrors `idemgate_claim` in PostgreSQL.
+/// retention ms, release-lapsed (1/0). Implements `transitions::claim`
+/// (the record expires by its TTL, which a live lease extends: `transitions::expired`).
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -62,7 +63,7 @@ return {'held', tonumber(r[3]), 'lease_lapsed'}
     ))
 });
 
-/// KEYS = record; ARGV = token, lease ms.
+/// KEYS = record; ARGV = token, lease ms. `transitions::write_applies(Renew)`.
 static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -78,6 +79,7 @@ return 1
 });
 
 /// KEYS = record; ARGV = token, status, headers, body, retention ms.
+/// `transitions::write_applies(Complete)`.
 static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -93,7 +95,7 @@ return 1
     ))
 });
 
-/// KEYS = record; ARGV = token.
+/// KEYS = record; ARGV = token. `transitions::write_applies(Release)`.
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
@@ -105,7 +107,7 @@ return 1
     )
 });
 
-/// KEYS = record; ARGV = token, reason, retention ms.
+/// KEYS = record; ARGV = token, reason, retention ms. `transitions::write_applies(Hold)`.
 static HOLD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -136,7 +138,8 @@ return {r[1], r[2] or '', r[3], r[4] or '0', r[5] or '0', r[6] or '', r[7] or ''
 
 /// KEYS = record; ARGV = force (1/0), whether completed records go too (1/0).
 /// Deletes a held record, an in-flight one whose lease lapsed (or any
-/// in-flight one with force), and a completed one if asked.
+/// in-flight one with force), and a completed one if asked:
+/// `transitions::clearable` (completed: 0) and `transitions::deletable` (1).
 static CLEAR: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -261,6 +264,12 @@ fn bytes(v: Option<&Value>) -> Option<Vec<u8>> {
         Value::SimpleString(s) => Some(s.clone().into_bytes()),
         _ => None,
     }
+}
+
+/// Keep the `limit` least recently changed records, oldest first.
+fn least_recent_first(found: &mut Vec<RecordInfo>, limit: usize) {
+    found.sort_by_key(|info| info.updated_at);
+    found.truncate(limit);
 }
 
 fn cas(v: i64) -> Cas {
@@ -540,7 +549,10 @@ impl Store for RedisStore {
         ];
         self.cas_script(&HOLD, key, &args).await
     }
+}
 
+#[async_trait::async_trait]
+impl StoreAdmin for RedisStore {
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
         let record = self.record_key(key);
         let reply: Option<Vec<Value>> = self
@@ -593,6 +605,8 @@ impl Store for RedisStore {
             pattern.push(b);
         }
         pattern.push(b'*');
+        // The whole route is scanned: the least recently changed records may
+        // be anywhere in it. At most 2 × limit are kept in memory.
         let mut found = Vec::new();
         let mut cursor = 0u64;
         loop {
@@ -613,19 +627,21 @@ impl Store for RedisStore {
                 let Some(key) = self.parse_record_key(route, &redis_key) else {
                     continue;
                 };
-                if let Some(info) = self.inspect(&key).await? {
-                    if info.state == state {
-                        found.push(info);
+                if let Some(info) = self.inspect(&key).await?
+                    && info.state == state
+                {
+                    found.push(info);
+                    if found.len() > limit.saturating_mul(2).max(64) {
+                        least_recent_first(&mut found, limit);
                     }
                 }
             }
             cursor = next;
-            if cursor == 0 || found.len() >= limit {
+            if cursor == 0 {
                 break;
             }
         }
-        found.sort_by_key(|info| info.updated_at);
-        found.truncate(limit);
+        least_recent_first(&mut found, limit);
         Ok(found)
     }
 

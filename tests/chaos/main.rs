@@ -1,4 +1,4 @@
-//! The chaos harness (DESIGN.md §1, issue #4): two real gateway processes
+//! The chaos harness (docs/DESIGN.md §1, issue #4): two real gateway processes
 //! share a private store and sit in front of a recording upstream behind a
 //! TCP fault proxy; client tasks send new keys, retries, reused keys and
 //! same-key storms while a nemesis kills gateways, stops or freezes the
@@ -17,6 +17,9 @@
 //! schedule (the seed is printed; timing still differs between runs). Each
 //! run writes its history (JSON lines) and a report to
 //! `target/tmp/chaos/`.
+// Test support shares items across modules with `pub`, and measures real
+// elapsed time of external processes with std's clock.
+#![allow(unreachable_pub, clippy::disallowed_types)]
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -1,94 +1,44 @@
-//! The request pipeline of DESIGN.md §2. [`Gateway::handle`] turns every
-//! error into its problem response and logs one line per request;
-//! `handle_inner` walks the steps with `?`.
+//! The request pipeline of docs/DESIGN.md §2 (steps 1–5 here; the claimed
+//! attempt in [`attempt`], its lease renewer in [`renew`]).
+//! [`Gateway::handle`] turns every error into its problem response and logs
+//! one line per request; `handle_inner` walks the steps with `?`.
 //!
 //! A claimed request is forwarded in a task of its own (G6): the client's
 //! connection only waits for the answer, so a disconnect cannot interrupt the
 //! upstream exchange or its record.
 
+mod attempt;
+mod outcome;
+mod renew;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderMap, HeaderValue, Request, Response};
+use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 use tokio::sync::oneshot;
 use tokio_util::task::TaskTracker;
 
-use crate::body::{self, Body, Collected, Prefixed, collect_up_to};
-use crate::config::{Config, OnStoreError, Route, UnknownOutcome};
+use crate::body::{self, Body, Collected, collect_up_to};
+use crate::clock::Instant;
+use crate::config::{Config, OnStoreError, Route};
 use crate::fingerprint::Fingerprinter;
-use crate::key;
-use crate::metrics::{Metrics, RenewalLabels, RouteLabels};
+use crate::idempotency_key as key;
+use crate::metrics::{Metrics, RouteLabels};
 use crate::problem::GatewayError;
 use crate::store::{
-    self, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
+    self, Claim, ClaimRequest, RecordKey, Store, StoreError, StoredResponse, Token,
 };
 use crate::upstream::{self, Upstream, UpstreamError, strip_hop_by_hop};
 
+pub use outcome::Outcome;
+
 /// The header marking a replayed response.
 pub const REPLAYED: &str = "idempotent-replayed";
-
-/// What happened to a request: the `outcome` of its log line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// Claimed and forwarded.
-    Forwarded,
-    /// Answered from the record.
-    Replayed,
-    /// `409`: in flight elsewhere.
-    Conflict,
-    /// `422`: different fingerprint.
-    Mismatch,
-    /// `400`: no key on a route that requires one.
-    MissingKey,
-    /// `400`: malformed key.
-    InvalidKey,
-    /// Not protected: proxied untouched.
-    Passthrough,
-    /// Answered from a `held` record.
-    Held,
-    /// The store failed and the route fails closed.
-    StoreError,
-    /// The store failed and the route fails open: forwarded without idempotency.
-    FailOpen,
-    /// Any other problem (no route, body too large, upstream failures).
-    Rejected,
-}
-
-impl Outcome {
-    /// The stable label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Forwarded => "forwarded",
-            Self::Replayed => "replayed",
-            Self::Conflict => "conflict",
-            Self::Mismatch => "mismatch",
-            Self::MissingKey => "missing_key",
-            Self::InvalidKey => "invalid_key",
-            Self::Passthrough => "passthrough",
-            Self::Held => "held",
-            Self::StoreError => "store_error",
-            Self::FailOpen => "fail_open",
-            Self::Rejected => "rejected",
-        }
-    }
-
-    fn of(error: &GatewayError) -> Self {
-        match error {
-            GatewayError::InFlight { .. } => Self::Conflict,
-            GatewayError::Mismatch => Self::Mismatch,
-            GatewayError::MissingKey { .. } => Self::MissingKey,
-            GatewayError::InvalidKey { .. } => Self::InvalidKey,
-            GatewayError::Held(_) => Self::Held,
-            GatewayError::StoreUnavailable(_) => Self::StoreError,
-            _ => Self::Rejected,
-        }
-    }
-}
 
 /// What one request's log line reports besides its outcome.
 #[derive(Default)]
@@ -378,212 +328,6 @@ impl Gateway {
         to_client(&mut parts);
         Ok(Response::from_parts(parts, body::boxed(incoming)))
     }
-
-    /// One claimed attempt: forward, capture, decide, persist, answer.
-    async fn attempt(
-        self: &Arc<Self>,
-        route: &Route,
-        key: &RecordKey,
-        token: Token,
-        request: Request<Body>,
-    ) -> Result<Response<Body>, GatewayError> {
-        let _renewer = self.renew_while_working(route, key, token);
-        let _in_flight = InFlightGuard::new(&self.metrics);
-        let started = Instant::now();
-        let exchange = tokio::time::timeout(route.upstream_timeout, async {
-            let response = self.upstream.send(request).await?;
-            let (parts, incoming) = response.into_parts();
-            let collected = collect_up_to(incoming, route.max_recorded_response, |_| {})
-                .await
-                .map_err(|e| UpstreamError::Failed(format!("reading the response body: {e}")))?;
-            Ok::<_, UpstreamError>((parts, collected))
-        })
-        .await;
-        self.metrics
-            .upstream_seconds
-            .get_or_create(&RouteLabels {
-                route: route.name.clone(),
-            })
-            .observe(started.elapsed().as_secs_f64());
-
-        let (mut parts, collected) = match exchange {
-            Err(_elapsed) => {
-                let held = self
-                    .settle_unknown(route, key, token, HeldReason::UpstreamTimeout)
-                    .await?;
-                return Err(GatewayError::UpstreamTimeout {
-                    timeout: route.upstream_timeout,
-                    held,
-                });
-            }
-            Ok(Err(UpstreamError::NotSent(detail))) => {
-                // Nothing reached the upstream: the key is free again.
-                self.persist(route, || self.store.release(key, token))
-                    .await
-                    .map_err(GatewayError::RecordFailed)?;
-                return Err(GatewayError::UpstreamUnreachable(detail));
-            }
-            Ok(Err(UpstreamError::Failed(detail))) => {
-                let held = self
-                    .settle_unknown(route, key, token, HeldReason::UpstreamFailed)
-                    .await?;
-                return Err(GatewayError::UpstreamFailed { detail, held });
-            }
-            Ok(Ok(done)) => done,
-        };
-        to_client(&mut parts);
-
-        match collected {
-            Collected::Complete(bytes) if route.record.records(parts.status) => {
-                let stored = StoredResponse {
-                    status: parts.status,
-                    headers: replayable(&parts.headers, &route.replay_headers_deny),
-                    body: bytes.clone(),
-                };
-                // G5: durable first, then sent.
-                match self
-                    .persist(route, || {
-                        self.store.complete(key, token, &stored, route.retention)
-                    })
-                    .await
-                    .map_err(GatewayError::RecordFailed)?
-                {
-                    Cas::Applied => Ok(Response::from_parts(parts, body::full(bytes))),
-                    Cas::Fenced => Err(GatewayError::LeaseLost),
-                }
-            }
-            Collected::Complete(bytes) => {
-                // Not a recordable status (5xx, 429, …): release, then send.
-                let released = self.persist(route, || self.store.release(key, token)).await;
-                if let Err(error) = released {
-                    tracing::warn!(route = %route.name, token, error = %error, "could not release the key; it stays in flight until its lease lapses");
-                }
-                Ok(Response::from_parts(parts, body::full(bytes)))
-            }
-            Collected::Over { prefix, rest } if !route.record.records(parts.status) => {
-                // Not a recordable status anyway: release, then stream it on.
-                let released = self.persist(route, || self.store.release(key, token)).await;
-                if let Err(error) = released {
-                    tracing::warn!(route = %route.name, token, error = %error, "could not release the key; it stays in flight until its lease lapses");
-                }
-                Ok(Response::from_parts(
-                    parts,
-                    body::boxed(Prefixed::new(prefix, rest)),
-                ))
-            }
-            Collected::Over { prefix, rest } => {
-                // Too large to record: hold the key, then forward this once.
-                match self
-                    .persist(route, || {
-                        self.store
-                            .hold(key, token, HeldReason::ResponseTooLarge, route.retention)
-                    })
-                    .await
-                    .map_err(GatewayError::RecordFailed)?
-                {
-                    Cas::Applied => Ok(Response::from_parts(
-                        parts,
-                        body::boxed(Prefixed::new(prefix, rest)),
-                    )),
-                    Cas::Fenced => Err(GatewayError::LeaseLost),
-                }
-            }
-        }
-    }
-
-    /// The outcome is unknown: hold the key or release it, per route. Returns
-    /// whether the key is held.
-    async fn settle_unknown(
-        &self,
-        route: &Route,
-        key: &RecordKey,
-        token: Token,
-        reason: HeldReason,
-    ) -> Result<bool, GatewayError> {
-        match route.on_unknown_outcome {
-            UnknownOutcome::Hold => {
-                self.persist(route, || {
-                    self.store.hold(key, token, reason, route.retention)
-                })
-                .await
-                .map_err(GatewayError::RecordFailed)?;
-                Ok(true)
-            }
-            UnknownOutcome::Release => {
-                self.persist(route, || self.store.release(key, token))
-                    .await
-                    .map_err(GatewayError::RecordFailed)?;
-                Ok(false)
-            }
-        }
-    }
-
-    /// Run a post-forward store write, retrying store errors with backoff
-    /// for up to one lease (the answer is worth waiting for: the upstream
-    /// has acted). Fencing is not an error and is returned at once.
-    async fn persist<'a, F, Fut>(&self, route: &Route, mut op: F) -> Result<Cas, StoreError>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<Cas, StoreError>> + 'a,
-    {
-        let deadline = Instant::now() + route.lease;
-        let mut delay = Duration::from_millis(50);
-        loop {
-            match op().await {
-                Ok(cas) => return Ok(cas),
-                Err(error) if Instant::now() + delay < deadline => {
-                    tracing::warn!(route = %route.name, error = %error, "store write failed; retrying");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(1));
-                }
-                Err(error) => return Err(error),
-            }
-        }
-    }
-
-    /// Renew the lease every third of it while the upstream works; stops when dropped.
-    fn renew_while_working(
-        self: &Arc<Self>,
-        route: &Route,
-        key: &RecordKey,
-        token: Token,
-    ) -> AbortOnDrop {
-        let gateway = self.clone();
-        let key = key.clone();
-        let lease = route.lease;
-        let route_name = route.name.clone();
-        AbortOnDrop(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(lease / 3);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                let renewed = gateway.store.renew(&key, token, lease).await;
-                let result = match &renewed {
-                    Ok(Cas::Applied) => "applied",
-                    Ok(Cas::Fenced) => "fenced",
-                    Err(_) => "error",
-                };
-                gateway
-                    .metrics
-                    .lease_renewals
-                    .get_or_create(&RenewalLabels {
-                        route: route_name.clone(),
-                        result,
-                    })
-                    .inc();
-                match renewed {
-                    Ok(Cas::Applied) => {}
-                    Ok(Cas::Fenced) => {
-                        tracing::warn!(route = %route_name, token, "lease lost: the key was taken over or held");
-                        return;
-                    }
-                    Err(error) => {
-                        tracing::warn!(route = %route_name, token, error = %error, "lease renewal failed")
-                    }
-                }
-            }
-        }))
-    }
 }
 
 /// At most 5 s, and half of the shortest `upstream_timeout`: connecting must
@@ -595,47 +339,12 @@ fn connect_timeout(config: &Config) -> Duration {
     })
 }
 
-/// Counts a claimed forward in `idemgate_forwards_in_flight` while alive.
-struct InFlightGuard<'a>(&'a Metrics);
-
-impl<'a> InFlightGuard<'a> {
-    fn new(metrics: &'a Metrics) -> Self {
-        metrics.forwards_in_flight.inc();
-        Self(metrics)
-    }
-}
-
-impl Drop for InFlightGuard<'_> {
-    fn drop(&mut self) {
-        self.0.forwards_in_flight.dec();
-    }
-}
-
-/// Aborts a task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// Make an upstream response head fit for the client: no hop-by-hop
 /// headers, and the version left to the client's own connection (an
 /// HTTP/1.0 upstream must not turn the answer into HTTP/1.0).
-fn to_client(parts: &mut http::response::Parts) {
+pub(crate) fn to_client(parts: &mut http::response::Parts) {
     strip_hop_by_hop(&mut parts.headers);
     parts.version = http::Version::default();
-}
-
-/// The headers worth recording: the response's (already without hop-by-hop
-/// headers), minus the route's `replay_headers` deny list.
-fn replayable(headers: &HeaderMap, deny: &[http::HeaderName]) -> HeaderMap {
-    let mut kept = headers.clone();
-    for name in deny {
-        kept.remove(name);
-    }
-    kept
 }
 
 /// A recorded response, marked as a replay.

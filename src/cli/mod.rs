@@ -1,12 +1,15 @@
 //! The command line (clap): `serve` (the default), `check`, `migrate`,
-//! `sweep`, `keys`, `health`.
+//! `sweep`, `keys`, `health`. The CLI owns these types; domain types derive
+//! no clap traits, and each flag is converted to its domain value here.
+
+pub mod keys;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
-pub use crate::config::LogFormat;
-
+use crate::config::LogFormat;
 use crate::store::RecordState;
 
 /// idemgate: an idempotency gateway for HTTP APIs.
@@ -25,10 +28,28 @@ pub struct Cli {
     /// Log format: `text` for a terminal, `json` for production (default:
     /// the config's `log_format`, else `text`).
     #[arg(long, global = true, env = "IDEMGATE_LOG_FORMAT")]
-    pub log_format: Option<LogFormat>,
+    pub log_format: Option<LogFormatArg>,
     /// What to do (default: serve).
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormatArg {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+impl From<LogFormatArg> for LogFormat {
+    fn from(arg: LogFormatArg) -> Self {
+        match arg {
+            LogFormatArg::Text => Self::Text,
+            LogFormatArg::Json => Self::Json,
+        }
+    }
 }
 
 /// The subcommands.
@@ -48,6 +69,9 @@ pub enum Command {
         /// What to do with keys.
         #[command(subcommand)]
         command: KeysCommand,
+        /// How long to wait for a running gateway's admin listener (memory:// stores).
+        #[arg(long, global = true, default_value = "10s", value_parser = humantime::parse_duration)]
+        admin_timeout: Duration,
     },
     /// Ask a running gateway's admin listener for `/healthz`; exit 0 if healthy.
     /// For container health checks (no shell or curl needed).
@@ -59,10 +83,9 @@ pub enum Command {
     },
 }
 
-/// `idemgate keys …`. Serialisable: for a `memory://` store the CLI sends
-/// it to the gateway's admin listener, which runs it on its own store.
-#[derive(Debug, Subcommand, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// `idemgate keys …`, converted to the admin API's
+/// [`crate::key_admin::KeyCommand`] by [`keys::command`].
+#[derive(Debug, Subcommand)]
 pub enum KeysCommand {
     /// Show one key's record: state, token, timestamps, response status and size.
     Show(KeyArgs),
@@ -73,7 +96,7 @@ pub enum KeysCommand {
         route: String,
         /// Which state.
         #[arg(long, value_enum)]
-        state: RecordState,
+        state: StateArg,
         /// At most this many.
         #[arg(long, default_value_t = 50)]
         limit: usize,
@@ -87,8 +110,30 @@ pub enum KeysCommand {
     Delete(KeyArgs),
 }
 
+/// `--state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StateArg {
+    /// An attempt holds (or held) a lease.
+    #[value(name = "in_flight")]
+    InFlight,
+    /// A response is recorded.
+    Completed,
+    /// The outcome is unknown or the response was not retained.
+    Held,
+}
+
+impl From<StateArg> for RecordState {
+    fn from(arg: StateArg) -> Self {
+        match arg {
+            StateArg::InFlight => Self::InFlight,
+            StateArg::Completed => Self::Completed,
+            StateArg::Held => Self::Held,
+        }
+    }
+}
+
 /// Which key.
-#[derive(Debug, Args, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Args)]
 pub struct KeyArgs {
     /// The route's name.
     #[arg(long)]

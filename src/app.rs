@@ -1,0 +1,137 @@
+//! Wiring one gateway together: open the store, wrap its request path
+//! (metrics, replay cache), start the admin listener and the sweeper, and
+//! serve the proxy until shutdown.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Instant;
+use crate::config::Config;
+use crate::handler::Gateway;
+use crate::metrics::{InstrumentedStore, Metrics, plain_result};
+use crate::store::{self, Backend, Store, StoreAdmin, StoreError};
+use crate::{admin, server};
+
+/// Why the gateway could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The store could not be opened or migrated.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The admin listener could not be bound.
+    #[error("cannot listen on admin_listen {addr}: {source}")]
+    AdminBind {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Open the store, then serve the proxy on `listener` (and the admin
+/// endpoints on `config.admin_listen`) until `shutdown` resolves; return once
+/// every in-flight forward has finished and been recorded.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), RunError> {
+    let store = store::open(&config.store).await?;
+    let admin = TcpListener::bind(config.admin_listen)
+        .await
+        .map_err(|source| RunError::AdminBind {
+            addr: config.admin_listen,
+            source,
+        })?;
+    run_with(listener, admin, config, store, shutdown).await;
+    Ok(())
+}
+
+/// [`run`] with listeners and store already in hand.
+pub async fn run_with(
+    listener: TcpListener,
+    admin: TcpListener,
+    config: Config,
+    backend: Arc<dyn Backend>,
+    shutdown: impl Future<Output = ()>,
+) {
+    if let (Ok(proxy), Ok(admin)) = (listener.local_addr(), admin.local_addr()) {
+        tracing::info!(%proxy, %admin, routes = config.routes.len(), store = %store::redact_url(&config.store.url), "idemgate listening");
+    }
+    let metrics = Arc::new(Metrics::new());
+    let records: Arc<dyn StoreAdmin> = backend.clone();
+    let path: Arc<dyn Store> = Arc::new(InstrumentedStore::new(backend, metrics.clone()));
+    let path = store::with_replay_cache(path, &config.store, metrics.replay_cache_hits.clone());
+    let stop_admin = CancellationToken::new();
+    let endpoints = Arc::new(admin::Admin {
+        store: path.clone(),
+        records: records.clone(),
+        metrics: metrics.clone(),
+        config: Arc::new(config.clone()),
+    });
+    let admin_task = tokio::spawn(admin::serve(
+        admin,
+        endpoints,
+        stop_admin.clone().cancelled_owned(),
+    ));
+    let sweeper = tokio::spawn(sweep_forever(
+        records,
+        metrics.clone(),
+        config.store.sweep_interval,
+        config.store.sweep_batch,
+    ));
+    let gateway = Arc::new(Gateway::new(&config, path, metrics));
+    server::serve(listener, gateway, &config, shutdown).await;
+    sweeper.abort();
+    stop_admin.cancel();
+    let _ = admin_task.await;
+}
+
+/// Delete expired records until fewer than a batch remain; returns how
+/// many went. With `metrics`, each pass is measured and counted.
+pub async fn sweep_once(
+    store: &dyn StoreAdmin,
+    batch: usize,
+    metrics: Option<&Metrics>,
+) -> Result<u64, StoreError> {
+    let mut total = 0;
+    loop {
+        let started = Instant::now();
+        let deleted = store.sweep(batch).await;
+        if let Some(metrics) = metrics {
+            metrics.store_op("sweep", plain_result(&deleted), started.elapsed());
+            if let Ok(n) = deleted {
+                metrics.records_swept.inc_by(n);
+            }
+        }
+        let deleted = deleted?;
+        total += deleted;
+        if deleted < batch as u64 {
+            return Ok(total);
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The background sweeper: one pass every `interval`.
+async fn sweep_forever(
+    store: Arc<dyn StoreAdmin>,
+    metrics: Arc<Metrics>,
+    interval: Duration,
+    batch: usize,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match sweep_once(store.as_ref(), batch, Some(&metrics)).await {
+            Ok(0) => {}
+            Ok(swept) => tracing::info!(swept, "expired records swept"),
+            Err(error) => tracing::warn!(%error, "sweep failed; will retry"),
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! `idemgate keys …`: converts the CLI's arguments into a
+//! [`KeyCommand`] and runs it on the store the configuration names.
+//! PostgreSQL and Redis are reached directly. A `memory://` store lives in
+//! the gateway process: the command goes to that gateway's admin listener
+//! (`POST /keys`), within a deadline.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+
+use super::{KeyArgs, KeysCommand};
+use crate::body::{self, Body};
+use crate::config::Config;
+use crate::key_admin::{self, KeyCommand, KeyTarget, KeysError, ListQuery};
+use crate::store::{self, Store, StoreAdmin};
+
+/// The admin API's command for these arguments.
+pub fn command(args: KeysCommand) -> KeyCommand {
+    let target = |a: KeyArgs| KeyTarget {
+        route: a.route,
+        scope: a.scope,
+        key: a.key,
+        json: a.json,
+        force: a.force,
+    };
+    match args {
+        KeysCommand::Show(a) => KeyCommand::Show(target(a)),
+        KeysCommand::List {
+            route,
+            state,
+            limit,
+            json,
+        } => KeyCommand::List(ListQuery {
+            route,
+            state: state.into(),
+            limit,
+            json,
+        }),
+        KeysCommand::Release(a) => KeyCommand::Release(target(a)),
+        KeysCommand::Delete(a) => KeyCommand::Delete(target(a)),
+    }
+}
+
+/// Run one keys command; returns what to print. `admin_timeout` bounds the
+/// whole exchange with a gateway's admin listener (memory:// stores).
+pub async fn run(
+    config: &Config,
+    args: KeysCommand,
+    admin_timeout: Duration,
+) -> Result<String, KeysError> {
+    let command = command(args);
+    if config.store.url.starts_with("memory:") {
+        let addr = crate::admin::probe_address(config.admin_listen);
+        return remote(addr, &command, admin_timeout).await;
+    }
+    let backend = store::open(&config.store).await?;
+    let records: &dyn StoreAdmin = backend.as_ref();
+    let path: &dyn Store = backend.as_ref();
+    key_admin::execute(config, records, path, command).await
+}
+
+/// Send a command to a running gateway's admin listener at `addr`.
+async fn remote(
+    addr: SocketAddr,
+    command: &KeyCommand,
+    deadline: Duration,
+) -> Result<String, KeysError> {
+    let unreachable = |e: &dyn std::fmt::Display| {
+        KeysError::Admin(format!(
+            "a memory:// store lives inside the gateway: cannot reach its admin listener at {addr} ({e}); is the gateway running with this config?"
+        ))
+    };
+    let exchange = async {
+        let client: Client<HttpConnector, Body> =
+            Client::builder(hyper_util::rt::TokioExecutor::new()).build(HttpConnector::new());
+        let json = serde_json::to_vec(command).expect("commands serialise");
+        let request = http::Request::post(format!("http://{addr}/keys"))
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(body::full(json))
+            .expect("a valid request");
+        let response = client.request(request).await.map_err(|e| unreachable(&e))?;
+        let status = response.status();
+        let text = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| unreachable(&e))?
+            .to_bytes();
+        Ok::<_, KeysError>((status, String::from_utf8_lossy(&text).into_owned()))
+    };
+    let (status, text) = tokio::time::timeout(deadline, exchange)
+        .await
+        .map_err(|_| unreachable(&format_args!("no answer within {deadline:?}")))??;
+    if status.is_success() {
+        Ok(text)
+    } else {
+        Err(KeysError::Admin(text.trim_end().to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key_admin::KeyTarget;
+
+    #[tokio::test]
+    async fn a_silent_admin_listener_times_out() {
+        // Accepts, reads nothing, answers nothing.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hold = tokio::spawn(async move {
+            let mut open = Vec::new();
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                open.push(stream);
+            }
+        });
+        let command = KeyCommand::Show(KeyTarget {
+            route: "r".into(),
+            scope: None,
+            key: "k".into(),
+            json: false,
+            force: false,
+        });
+        let exchange = remote(addr, &command, Duration::from_millis(300));
+        let error = tokio::time::timeout(Duration::from_secs(60), exchange)
+            .await
+            .expect("the deadline must end the exchange")
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("no answer within"),
+            "unexpected error: {error}"
+        );
+        hold.abort();
+    }
+}

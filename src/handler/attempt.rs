@@ -1,0 +1,213 @@
+//! One claimed attempt (pipeline steps 6–7): forward the request while the
+//! lease is renewed, read the answer up to the route's cap, then settle the
+//! record by a table of complete/over-cap × recordable/not, and answer.
+//! Writes after the forward are retried for up to one lease: the upstream
+//! has acted, so the record is worth waiting for.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderMap, Request, Response};
+
+use super::{Gateway, to_client};
+use crate::body::{self, Body, Collected, Prefixed, collect_up_to};
+use crate::clock::Instant;
+use crate::config::Route;
+use crate::metrics::{Metrics, RouteLabels};
+use crate::problem::GatewayError;
+use crate::store::{Cas, HeldReason, RecordKey, StoreError, StoredResponse, Token, UnknownOutcome};
+use crate::upstream::UpstreamError;
+
+impl Gateway {
+    /// One claimed attempt: forward, capture, decide, persist, answer.
+    pub(super) async fn attempt(
+        self: &Arc<Self>,
+        route: &Route,
+        key: &RecordKey,
+        token: Token,
+        request: Request<Body>,
+    ) -> Result<Response<Body>, GatewayError> {
+        let _renewer = self.renew_while_working(route, key, token);
+        let _in_flight = InFlightGuard::new(&self.metrics);
+        let started = Instant::now();
+        let exchange = tokio::time::timeout(route.upstream_timeout, async {
+            let response = self.upstream.send(request).await?;
+            let (parts, incoming) = response.into_parts();
+            let collected = collect_up_to(incoming, route.max_recorded_response, |_| {})
+                .await
+                .map_err(|e| UpstreamError::Failed(format!("reading the response body: {e}")))?;
+            Ok::<_, UpstreamError>((parts, collected))
+        })
+        .await;
+        self.metrics
+            .upstream_seconds
+            .get_or_create(&RouteLabels {
+                route: route.name.clone(),
+            })
+            .observe(started.elapsed().as_secs_f64());
+
+        let (mut parts, collected) = match exchange {
+            Err(_elapsed) => {
+                let held = self
+                    .settle_unknown(route, key, token, HeldReason::UpstreamTimeout)
+                    .await?;
+                return Err(GatewayError::UpstreamTimeout {
+                    timeout: route.upstream_timeout,
+                    held,
+                });
+            }
+            Ok(Err(UpstreamError::NotSent(detail))) => {
+                // Nothing reached the upstream: the key is free again.
+                self.persist(route, || self.store.release(key, token))
+                    .await
+                    .map_err(GatewayError::RecordFailed)?;
+                return Err(GatewayError::UpstreamUnreachable(detail));
+            }
+            Ok(Err(UpstreamError::Failed(detail))) => {
+                let held = self
+                    .settle_unknown(route, key, token, HeldReason::UpstreamFailed)
+                    .await?;
+                return Err(GatewayError::UpstreamFailed { detail, held });
+            }
+            Ok(Ok(done)) => done,
+        };
+        to_client(&mut parts);
+
+        // Settle by a table: is the body complete (within the cap), and is
+        // its status one the route records?
+        let recordable = route.record.records(parts.status);
+        let body = match (collected, recordable) {
+            (Collected::Complete(bytes), true) => {
+                let stored = StoredResponse {
+                    status: parts.status,
+                    headers: replayable(&parts.headers, &route.replay_headers_deny),
+                    body: bytes.clone(),
+                };
+                // G5: durable first, then sent.
+                let write = || self.store.complete(key, token, &stored, route.retention);
+                self.settled(route, write).await?;
+                body::full(bytes)
+            }
+            (Collected::Complete(bytes), false) => {
+                // Not a recordable status (5xx, 429, …): release, then send.
+                self.release_or_warn(route, key, token).await;
+                body::full(bytes)
+            }
+            (Collected::Over { prefix, rest }, false) => {
+                // Not a recordable status anyway: release, then stream it on.
+                self.release_or_warn(route, key, token).await;
+                body::boxed(Prefixed::new(prefix, rest))
+            }
+            (Collected::Over { prefix, rest }, true) => {
+                // Too large to record: hold the key, then forward this once.
+                let reason = HeldReason::ResponseTooLarge;
+                let write = || self.store.hold(key, token, reason, route.retention);
+                self.settled(route, write).await?;
+                body::boxed(Prefixed::new(prefix, rest))
+            }
+        };
+        Ok(Response::from_parts(parts, body))
+    }
+
+    /// A settling write that must apply before the response is sent: a
+    /// store failure is `RecordFailed`, a fenced write `LeaseLost`.
+    async fn settled<'a, F, Fut>(&self, route: &Route, write: F) -> Result<(), GatewayError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Cas, StoreError>> + 'a,
+    {
+        match self
+            .persist(route, write)
+            .await
+            .map_err(GatewayError::RecordFailed)?
+        {
+            Cas::Applied => Ok(()),
+            Cas::Fenced => Err(GatewayError::LeaseLost),
+        }
+    }
+
+    /// Release a key whose response is not recorded; a failure only delays
+    /// the next attempt (the lease lapses), so it is logged, not answered.
+    async fn release_or_warn(&self, route: &Route, key: &RecordKey, token: Token) {
+        let released = self.persist(route, || self.store.release(key, token)).await;
+        if let Err(error) = released {
+            tracing::warn!(route = %route.name, token, error = %error, "could not release the key; it stays in flight until its lease lapses");
+        }
+    }
+
+    /// The outcome is unknown: hold the key or release it, per route. Returns
+    /// whether the key is held.
+    async fn settle_unknown(
+        &self,
+        route: &Route,
+        key: &RecordKey,
+        token: Token,
+        reason: HeldReason,
+    ) -> Result<bool, GatewayError> {
+        match route.on_unknown_outcome {
+            UnknownOutcome::Hold => {
+                self.persist(route, || {
+                    self.store.hold(key, token, reason, route.retention)
+                })
+                .await
+                .map_err(GatewayError::RecordFailed)?;
+                Ok(true)
+            }
+            UnknownOutcome::Release => {
+                self.persist(route, || self.store.release(key, token))
+                    .await
+                    .map_err(GatewayError::RecordFailed)?;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Run a post-forward store write, retrying store errors with backoff
+    /// for up to one lease (the answer is worth waiting for: the upstream
+    /// has acted). Fencing is not an error and is returned at once.
+    async fn persist<'a, F, Fut>(&self, route: &Route, mut op: F) -> Result<Cas, StoreError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<Cas, StoreError>> + 'a,
+    {
+        let deadline = Instant::now() + route.lease;
+        let mut delay = Duration::from_millis(50);
+        loop {
+            match op().await {
+                Ok(cas) => return Ok(cas),
+                Err(error) if Instant::now() + delay < deadline => {
+                    tracing::warn!(route = %route.name, error = %error, "store write failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+/// Counts a claimed forward in `idemgate_forwards_in_flight` while alive.
+struct InFlightGuard<'a>(&'a Metrics);
+
+impl<'a> InFlightGuard<'a> {
+    fn new(metrics: &'a Metrics) -> Self {
+        metrics.forwards_in_flight.inc();
+        Self(metrics)
+    }
+}
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.forwards_in_flight.dec();
+    }
+}
+
+/// The headers worth recording: the response's (already without hop-by-hop
+/// headers), minus the route's `replay_headers` deny list.
+fn replayable(headers: &HeaderMap, deny: &[http::HeaderName]) -> HeaderMap {
+    let mut kept = headers.clone();
+    for name in deny {
+        kept.remove(name);
+    }
+    kept
+}

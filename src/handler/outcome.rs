@@ -1,0 +1,72 @@
+//! What happened to a request: the `outcome` label of its log line and
+//! of `idemgate_requests_total`.
+
+use crate::problem::GatewayError;
+
+/// What happened to a request: the `outcome` of its log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Claimed and forwarded.
+    Forwarded,
+    /// Answered from the record.
+    Replayed,
+    /// `409`: in flight elsewhere.
+    Conflict,
+    /// `422`: different fingerprint.
+    Mismatch,
+    /// `400`: no key on a route that requires one.
+    MissingKey,
+    /// `400`: malformed key.
+    InvalidKey,
+    /// Not protected: proxied untouched.
+    Passthrough,
+    /// Answered from a `held` record.
+    Held,
+    /// The store failed and the route fails closed.
+    StoreError,
+    /// The store failed and the route fails open: forwarded without idempotency.
+    FailOpen,
+    /// Any other problem (no route, body too large, upstream failures).
+    Rejected,
+}
+
+impl Outcome {
+    /// The stable label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Forwarded => "forwarded",
+            Self::Replayed => "replayed",
+            Self::Conflict => "conflict",
+            Self::Mismatch => "mismatch",
+            Self::MissingKey => "missing_key",
+            Self::InvalidKey => "invalid_key",
+            Self::Passthrough => "passthrough",
+            Self::Held => "held",
+            Self::StoreError => "store_error",
+            Self::FailOpen => "fail_open",
+            Self::Rejected => "rejected",
+        }
+    }
+
+    /// The outcome of a request answered with `error`. Exhaustive on
+    /// purpose: a new error must be classified when it is added.
+    pub fn of(error: &GatewayError) -> Self {
+        match error {
+            GatewayError::InFlight { .. } => Self::Conflict,
+            GatewayError::Mismatch => Self::Mismatch,
+            GatewayError::MissingKey { .. } => Self::MissingKey,
+            GatewayError::InvalidKey { .. } => Self::InvalidKey,
+            GatewayError::Held(_) => Self::Held,
+            GatewayError::StoreUnavailable(_) => Self::StoreError,
+            GatewayError::NoRoute { .. }
+            | GatewayError::BodyTooLarge { .. }
+            | GatewayError::BodyRead(_)
+            | GatewayError::UpstreamUnreachable(_)
+            | GatewayError::UpstreamFailed { .. }
+            | GatewayError::UpstreamTimeout { .. }
+            | GatewayError::LeaseLost
+            | GatewayError::RecordFailed(_)
+            | GatewayError::Internal(_) => Self::Rejected,
+        }
+    }
+}

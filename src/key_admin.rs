@@ -1,0 +1,428 @@
+//! Key administration, shared by the CLI (`idemgate keys …`) and the
+//! admin listener (`POST /keys`): show, list, release and delete records,
+//! found by route, scope value and key exactly as the gateway finds them,
+//! and rendered for a person (or as JSON).
+//!
+//! [`KeyCommand`] is the wire type of `POST /keys`. It is not the CLI's
+//! clap type (`cli::KeysCommand`), so renaming a flag cannot change the
+//! admin API; the CLI converts one into the other.
+
+use std::fmt::Write as _;
+use std::time::SystemTime;
+
+use http::HeaderValue;
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::idempotency_key::{self, KeyError};
+use crate::store::{self, RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreError};
+
+/// A key administration command, as `POST /keys` carries it (JSON).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyCommand {
+    /// One key's record.
+    Show(KeyTarget),
+    /// A route's keys in one state, least recently changed first.
+    List(ListQuery),
+    /// Clear a held or in-flight key so the next request with it is forwarded.
+    Release(KeyTarget),
+    /// Forget a key in any state (a recorded response too).
+    Delete(KeyTarget),
+}
+
+/// Which key, and how to answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyTarget {
+    /// The route's name.
+    pub route: String,
+    /// The scope header's value on routes with a `scope_header`; `None`:
+    /// the anonymous scope.
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// The key, bare or quoted as clients send it.
+    pub key: String,
+    /// Answer with JSON instead of text.
+    #[serde(default)]
+    pub json: bool,
+    /// release/delete: also remove an in-flight key whose lease is live.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// Which records to list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    /// The route's name.
+    pub route: String,
+    /// Which state.
+    pub state: RecordState,
+    /// At most this many.
+    pub limit: usize,
+    /// Answer with one JSON array instead of a table.
+    #[serde(default)]
+    pub json: bool,
+}
+
+/// Why a keys command could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum KeysError {
+    /// The route is not in the configuration.
+    #[error("no route named {0:?} in the configuration")]
+    NoRoute(String),
+    /// `--scope` on a route without `scope_header`.
+    #[error("route {0:?} has no scope_header, so --scope does not apply")]
+    NoScope(String),
+    /// The key is not a valid idempotency key.
+    #[error("invalid key: {0}")]
+    InvalidKey(#[from] KeyError),
+    /// No record for the key.
+    #[error(
+        "no record for key {key:?} on route {route:?} (never seen, released, deleted or expired)"
+    )]
+    NotFound {
+        /// The route.
+        route: String,
+        /// The key.
+        key: String,
+    },
+    /// release/delete on a key whose lease is live, without --force.
+    #[error(
+        "key {key:?} is in flight: an attempt holds its lease until {until} and may be at the upstream now; wait for it, or add --force"
+    )]
+    LiveLease {
+        /// The key.
+        key: String,
+        /// When the lease ends.
+        until: String,
+    },
+    /// `release` on a completed record.
+    #[error(
+        "key {0:?} has a recorded response, which release leaves alone; use `keys delete` to forget it"
+    )]
+    Completed(String),
+    /// The record changed between the attempt and the look that explains
+    /// why it failed (for example it turned `held`): nothing was removed.
+    #[error(
+        "key {key:?} changed while the command ran (it is now {state}); nothing was removed: run the command again"
+    )]
+    Changed {
+        /// The key.
+        key: String,
+        /// Its state now.
+        state: &'static str,
+    },
+    /// The gateway's admin listener (memory store) refused or failed.
+    #[error("{0}")]
+    Admin(String),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl KeysError {
+    /// The admin listener's answer status for this error.
+    pub fn status(&self) -> http::StatusCode {
+        use http::StatusCode as S;
+        match self {
+            Self::NoRoute(_) | Self::NotFound { .. } => S::NOT_FOUND,
+            Self::NoScope(_) | Self::InvalidKey(_) => S::BAD_REQUEST,
+            Self::LiveLease { .. } | Self::Completed(_) | Self::Changed { .. } => S::CONFLICT,
+            Self::Store(_) | Self::Admin(_) => S::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+/// Run one command on a store's administration side; returns what to
+/// print. `path` is the request path in front of the same store: a key
+/// removed here is forgotten there too (the replay cache).
+pub async fn execute(
+    config: &Config,
+    records: &dyn StoreAdmin,
+    path: &dyn Store,
+    command: KeyCommand,
+) -> Result<String, KeysError> {
+    match command {
+        KeyCommand::Show(target) => {
+            let key = record_key(config, &target)?;
+            let info = records
+                .inspect(&key)
+                .await?
+                .ok_or_else(|| not_found(&key))?;
+            Ok(if target.json {
+                json(&info)
+            } else {
+                describe(&info)
+            })
+        }
+        KeyCommand::List(query) => {
+            if !config.routes.iter().any(|r| r.name == query.route) {
+                return Err(KeysError::NoRoute(query.route));
+            }
+            let found = records.list(&query.route, query.state, query.limit).await?;
+            Ok(if query.json {
+                json(&found)
+            } else {
+                table(&found)
+            })
+        }
+        KeyCommand::Release(target) => {
+            let key = record_key(config, &target)?;
+            if records.clear(&key, target.force).await? {
+                path.forget(&key);
+                return Ok(format!(
+                    "released {:?} on route {:?}: the next request with it is forwarded\n",
+                    key.key, key.route
+                ));
+            }
+            Err(why_not(records.inspect(&key).await?, key, Removal::Release))
+        }
+        KeyCommand::Delete(target) => {
+            let key = record_key(config, &target)?;
+            let deleted = records.delete(&key, target.force).await;
+            // Even after a failure: a claim racing the delete may have cached it.
+            path.forget(&key);
+            if deleted? {
+                Ok(format!("deleted {:?} on route {:?}\n", key.key, key.route))
+            } else {
+                Err(why_not(records.inspect(&key).await?, key, Removal::Delete))
+            }
+        }
+    }
+}
+
+/// Which removal failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Removal {
+    Release,
+    Delete,
+}
+
+/// Why a release or delete removed nothing, judged by the record as it is
+/// now: a live lease, a completed record (release leaves those alone), or
+/// a record that changed since the attempt (it would have been removed as
+/// it is now).
+fn why_not(found: Option<RecordInfo>, key: RecordKey, removal: Removal) -> KeysError {
+    let Some(info) = found else {
+        return not_found(&key);
+    };
+    match (info.state, info.lease_until) {
+        (RecordState::InFlight, Some(until)) if until > SystemTime::now() => KeysError::LiveLease {
+            key: key.key,
+            until: time(until),
+        },
+        (RecordState::Completed, _) if removal == Removal::Release => KeysError::Completed(key.key),
+        (state, _) => KeysError::Changed {
+            key: key.key,
+            state: state.as_str(),
+        },
+    }
+}
+
+fn not_found(key: &RecordKey) -> KeysError {
+    KeysError::NotFound {
+        route: key.route.clone(),
+        key: key.key.clone(),
+    }
+}
+
+/// The record key the gateway would use for this route, scope value and key.
+fn record_key(config: &Config, args: &KeyTarget) -> Result<RecordKey, KeysError> {
+    let route = config
+        .routes
+        .iter()
+        .find(|r| r.name == args.route)
+        .ok_or_else(|| KeysError::NoRoute(args.route.clone()))?;
+    let scope = match (&route.scope_header, &args.scope) {
+        (Some(_), value) => store::scope_digest(value.iter().map(|v| v.as_bytes())),
+        (None, Some(_)) => return Err(KeysError::NoScope(route.name.clone())),
+        (None, None) => Vec::new(),
+    };
+    let value = HeaderValue::from_str(&args.key).map_err(|_| KeyError::BadCharacter)?;
+    Ok(RecordKey {
+        route: route.name.clone(),
+        scope,
+        key: idempotency_key::parse(&value)?,
+    })
+}
+
+fn json<T: serde::Serialize>(value: &T) -> String {
+    let mut out = serde_json::to_string_pretty(value).expect("records serialise");
+    out.push('\n');
+    out
+}
+
+fn time(t: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
+fn describe(info: &RecordInfo) -> String {
+    let mut out = String::new();
+    let mut line = |label: &str, value: String| {
+        let _ = writeln!(out, "{label:<9}{value}");
+    };
+    line("route", info.route.clone());
+    line("key", info.key.clone());
+    line(
+        "scope",
+        if info.scope.is_empty() {
+            "(unscoped route)".into()
+        } else {
+            format!("sha256:{}", info.scope)
+        },
+    );
+    line(
+        "state",
+        match info.held_reason {
+            Some(reason) => format!("{} ({reason})", info.state.as_str()),
+            None => info.state.as_str().to_string(),
+        },
+    );
+    line("token", info.token.to_string());
+    line("created", time(info.created_at));
+    line("updated", time(info.updated_at));
+    line("expires", time(info.expires_at));
+    if let Some(lease) = info.lease_until {
+        let lapsed = if lease < SystemTime::now() {
+            " (lapsed)"
+        } else {
+            ""
+        };
+        line("lease", format!("{}{lapsed}", time(lease)));
+    }
+    if let (Some(status), Some(bytes)) = (info.status, info.body_bytes) {
+        line("response", format!("{status}, {bytes} bytes"));
+    }
+    out
+}
+
+fn table(found: &[RecordInfo]) -> String {
+    let mut out = format!("{:<10} {:>8} {:<22} KEY\n", "STATE", "TOKEN", "UPDATED");
+    for info in found {
+        let _ = writeln!(
+            out,
+            "{:<10} {:>8} {:<22} {}",
+            info.state.as_str(),
+            info.token,
+            time(info.updated_at),
+            info.key
+        );
+    }
+    let _ = writeln!(
+        out,
+        "({} record{})",
+        found.len(),
+        if found.len() == 1 { "" } else { "s" }
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(state: RecordState, lease_until: Option<SystemTime>) -> RecordInfo {
+        let now = SystemTime::now();
+        RecordInfo {
+            route: "r".into(),
+            scope: String::new(),
+            key: "k".into(),
+            state,
+            held_reason: None,
+            token: 1,
+            created_at: now,
+            updated_at: now,
+            expires_at: now,
+            lease_until,
+            status: None,
+            body_bytes: None,
+        }
+    }
+
+    fn key() -> RecordKey {
+        RecordKey {
+            route: "r".into(),
+            scope: Vec::new(),
+            key: "k".into(),
+        }
+    }
+
+    #[test]
+    fn a_failed_removal_is_explained_by_the_record_as_it_is_now() {
+        let later = SystemTime::now() + std::time::Duration::from_secs(60);
+        let earlier = SystemTime::now() - std::time::Duration::from_secs(60);
+        let why = |state, lease, removal| why_not(Some(record(state, lease)), key(), removal);
+        assert!(matches!(
+            why(RecordState::InFlight, Some(later), Removal::Delete),
+            KeysError::LiveLease { .. }
+        ));
+        assert!(matches!(
+            why(RecordState::Completed, None, Removal::Release),
+            KeysError::Completed(_)
+        ));
+        // It turned held (or its lease lapsed) after the attempt: never
+        // reported as completed.
+        for removal in [Removal::Release, Removal::Delete] {
+            assert!(matches!(
+                why(RecordState::Held, None, removal),
+                KeysError::Changed { state: "held", .. }
+            ));
+            assert!(matches!(
+                why(RecordState::InFlight, Some(earlier), removal),
+                KeysError::Changed {
+                    state: "in_flight",
+                    ..
+                }
+            ));
+        }
+        assert!(matches!(
+            why(RecordState::Completed, None, Removal::Delete),
+            KeysError::Changed {
+                state: "completed",
+                ..
+            }
+        ));
+        assert!(matches!(
+            why_not(None, key(), Removal::Delete),
+            KeysError::NotFound { .. }
+        ));
+    }
+
+    #[test]
+    fn the_wire_format_is_stable() {
+        let show: KeyCommand = serde_json::from_str(
+            r#"{"show": {"route": "payments", "scope": null, "key": "k1", "json": true, "force": false}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            show,
+            KeyCommand::Show(KeyTarget {
+                route: "payments".into(),
+                scope: None,
+                key: "k1".into(),
+                json: true,
+                force: false,
+            })
+        );
+        let list: KeyCommand = serde_json::from_str(
+            r#"{"list": {"route": "payments", "state": "in_flight", "limit": 5, "json": false}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            list,
+            KeyCommand::List(ListQuery {
+                limit: 5,
+                state: RecordState::InFlight,
+                ..
+            })
+        ));
+        assert!(
+            serde_json::from_str::<KeyCommand>(
+                r#"{"delete": {"route": "r", "key": "k", "forse": true}}"#
+            )
+            .is_err()
+        );
+    }
+}
