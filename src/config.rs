@@ -18,6 +18,7 @@ use http::{HeaderName, Method, StatusCode, Uri};
 use serde::Deserialize;
 
 use crate::fingerprint::{BodyMode, FingerprintSpec};
+pub use crate::store::{StoreConfig, UnknownOutcome};
 
 /// A configuration problem, with the key it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -81,32 +82,6 @@ pub struct Config {
     pub routes: Vec<Route>,
 }
 
-/// Where records are kept.
-#[derive(Debug, Clone)]
-pub struct StoreConfig {
-    /// `postgres://…`, `redis://…` or `memory://`.
-    pub url: String,
-    /// Apply embedded migrations at start.
-    pub migrate: bool,
-    /// Most connections the store pool opens.
-    pub pool_size: u32,
-    /// Longest any single store operation (including getting a connection) may take.
-    pub timeout: Duration,
-    /// Redis only: prefix of every key idemgate writes.
-    pub prefix: String,
-    /// memory only: most live records kept.
-    pub max_records: usize,
-    /// How often the sweeper deletes expired records (PostgreSQL, memory).
-    pub sweep_interval: Duration,
-    /// Most records one sweep statement deletes.
-    pub sweep_batch: usize,
-    /// PostgreSQL, Redis: how long this instance may answer from memory for
-    /// a completed record it replayed (zero: no replay cache).
-    pub replay_cache_ttl: Duration,
-    /// PostgreSQL, Redis: most bytes the replay cache holds (zero: none).
-    pub replay_cache_size: u64,
-}
-
 /// How a route's path is matched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PathMatch {
@@ -149,16 +124,6 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
-}
-
-/// What happens to a key whose attempt's outcome became unknown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum UnknownOutcome {
-    /// The key turns `held`: never forwarded again until released or expired.
-    Hold,
-    /// The next request takes the key over with a higher fencing token.
-    Release,
 }
 
 /// What a route does when the store cannot be reached.
@@ -570,34 +535,9 @@ fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             "64MiB",
         )? as u64,
     };
-    if store.max_records == 0 {
-        return Err(invalid("store.max_records", "must be at least 1"));
-    }
-    if store.sweep_batch == 0 {
-        return Err(invalid("store.sweep_batch", "must be at least 1"));
-    }
-    if store.sweep_interval.is_zero() {
-        return Err(invalid("store.sweep_interval", "must be greater than zero"));
-    }
-    if store.pool_size == 0 {
-        return Err(invalid("store.pool_size", "must be at least 1"));
-    }
-    let scheme = store.url.split_once("://").map(|(scheme, _)| scheme);
-    if !matches!(
-        scheme,
-        Some("postgres" | "postgresql" | "redis" | "rediss" | "memory")
-    ) {
-        return Err(invalid(
-            "store.url",
-            format!(
-                "{} must start with postgres://, redis://, rediss:// or memory://",
-                crate::store::redact_url(&store.url)
-            ),
-        ));
-    }
-    if store.timeout.is_zero() {
-        return Err(invalid("store.timeout", "must be greater than zero"));
-    }
+    store
+        .validate()
+        .map_err(|e| invalid(format!("store.{}", e.key), e.message))?;
     if raw.routes.is_empty() {
         return Err(invalid(
             "routes",

@@ -14,11 +14,11 @@ use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
 
+use super::UnknownOutcome;
 use super::{
     Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreError,
     StoredResponse, Token,
 };
-use crate::config::UnknownOutcome;
 use crate::fingerprint::Fingerprint;
 
 #[derive(Debug, Clone)]
