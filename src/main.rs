@@ -95,7 +95,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(addr) => addr,
                 None => load()?.admin_listen,
             };
-            init_logging(cli.log_format.map(LogFormat::from).unwrap_or_default());
+            let format = cli.log_format.map(LogFormat::from);
+            init_logging(format.unwrap_or(idemgate::config::DEFAULT_LOG_FORMAT));
             let addr = idemgate::admin::probe_address(addr);
             let status = idemgate::admin::probe(addr, "/healthz", Duration::from_secs(3))
                 .await

@@ -7,6 +7,7 @@
 //! so they never repeat for a key, even after it was released or expired.
 
 mod cache;
+mod config;
 mod headers;
 mod info;
 pub mod memory;
@@ -21,9 +22,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
-pub use crate::config::{StoreConfig, UnknownOutcome};
 use crate::fingerprint::Fingerprint;
 
+pub use config::{InvalidStoreSetting, StoreConfig, UnknownOutcome};
 pub use headers::{decode_headers, encode_headers};
 pub use info::{RecordInfo, RecordState};
 

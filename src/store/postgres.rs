@@ -18,7 +18,7 @@ use super::{
     Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreAdmin,
     StoreError, StoredResponse, Token, decode_headers, encode_headers, redact_url,
 };
-use crate::config::{StoreConfig, UnknownOutcome};
+use super::{StoreConfig, UnknownOutcome};
 
 /// The migrations under `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");

@@ -24,7 +24,7 @@ use super::{
     Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreAdmin,
     StoreError, StoredResponse, Token, decode_headers, encode_headers, redact_url,
 };
-use crate::config::{StoreConfig, UnknownOutcome};
+use super::{StoreConfig, UnknownOutcome};
 
 /// Milliseconds since the epoch by the server's clock, as `now`.
 const NOW: &str =

@@ -1,0 +1,143 @@
+//! Every default of the configuration file (docs/DESIGN.md §5), and the bounds
+//! validation holds values to, as named constants: what a key is when the
+//! file leaves it out. The shipped `gateway.toml` lists the same values.
+//!
+//! Durations are [`Duration`]s and sizes are byte counts, so tests compare
+//! against these constants rather than retyping them.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::time::Duration;
+
+use http::{HeaderName, Method, header};
+
+use super::route::{Concurrent, LogFormat, OnStoreError};
+use crate::fingerprint::BodyMode;
+use crate::store::UnknownOutcome;
+
+const MIB: usize = 1024 * 1024;
+const HOUR: u64 = 3600;
+const DAY: u64 = 24 * HOUR;
+
+// ---------------------------------------------------------------------------
+// The process.
+
+/// `listen`: the proxy listener.
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 8080));
+/// `admin_listen`: metrics and health, never on the proxy port.
+pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9090));
+/// `max_connections`: client connections served at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// `header_read_timeout`: time a client has to send its request headers.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// `shutdown_timeout`: longest graceful shutdown waits for in-flight forwards.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
+/// `log_format`.
+pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Text;
+
+// ---------------------------------------------------------------------------
+// The `[store]` table.
+
+/// `store.url` when neither the file nor the environment names one.
+pub const DEFAULT_STORE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// `store.migrate`: apply embedded migrations at start.
+pub const DEFAULT_STORE_MIGRATE: bool = true;
+/// `store.pool_size`: most connections the store pool opens.
+pub const DEFAULT_STORE_POOL_SIZE: u32 = 16;
+/// `store.timeout`: longest any single store operation may take.
+pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
+/// `store.prefix`: prefix of every Redis key idemgate writes.
+pub const DEFAULT_STORE_PREFIX: &str = "idemgate:";
+/// `store.max_records`: most live records the memory store keeps.
+pub const DEFAULT_STORE_MAX_RECORDS: usize = 100_000;
+/// `store.sweep_interval`: how often the sweeper deletes expired records.
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+/// `store.sweep_batch`: most records one sweep statement deletes.
+pub const DEFAULT_SWEEP_BATCH: usize = 1000;
+/// `store.replay_cache_ttl`: how long a replayed record may be answered from memory.
+pub const DEFAULT_REPLAY_CACHE_TTL: Duration = Duration::from_secs(5);
+/// `store.replay_cache_size`: most bytes the replay cache holds (64 MiB).
+pub const DEFAULT_REPLAY_CACHE_SIZE: u64 = 64 * MIB as u64;
+
+// ---------------------------------------------------------------------------
+// Routes (and `[defaults]`).
+
+/// `methods`: the protected methods.
+pub const DEFAULT_METHODS: [Method; 2] = [Method::POST, Method::PATCH];
+/// `key_header`: the header carrying the key (`Idempotency-Key`).
+pub const DEFAULT_KEY_HEADER: HeaderName = HeaderName::from_static("idempotency-key");
+/// `key_required`: a missing key is a `400`.
+pub const DEFAULT_KEY_REQUIRED: bool = true;
+/// `retention`: how long a record (and a `held` key) is kept.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(DAY);
+/// `lease`: how long an attempt owns its key without renewing.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+/// `upstream_timeout`: longest wait for the upstream's whole response.
+pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(25);
+/// `max_request_body`: largest request body accepted (1 MiB).
+pub const DEFAULT_MAX_REQUEST_BODY: usize = MIB;
+/// `max_recorded_response`: largest response recorded (8 MiB).
+pub const DEFAULT_MAX_RECORDED_RESPONSE: usize = 8 * MIB;
+/// `on_unknown_outcome`: a lapsed lease holds the key.
+pub const DEFAULT_ON_UNKNOWN_OUTCOME: UnknownOutcome = UnknownOutcome::Hold;
+/// `on_store_error`: a store outage answers `503`.
+pub const DEFAULT_ON_STORE_ERROR: OnStoreError = OnStoreError::FailClosed;
+/// `concurrent`: an in-flight duplicate gets `409`.
+pub const DEFAULT_CONCURRENT: Concurrent = Concurrent::Reject;
+/// `record` (docs/DESIGN.md §5): 2xx, 3xx and 4xx except 408, 409, 425 and 429.
+pub const DEFAULT_RECORD: &[&str] = &["2xx", "3xx", "4xx", "!408", "!409", "!425", "!429"];
+/// `replay_headers`: response headers never recorded nor replayed
+/// (hop-by-hop ones are always dropped).
+pub const DEFAULT_REPLAY_HEADERS_DENY: [HeaderName; 2] = [header::SET_COOKIE, header::DATE];
+/// `fingerprint.method`: the method is fingerprinted.
+pub const DEFAULT_FINGERPRINT_METHOD: bool = true;
+/// `fingerprint.path`: the path is fingerprinted.
+pub const DEFAULT_FINGERPRINT_PATH: bool = true;
+/// `fingerprint.query`: the query is fingerprinted.
+pub const DEFAULT_FINGERPRINT_QUERY: bool = true;
+/// `fingerprint.body`: the body is fingerprinted byte for byte.
+pub const DEFAULT_FINGERPRINT_BODY: BodyMode = BodyMode::Raw;
+
+// ---------------------------------------------------------------------------
+// Bounds.
+
+/// The longest `retention`, in days.
+pub const MAX_RETENTION_DAYS: u64 = 3650;
+/// The longest retention accepted (timestamps far beyond it overflow stores).
+pub const MAX_RETENTION: Duration = Duration::from_secs(MAX_RETENTION_DAYS * DAY);
+/// The shortest `lease` accepted.
+pub const MIN_LEASE: Duration = Duration::from_secs(1);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The one place the documented values are typed out: a change to a
+    /// default must change this test, `gateway.toml` and docs/DESIGN.md §5.
+    #[test]
+    fn defaults_are_the_documented_values() {
+        let secs = |s: &str| humantime::parse_duration(s).unwrap();
+        let bytes = |s: &str| s.parse::<bytesize::ByteSize>().unwrap().as_u64();
+        assert_eq!(DEFAULT_LISTEN, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(DEFAULT_ADMIN_LISTEN, "127.0.0.1:9090".parse().unwrap());
+        assert_eq!(DEFAULT_METHODS, [Method::POST, Method::PATCH]);
+        assert_eq!(DEFAULT_KEY_HEADER, "Idempotency-Key");
+        let (migrate, key_required) = (DEFAULT_STORE_MIGRATE, DEFAULT_KEY_REQUIRED);
+        assert_eq!([migrate, key_required], [true, true]);
+        assert_eq!(DEFAULT_RETENTION, secs("24h"));
+        assert_eq!(DEFAULT_LEASE, secs("30s"));
+        assert_eq!(DEFAULT_UPSTREAM_TIMEOUT, secs("25s"));
+        assert_eq!(DEFAULT_MAX_REQUEST_BODY as u64, bytes("1MiB"));
+        assert_eq!(DEFAULT_MAX_RECORDED_RESPONSE as u64, bytes("8MiB"));
+        assert_eq!(DEFAULT_ON_UNKNOWN_OUTCOME, UnknownOutcome::Hold);
+        assert_eq!(DEFAULT_ON_STORE_ERROR, OnStoreError::FailClosed);
+        assert_eq!(
+            DEFAULT_REPLAY_HEADERS_DENY,
+            [header::SET_COOKIE, header::DATE]
+        );
+        assert_eq!(DEFAULT_REPLAY_CACHE_TTL, secs("5s"));
+        assert_eq!(DEFAULT_REPLAY_CACHE_SIZE, bytes("64MiB"));
+        assert_eq!(MAX_RETENTION, Duration::from_secs(3650 * 24 * 3600));
+    }
+}

@@ -1,0 +1,172 @@
+//! Configuration: the TOML file of docs/DESIGN.md §5, parsed into raw structs
+//! that mirror the file one to one, then validated into a [`Config`] the rest
+//! of the gateway can trust (no `Option`s left to interpret, no strings left
+//! to parse on the request path).
+//!
+//! Rules, each with a test beside the code that applies it:
+//! - unknown keys are errors that name the key's full path (`raw`);
+//! - every string value expands `${VAR}` and `${VAR:-default}` (`env`);
+//! - durations (`"30s"`, `"24h"`) and sizes (`"1MiB"`) are human strings (`values`);
+//! - `[defaults]` sets any route setting for all routes; a route's own value
+//!   wins (`raw`);
+//! - every default is a named constant (`defaults`);
+//! - values are checked, and the first bad one named, by `validate`.
+//!
+//! The store's own settings type, [`StoreConfig`], lives in [`crate::store`];
+//! this module parses the `[store]` table into it.
+
+pub mod defaults;
+mod env;
+mod raw;
+mod route;
+mod validate;
+mod values;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+pub use crate::store::{StoreConfig, UnknownOutcome};
+pub use defaults::*;
+pub use route::{Concurrent, LogFormat, OnStoreError, PathMatch, RecordPolicy, Route};
+
+/// A configuration problem, with the key it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("config is not valid TOML: {0}")]
+    Syntax(String),
+    /// A key is unknown or has a value of the wrong type.
+    #[error("config key `{path}`: {message}")]
+    Shape {
+        /// Dotted path of the offending key.
+        path: String,
+        /// What serde said about it.
+        message: String,
+    },
+    /// A value is well-formed TOML but not acceptable.
+    #[error("config key `{key}`: {message}")]
+    Invalid {
+        /// Dotted path of the offending key.
+        key: String,
+        /// What is wrong and what would be right.
+        message: String,
+    },
+}
+
+/// A [`ConfigError::Invalid`] for `key`.
+fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.into(),
+        message: message.into(),
+    }
+}
+
+/// The validated configuration of one gateway process.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address of the proxy listener.
+    pub listen: SocketAddr,
+    /// Address of the admin listener (health, readiness).
+    pub admin_listen: SocketAddr,
+    /// Most client connections served at once; further ones wait in the backlog.
+    pub max_connections: usize,
+    /// Time a client has to send its request headers.
+    pub header_read_timeout: Duration,
+    /// Longest graceful shutdown waits for in-flight forwards before exiting.
+    pub shutdown_timeout: Duration,
+    /// Base URL of the error documentation, sent as `Link: rel="describedby"`.
+    pub docs_url: Option<String>,
+    /// How logs are written (the command line's `--log-format` wins).
+    pub log_format: LogFormat,
+    /// The record store.
+    pub store: StoreConfig,
+    /// Routes, in file order.
+    pub routes: Vec<Route>,
+}
+
+impl Config {
+    /// Read, expand and validate a config file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::parse(&text)
+    }
+
+    /// Expand and validate config text, reading `${VAR}` from the process environment.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        Self::parse_with_env(text, &|name| std::env::var(name).ok())
+    }
+
+    /// Expand and validate config text with an explicit environment.
+    pub fn parse_with_env(
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let mut value: toml::Value =
+            toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        env::expand_value(&mut value, "", env)?;
+        let raw: raw::RawConfig = serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            ConfigError::Shape {
+                path,
+                message: e.into_inner().to_string(),
+            }
+        })?;
+        validate::validate(raw)
+    }
+}
+
+/// What the tests of every config file share: the smallest valid file and
+/// a parser with an empty environment.
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::{Config, ConfigError};
+
+    pub(crate) const MINIMAL: &str = r#"
+        [[routes]]
+        name = "payments"
+        match = "/v1/payments/*"
+        upstream = "http://127.0.0.1:9000"
+    "#;
+
+    pub(crate) fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    pub(crate) fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse_with_env(text, &no_env)
+    }
+
+    /// The message of the error `text` must fail with.
+    pub(crate) fn error(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    /// The message of the error [`MINIMAL`] fails with once `line` is added
+    /// to its route.
+    pub(crate) fn route_error(line: &str) -> String {
+        error(&format!("{MINIMAL}\n{line}\n"))
+    }
+
+    #[test]
+    fn syntax_errors_and_unreadable_files_are_reported() {
+        let err = parse("listen = ").unwrap_err();
+        assert!(matches!(err, ConfigError::Syntax(_)), "{err}");
+        let err = Config::load(std::path::Path::new("/nonexistent/gateway.toml")).unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent/gateway.toml"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! The file's shape: serde structs that mirror the TOML one to one, every key
+//! optional and unknown keys refused (the error names the key's full path),
+//! and [`RawRoute::or_defaults`], which fills a route's absent keys from the
+//! `[defaults]` table. Nothing here is checked beyond its TOML type.
+
+use serde::Deserialize;
+
+use super::route::{Concurrent, LogFormat, OnStoreError};
+use crate::fingerprint::BodyMode;
+use crate::store::UnknownOutcome;
+
+/// The whole file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) listen: Option<String>,
+    pub(super) admin_listen: Option<String>,
+    pub(super) max_connections: Option<usize>,
+    pub(super) header_read_timeout: Option<String>,
+    pub(super) shutdown_timeout: Option<String>,
+    pub(super) docs_url: Option<String>,
+    pub(super) log_format: Option<LogFormat>,
+    #[serde(default)]
+    pub(super) store: RawStore,
+    #[serde(default)]
+    pub(super) defaults: RawRoute,
+    #[serde(default)]
+    pub(super) routes: Vec<RawRoute>,
+}
+
+/// The `[store]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStore {
+    pub(super) url: Option<String>,
+    pub(super) migrate: Option<bool>,
+    pub(super) pool_size: Option<u32>,
+    pub(super) timeout: Option<String>,
+    pub(super) prefix: Option<String>,
+    pub(super) max_records: Option<usize>,
+    pub(super) sweep_interval: Option<String>,
+    pub(super) sweep_batch: Option<usize>,
+    pub(super) replay_cache_ttl: Option<String>,
+    pub(super) replay_cache_size: Option<String>,
+}
+
+/// One `[[routes]]` table, or the `[defaults]` table.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRoute {
+    pub(super) name: Option<String>,
+    #[serde(rename = "match")]
+    pub(super) path: Option<String>,
+    pub(super) upstream: Option<String>,
+    pub(super) methods: Option<Vec<String>>,
+    pub(super) key_header: Option<String>,
+    pub(super) key_required: Option<bool>,
+    pub(super) scope_header: Option<String>,
+    pub(super) retention: Option<String>,
+    pub(super) lease: Option<String>,
+    pub(super) upstream_timeout: Option<String>,
+    pub(super) max_request_body: Option<String>,
+    pub(super) max_recorded_response: Option<String>,
+    pub(super) on_unknown_outcome: Option<UnknownOutcome>,
+    pub(super) on_store_error: Option<OnStoreError>,
+    pub(super) concurrent: Option<Concurrent>,
+    pub(super) wait_timeout: Option<String>,
+    pub(super) record: Option<Vec<String>>,
+    pub(super) replay_headers: Option<Vec<String>>,
+    pub(super) fingerprint: Option<RawFingerprint>,
+}
+
+/// A route's `fingerprint` table.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFingerprint {
+    pub(super) method: Option<bool>,
+    pub(super) path: Option<bool>,
+    pub(super) query: Option<bool>,
+    pub(super) headers: Option<Vec<String>>,
+    pub(super) body: Option<BodyMode>,
+    pub(super) exclude: Option<Vec<String>>,
+}
+
+macro_rules! merge_fields {
+    ($own:expr, $defaults:expr, $($field:ident),*) => {
+        RawRoute { $($field: $own.$field.clone().or_else(|| $defaults.$field.clone()),)* }
+    };
+}
+
+impl RawRoute {
+    /// This route with every absent key taken from `d` (the `[defaults]`
+    /// table); a key the route sets wins. Tables (`fingerprint`) are taken
+    /// whole, not merged key by key.
+    pub(super) fn or_defaults(&self, d: &RawRoute) -> RawRoute {
+        merge_fields!(
+            self,
+            d,
+            name,
+            path,
+            upstream,
+            methods,
+            key_header,
+            key_required,
+            scope_header,
+            retention,
+            lease,
+            upstream_timeout,
+            max_request_body,
+            max_recorded_response,
+            on_unknown_outcome,
+            on_store_error,
+            concurrent,
+            wait_timeout,
+            record,
+            replay_headers,
+            fingerprint
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::config::OnStoreError;
+    use crate::config::tests::{MINIMAL, error, parse};
+
+    #[test]
+    fn unknown_key_is_rejected_with_its_path() {
+        let text = format!("{MINIMAL}\nretension = \"1h\"\n");
+        let err = error(&text);
+        assert!(
+            err.contains("routes[0]") && err.contains("retension"),
+            "{err}"
+        );
+        let err = error(&format!("bogus = 1\n{MINIMAL}"));
+        assert!(err.contains("bogus"), "{err}");
+        let err = error(&format!("[store]\nurll = \"x\"\n{MINIMAL}"));
+        assert!(err.contains("store") && err.contains("urll"), "{err}");
+    }
+
+    #[test]
+    fn defaults_apply_and_routes_override() {
+        let text = format!(
+            "[defaults]\nlease = \"10s\"\non_store_error = \"fail_open\"\n{MINIMAL}\n[[routes]]\nname = \"b\"\nmatch = \"/b\"\nupstream = \"http://h:1\"\nlease = \"5s\"\n"
+        );
+        let c = parse(&text).unwrap();
+        assert_eq!(c.routes[0].lease, Duration::from_secs(10));
+        assert_eq!(c.routes[1].lease, Duration::from_secs(5));
+        assert_eq!(c.routes[1].on_store_error, OnStoreError::FailOpen);
+    }
+}

@@ -1,0 +1,167 @@
+//! Validation: the raw file into a [`Config`], defaults applied and every
+//! value checked. The first bad value is the error, named by its dotted key
+//! (`routes[1].lease`), so checks run in a fixed order: `[defaults]`,
+//! `[store]`, each route in file order, then the process settings.
+//!
+//! One file per concern: `store` (the `[store]` table), `route` (one route,
+//! assembled from `target`, `keys`, `timing`, `record` and `fingerprint`).
+
+mod fingerprint;
+mod keys;
+mod record;
+mod route;
+mod store;
+mod target;
+mod timing;
+
+use std::collections::HashSet;
+
+use super::defaults::{
+    DEFAULT_ADMIN_LISTEN, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_LISTEN, DEFAULT_LOG_FORMAT,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_TIMEOUT,
+};
+use super::raw::{RawConfig, RawRoute};
+use super::values::{duration, socket_addr};
+use super::{Config, ConfigError, Route, invalid};
+
+/// `at.name`: the dotted key of setting `name` in the table at `at`.
+fn key(at: &str, name: &str) -> String {
+    format!("{at}.{name}")
+}
+
+/// The whole file.
+pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+    if raw.defaults.name.is_some() || raw.defaults.path.is_some() {
+        return Err(invalid(
+            "defaults",
+            "`name` and `match` are per route and cannot be set in [defaults]",
+        ));
+    }
+    let store = store::store(raw.store)?;
+    let routes = routes(&raw.routes, &raw.defaults)?;
+    let max_connections = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
+    if max_connections == 0 {
+        return Err(invalid("max_connections", "must be at least 1"));
+    }
+    Ok(Config {
+        listen: socket_addr("listen", raw.listen.as_deref(), DEFAULT_LISTEN)?,
+        admin_listen: socket_addr(
+            "admin_listen",
+            raw.admin_listen.as_deref(),
+            DEFAULT_ADMIN_LISTEN,
+        )?,
+        max_connections,
+        header_read_timeout: duration(
+            "header_read_timeout",
+            raw.header_read_timeout.as_deref(),
+            DEFAULT_HEADER_READ_TIMEOUT,
+        )?,
+        shutdown_timeout: duration(
+            "shutdown_timeout",
+            raw.shutdown_timeout.as_deref(),
+            DEFAULT_SHUTDOWN_TIMEOUT,
+        )?,
+        docs_url: raw.docs_url.filter(|u| !u.is_empty()),
+        log_format: raw.log_format.unwrap_or(DEFAULT_LOG_FORMAT),
+        store,
+        routes,
+    })
+}
+
+/// Every route, each merged with `[defaults]`: at least one, names unique,
+/// and no two matching the same paths.
+fn routes(raw: &[RawRoute], defaults: &RawRoute) -> Result<Vec<Route>, ConfigError> {
+    if raw.is_empty() {
+        return Err(invalid(
+            "routes",
+            "at least one [[routes]] table is required",
+        ));
+    }
+    let mut names = HashSet::new();
+    let mut routes = Vec::with_capacity(raw.len());
+    for (i, own) in raw.iter().enumerate() {
+        let route = route::route(&format!("routes[{i}]"), &own.or_defaults(defaults))?;
+        if !names.insert(route.name.clone()) {
+            return Err(invalid(
+                format!("routes[{i}].name"),
+                format!(
+                    "route name {:?} is used twice; names must be unique",
+                    route.name
+                ),
+            ));
+        }
+        if let Some(twin) = routes.iter().find(|r: &&Route| r.path == route.path) {
+            return Err(invalid(
+                format!("routes[{i}].match"),
+                format!(
+                    "route {:?} matches exactly what route {:?} matches; one of them could never be reached",
+                    route.name, twin.name
+                ),
+            ));
+        }
+        routes.push(route);
+    }
+    Ok(routes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::defaults::*;
+    use crate::config::tests::{MINIMAL, error, parse};
+
+    #[test]
+    fn minimal_config_gets_design_defaults() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.listen, DEFAULT_LISTEN);
+        assert_eq!(c.admin_listen, DEFAULT_ADMIN_LISTEN);
+        assert_eq!(c.store.url, DEFAULT_STORE_URL);
+        assert_eq!(c.store.migrate, DEFAULT_STORE_MIGRATE);
+        let r = &c.routes[0];
+        assert_eq!(r.methods, DEFAULT_METHODS);
+        assert_eq!(r.key_header, DEFAULT_KEY_HEADER);
+        assert_eq!(r.key_required, DEFAULT_KEY_REQUIRED);
+        assert_eq!(r.retention, DEFAULT_RETENTION);
+        assert_eq!(r.lease, DEFAULT_LEASE);
+        assert_eq!(r.upstream_timeout, DEFAULT_UPSTREAM_TIMEOUT);
+        assert_eq!(r.max_request_body, DEFAULT_MAX_REQUEST_BODY);
+        assert_eq!(r.max_recorded_response, DEFAULT_MAX_RECORDED_RESPONSE);
+        assert_eq!(r.on_unknown_outcome, DEFAULT_ON_UNKNOWN_OUTCOME);
+        assert_eq!(r.on_store_error, DEFAULT_ON_STORE_ERROR);
+        assert_eq!(r.replay_headers_deny, DEFAULT_REPLAY_HEADERS_DENY);
+    }
+
+    #[test]
+    fn process_defaults() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.max_connections, DEFAULT_MAX_CONNECTIONS);
+        assert_eq!(c.header_read_timeout, DEFAULT_HEADER_READ_TIMEOUT);
+        assert_eq!(c.shutdown_timeout, DEFAULT_SHUTDOWN_TIMEOUT);
+        assert_eq!(c.log_format, DEFAULT_LOG_FORMAT);
+        assert_eq!(c.docs_url, None);
+        let err = error(&format!("max_connections = 0\n{MINIMAL}"));
+        assert!(err.contains("`max_connections`"), "{err}");
+        let err = error(&format!("listen = \"8080\"\n{MINIMAL}"));
+        assert!(err.contains("`listen`"), "{err}");
+    }
+
+    #[test]
+    fn defaults_cannot_name_a_route() {
+        let err = error(&format!("[defaults]\nname = \"x\"\n{MINIMAL}"));
+        assert!(err.contains("defaults"), "{err}");
+    }
+
+    #[test]
+    fn route_names_are_unique_and_routes_required() {
+        let err = error(&format!("{MINIMAL}{MINIMAL}"));
+        assert!(err.contains("routes[1].name"), "{err}");
+        assert!(error("listen = \"0.0.0.0:1\"\n").contains("routes"));
+    }
+
+    #[test]
+    fn two_routes_cannot_match_the_same_paths() {
+        let twin = MINIMAL.replace("\"payments\"", "\"twin\"");
+        let err = error(&format!("{MINIMAL}{twin}"));
+        assert!(err.contains("routes[1].match"), "{err}");
+    }
+}

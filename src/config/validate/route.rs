@@ -1,0 +1,105 @@
+//! One route (already merged with `[defaults]`) into a [`Route`]: each group
+//! of settings is checked by its own file, in the order that decides which
+//! error a route with several bad values reports; the policies with no other
+//! home (`concurrent`, `on_*`, `max_request_body`) are checked here.
+
+use super::{fingerprint, key, keys, record, target, timing};
+use crate::config::defaults::{
+    DEFAULT_CONCURRENT, DEFAULT_KEY_REQUIRED, DEFAULT_MAX_REQUEST_BODY, DEFAULT_ON_STORE_ERROR,
+    DEFAULT_ON_UNKNOWN_OUTCOME,
+};
+use crate::config::raw::RawRoute;
+use crate::config::values::size;
+use crate::config::{Concurrent, ConfigError, Route, invalid};
+
+/// The route at dotted key `at` (`routes[0]`).
+pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
+    let name = target::name(at, r)?;
+    let path = target::path(at, r)?;
+    let upstream = target::upstream(at, r)?;
+    let methods = target::methods(at, r)?;
+    let (key_header, scope_header) = keys::headers(at, r)?;
+    let timing = timing::timing(at, r)?;
+    let concurrent = concurrent(at, r)?;
+    let record = record::statuses(at, r)?;
+    let replay_headers_deny = record::replay_headers_deny(at, r)?;
+    let fingerprint = fingerprint::fingerprint(at, r)?;
+    let max_recorded_response = record::max_recorded_response(at, r)?;
+    Ok(Route {
+        name,
+        path,
+        upstream,
+        methods,
+        key_header,
+        key_required: r.key_required.unwrap_or(DEFAULT_KEY_REQUIRED),
+        scope_header,
+        retention: timing.retention,
+        lease: timing.lease,
+        upstream_timeout: timing.upstream_timeout,
+        max_request_body: size(
+            &key(at, "max_request_body"),
+            r.max_request_body.as_deref(),
+            DEFAULT_MAX_REQUEST_BODY,
+        )?,
+        max_recorded_response,
+        on_unknown_outcome: r.on_unknown_outcome.unwrap_or(DEFAULT_ON_UNKNOWN_OUTCOME),
+        on_store_error: r.on_store_error.unwrap_or(DEFAULT_ON_STORE_ERROR),
+        concurrent,
+        record,
+        replay_headers_deny,
+        fingerprint,
+    })
+}
+
+/// `concurrent`, and `wait_timeout`, which only `"wait"` would use.
+fn concurrent(at: &str, r: &RawRoute) -> Result<Concurrent, ConfigError> {
+    let concurrent = r.concurrent.unwrap_or(DEFAULT_CONCURRENT);
+    if concurrent == Concurrent::Wait {
+        return Err(invalid(
+            key(at, "concurrent"),
+            "\"wait\" is not implemented yet; use \"reject\" (409 + Retry-After)",
+        ));
+    }
+    if r.wait_timeout.is_some() {
+        return Err(invalid(
+            key(at, "wait_timeout"),
+            "only applies to concurrent = \"wait\", which is not implemented yet",
+        ));
+    }
+    Ok(concurrent)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::tests::{MINIMAL, parse, route_error};
+    use crate::config::{DEFAULT_CONCURRENT, UnknownOutcome};
+
+    #[test]
+    fn policies_are_closed_enums() {
+        let err = route_error("on_unknown_outcome = \"retry\"");
+        assert!(err.contains("on_unknown_outcome"), "{err}");
+        let c = parse(&format!("{MINIMAL}\non_unknown_outcome = \"release\"\n")).unwrap();
+        assert_eq!(c.routes[0].on_unknown_outcome, UnknownOutcome::Release);
+        let err = route_error("concurrent = \"wait\"");
+        assert!(
+            err.contains("concurrent") && err.contains("not implemented"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn wait_timeout_is_refused_without_wait() {
+        assert_eq!(
+            parse(MINIMAL).unwrap().routes[0].concurrent,
+            DEFAULT_CONCURRENT
+        );
+        let err = route_error("wait_timeout = \"1s\"");
+        assert!(err.contains("routes[0].wait_timeout"), "{err}");
+    }
+
+    #[test]
+    fn key_required_can_be_turned_off() {
+        let c = parse(&format!("{MINIMAL}\nkey_required = false\n")).unwrap();
+        assert!(!c.routes[0].key_required);
+    }
+}

@@ -1,0 +1,106 @@
+//! The `[store]` table: its strings parsed and its defaults applied into a
+//! [`StoreConfig`], which then checks itself ([`StoreConfig::validate`]: the
+//! store module knows which settings a store can work with).
+
+use crate::config::defaults::{
+    DEFAULT_REPLAY_CACHE_SIZE, DEFAULT_REPLAY_CACHE_TTL, DEFAULT_STORE_MAX_RECORDS,
+    DEFAULT_STORE_MIGRATE, DEFAULT_STORE_POOL_SIZE, DEFAULT_STORE_PREFIX, DEFAULT_STORE_TIMEOUT,
+    DEFAULT_STORE_URL, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL,
+};
+use crate::config::raw::RawStore;
+use crate::config::values::{duration, size};
+use crate::config::{ConfigError, invalid};
+use crate::store::StoreConfig;
+
+/// The `[store]` table, validated.
+pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
+    let store = StoreConfig {
+        url: raw.url.unwrap_or_else(|| DEFAULT_STORE_URL.to_string()),
+        migrate: raw.migrate.unwrap_or(DEFAULT_STORE_MIGRATE),
+        pool_size: raw.pool_size.unwrap_or(DEFAULT_STORE_POOL_SIZE),
+        timeout: duration(
+            "store.timeout",
+            raw.timeout.as_deref(),
+            DEFAULT_STORE_TIMEOUT,
+        )?,
+        prefix: raw
+            .prefix
+            .unwrap_or_else(|| DEFAULT_STORE_PREFIX.to_string()),
+        max_records: raw.max_records.unwrap_or(DEFAULT_STORE_MAX_RECORDS),
+        sweep_interval: duration(
+            "store.sweep_interval",
+            raw.sweep_interval.as_deref(),
+            DEFAULT_SWEEP_INTERVAL,
+        )?,
+        sweep_batch: raw.sweep_batch.unwrap_or(DEFAULT_SWEEP_BATCH),
+        replay_cache_ttl: duration(
+            "store.replay_cache_ttl",
+            raw.replay_cache_ttl.as_deref(),
+            DEFAULT_REPLAY_CACHE_TTL,
+        )?,
+        replay_cache_size: size(
+            "store.replay_cache_size",
+            raw.replay_cache_size.as_deref(),
+            DEFAULT_REPLAY_CACHE_SIZE as usize,
+        )? as u64,
+    };
+    store
+        .validate()
+        .map_err(|e| invalid(format!("store.{}", e.key), e.message))?;
+    Ok(store)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::tests::{MINIMAL, error, parse};
+
+    #[test]
+    fn replay_cache_defaults_and_off_switch() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.store.replay_cache_ttl, DEFAULT_REPLAY_CACHE_TTL);
+        assert_eq!(c.store.replay_cache_size, DEFAULT_REPLAY_CACHE_SIZE);
+        let off = parse(&format!(
+            "[store]\nreplay_cache_ttl = \"0s\"\nreplay_cache_size = \"1MiB\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert!(off.store.replay_cache_ttl.is_zero());
+        assert_eq!(off.store.replay_cache_size, 1024 * 1024);
+        let err = error(&format!("[store]\nreplay_cache_ttl = \"soon\"\n{MINIMAL}"));
+        assert!(err.contains("store.replay_cache_ttl"), "{err}");
+    }
+
+    #[test]
+    fn store_defaults() {
+        let s = parse(MINIMAL).unwrap().store;
+        assert_eq!(s.pool_size, DEFAULT_STORE_POOL_SIZE);
+        assert_eq!(s.timeout, DEFAULT_STORE_TIMEOUT);
+        assert_eq!(s.prefix, DEFAULT_STORE_PREFIX);
+        assert_eq!(s.max_records, DEFAULT_STORE_MAX_RECORDS);
+        assert_eq!(s.sweep_interval, DEFAULT_SWEEP_INTERVAL);
+        assert_eq!(s.sweep_batch, DEFAULT_SWEEP_BATCH);
+        let s = parse(&format!("[store]\nsweep_interval = \"2m\"\n{MINIMAL}"))
+            .unwrap()
+            .store;
+        assert_eq!(s.sweep_interval, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn nonsense_store_values_are_rejected() {
+        let bad = [
+            ("[store]\nurl = \"postgress://h/db\"\n", "store.url"),
+            ("[store]\ntimeout = \"0s\"\n", "store.timeout"),
+            ("[store]\npool_size = 0\n", "store.pool_size"),
+            (
+                "[store]\nreplay_cache_size = \"lots\"\n",
+                "store.replay_cache_size",
+            ),
+        ];
+        for (prefix, key) in bad {
+            let err = error(&format!("{prefix}{MINIMAL}"));
+            assert!(err.contains(key), "{err}");
+        }
+    }
+}

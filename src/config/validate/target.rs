@@ -1,0 +1,108 @@
+//! Which requests a route takes and where it sends them: `name`, `match`,
+//! `upstream` and `methods`.
+
+use http::{Method, Uri};
+
+use super::key;
+use crate::config::defaults::DEFAULT_METHODS;
+use crate::config::raw::RawRoute;
+use crate::config::{ConfigError, PathMatch, invalid};
+
+/// `name`: required, not blank.
+pub(super) fn name(at: &str, r: &RawRoute) -> Result<String, ConfigError> {
+    r.name
+        .clone()
+        .filter(|n| !n.trim().is_empty())
+        .ok_or_else(|| invalid(key(at, "name"), "every route needs a non-empty name"))
+}
+
+/// `match`: required, `"/exact"` or `"/prefix/*"`.
+pub(super) fn path(at: &str, r: &RawRoute) -> Result<PathMatch, ConfigError> {
+    let text = r.path.as_deref().ok_or_else(|| {
+        invalid(
+            key(at, "match"),
+            "every route needs `match` (\"/exact\" or \"/prefix/*\")",
+        )
+    })?;
+    PathMatch::parse(text).ok_or_else(|| {
+        invalid(
+            key(at, "match"),
+            format!(
+                "{text:?} must be an exact path (\"/v1/pay\") or a prefix ending in /* (\"/v1/*\")"
+            ),
+        )
+    })
+}
+
+/// `upstream`: required, `http://` with a host and no query.
+pub(super) fn upstream(at: &str, r: &RawRoute) -> Result<Uri, ConfigError> {
+    let text = r
+        .upstream
+        .as_deref()
+        .ok_or_else(|| invalid(key(at, "upstream"), "every route needs an upstream URL"))?;
+    text.parse()
+        .ok()
+        .filter(|u: &Uri| u.scheme_str() == Some("http") && u.authority().is_some() && u.query().is_none())
+        .ok_or_else(|| {
+            invalid(
+                key(at, "upstream"),
+                format!("{text:?} must be an http:// URL with a host (https upstreams are not supported)"),
+            )
+        })
+}
+
+/// `methods`: HTTP methods (any case), at least one.
+pub(super) fn methods(at: &str, r: &RawRoute) -> Result<Vec<Method>, ConfigError> {
+    let methods: Vec<Method> = match &r.methods {
+        None => DEFAULT_METHODS.to_vec(),
+        Some(list) => list
+            .iter()
+            .map(|m| {
+                Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| {
+                    invalid(key(at, "methods"), format!("{m:?} is not an HTTP method"))
+                })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    if methods.is_empty() {
+        let default: Vec<&str> = DEFAULT_METHODS.iter().map(Method::as_str).collect();
+        return Err(invalid(
+            key(at, "methods"),
+            format!("protects nothing; list at least one method (default {default:?})"),
+        ));
+    }
+    Ok(methods)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::tests::{MINIMAL, error, parse, route_error};
+
+    #[test]
+    fn route_names_are_required() {
+        let err = error("[[routes]]\nmatch = \"/a\"\nupstream = \"http://h:1\"\n");
+        assert!(err.contains("routes[0].name"), "{err}");
+    }
+
+    #[test]
+    fn match_is_required() {
+        let err = error("[[routes]]\nname = \"a\"\nupstream = \"http://h:1\"\n");
+        assert!(err.contains("routes[0].match"), "{err}");
+    }
+
+    #[test]
+    fn upstream_must_be_plain_http() {
+        assert!(parse(&MINIMAL.replace("http://127.0.0.1:9000", "https://h")).is_err());
+        assert!(parse(&MINIMAL.replace("http://127.0.0.1:9000", "not a url")).is_err());
+        assert!(parse(&MINIMAL.replace("http://127.0.0.1:9000", "http://h:1/base")).is_ok());
+    }
+
+    #[test]
+    fn methods_must_protect_something() {
+        let err = route_error("methods = []");
+        assert!(err.contains("routes[0].methods"), "{err}");
+        assert!(err.contains("at least one method (default [\""), "{err}");
+        let c = parse(&format!("{MINIMAL}\nmethods = [\"put\"]\n")).unwrap();
+        assert_eq!(c.routes[0].methods, vec![http::Method::PUT]);
+    }
+}

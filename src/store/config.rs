@@ -1,0 +1,173 @@
+//! The store's settings: [`StoreConfig`] (the `[store]` table, parsed and
+//! with its defaults applied by `crate::config`), the checks that decide
+//! whether the store can work with them, and [`UnknownOutcome`], the policy a
+//! claim applies to a lapsed lease.
+//!
+//! Nothing here imports `crate::config`: the config module builds a
+//! `StoreConfig` and asks [`StoreConfig::validate`] whether it is usable.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::redact_url;
+
+/// Where records are kept.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// `postgres://…`, `redis://…` or `memory://`.
+    pub url: String,
+    /// Apply embedded migrations at start.
+    pub migrate: bool,
+    /// Most connections the store pool opens.
+    pub pool_size: u32,
+    /// Longest any single store operation (including getting a connection) may take.
+    pub timeout: Duration,
+    /// Redis only: prefix of every key idemgate writes.
+    pub prefix: String,
+    /// memory only: most live records kept.
+    pub max_records: usize,
+    /// How often the sweeper deletes expired records (PostgreSQL, memory).
+    pub sweep_interval: Duration,
+    /// Most records one sweep statement deletes.
+    pub sweep_batch: usize,
+    /// PostgreSQL, Redis: how long this instance may answer from memory for
+    /// a completed record it replayed (zero: no replay cache).
+    pub replay_cache_ttl: Duration,
+    /// PostgreSQL, Redis: most bytes the replay cache holds (zero: none).
+    pub replay_cache_size: u64,
+}
+
+/// What happens to a key whose attempt's outcome became unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnknownOutcome {
+    /// The key turns `held`: never forwarded again until released or expired.
+    Hold,
+    /// The next request takes the key over with a higher fencing token.
+    Release,
+}
+
+/// A store setting no store can work with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{key}`: {message}")]
+pub struct InvalidStoreSetting {
+    /// The setting's name in the `[store]` table (`pool_size`).
+    pub key: &'static str,
+    /// What is wrong and what would be right.
+    pub message: String,
+}
+
+/// The URL schemes [`super::open`] knows.
+const SCHEMES: &[&str] = &["postgres", "postgresql", "redis", "rediss", "memory"];
+
+impl StoreConfig {
+    /// Whether a store can be opened with these settings; the first setting
+    /// that cannot work otherwise.
+    pub fn validate(&self) -> Result<(), InvalidStoreSetting> {
+        let fail = |key, message: &str| {
+            Err(InvalidStoreSetting {
+                key,
+                message: message.to_string(),
+            })
+        };
+        if self.max_records == 0 {
+            return fail("max_records", "must be at least 1");
+        }
+        if self.sweep_batch == 0 {
+            return fail("sweep_batch", "must be at least 1");
+        }
+        if self.sweep_interval.is_zero() {
+            return fail("sweep_interval", "must be greater than zero");
+        }
+        if self.pool_size == 0 {
+            return fail("pool_size", "must be at least 1");
+        }
+        self.validate_url()?;
+        if self.timeout.is_zero() {
+            return fail("timeout", "must be greater than zero");
+        }
+        Ok(())
+    }
+
+    fn validate_url(&self) -> Result<(), InvalidStoreSetting> {
+        let scheme = self.url.split_once("://").map(|(scheme, _)| scheme);
+        if scheme.is_some_and(|s| SCHEMES.contains(&s)) {
+            return Ok(());
+        }
+        Err(InvalidStoreSetting {
+            key: "url",
+            message: format!(
+                "{} must start with postgres://, redis://, rediss:// or memory://",
+                redact_url(&self.url)
+            ),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usable() -> StoreConfig {
+        StoreConfig {
+            url: "memory://".to_string(),
+            migrate: false,
+            pool_size: 1,
+            timeout: Duration::from_secs(1),
+            prefix: String::new(),
+            max_records: 1,
+            sweep_interval: Duration::from_secs(1),
+            sweep_batch: 1,
+            replay_cache_ttl: Duration::ZERO,
+            replay_cache_size: 0,
+        }
+    }
+
+    fn rejected_key(change: impl FnOnce(&mut StoreConfig)) -> &'static str {
+        let mut config = usable();
+        change(&mut config);
+        config.validate().unwrap_err().key
+    }
+
+    #[test]
+    fn usable_settings_pass() {
+        assert_eq!(usable().validate(), Ok(()));
+        for url in [
+            "postgres://h/db",
+            "postgresql://h/db",
+            "redis://h",
+            "rediss://h",
+        ] {
+            let config = StoreConfig {
+                url: url.to_string(),
+                ..usable()
+            };
+            assert_eq!(config.validate(), Ok(()), "{url}");
+        }
+    }
+
+    #[test]
+    fn zero_counts_and_durations_are_rejected() {
+        assert_eq!(rejected_key(|c| c.max_records = 0), "max_records");
+        assert_eq!(rejected_key(|c| c.sweep_batch = 0), "sweep_batch");
+        assert_eq!(
+            rejected_key(|c| c.sweep_interval = Duration::ZERO),
+            "sweep_interval"
+        );
+        assert_eq!(rejected_key(|c| c.pool_size = 0), "pool_size");
+        assert_eq!(rejected_key(|c| c.timeout = Duration::ZERO), "timeout");
+    }
+
+    #[test]
+    fn unknown_scheme_is_rejected_without_the_password() {
+        let config = StoreConfig {
+            url: "postgress://u:secret@h/db".to_string(),
+            ..usable()
+        };
+        let err = config.validate().unwrap_err();
+        assert_eq!(err.key, "url");
+        assert!(err.message.contains("postgres://"), "{err}");
+        assert!(!err.message.contains("secret"), "{err}");
+    }
+}
