@@ -31,7 +31,8 @@ pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// `header_read_timeout`: time a client has to send its request headers.
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// `shutdown_timeout`: longest graceful shutdown waits for in-flight forwards.
+/// `shutdown_timeout`: the longest a graceful shutdown waits, in all, for
+/// open connections and in-flight forwards.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 /// `log_format`.
 pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Text;

@@ -81,7 +81,8 @@ pub struct Config {
     pub max_connections: usize,
     /// Time a client has to send its request headers.
     pub header_read_timeout: Duration,
-    /// Longest graceful shutdown waits for in-flight forwards before exiting.
+    /// The longest a graceful shutdown waits, in all, for open connections
+    /// and in-flight forwards.
     pub shutdown_timeout: Duration,
     /// Base URL of the error documentation, sent as `Link: rel="describedby"`.
     pub docs_url: Option<String>,
