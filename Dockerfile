@@ -1,7 +1,7 @@
 # idemgate container image.
 #
 #   docker build -t idemgate .
-#   docker run --rm -p 8080:8080 -p 9090:9090 \
+#   docker run --rm -p 8080:8080 -p 127.0.0.1:9090:9090 \
 #     -e DATABASE_URL=postgres://user:pass@db:5432/idemgate \
 #     -v "$PWD/my-gateway.toml:/etc/idemgate/gateway.toml:ro" idemgate
 #
@@ -9,6 +9,8 @@
 # upstream is 127.0.0.1:9000 and its admin listener 127.0.0.1:9090, which is
 # the container's own loopback. Mount your own config, with
 # admin_listen = "0.0.0.0:9090" if the admin port should be reachable.
+# POST /keys (key administration) is refused unless admin_token is set
+# (IDEMGATE_ADMIN_TOKEN in the shipped configs).
 
 # ---- build ------------------------------------------------------------------
 FROM rust:1-bookworm AS build

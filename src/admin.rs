@@ -2,8 +2,8 @@
 //! `/metrics` (Prometheus text format), `/healthz` (the process answers),
 //! `/readyz` (the store answers and is migrated), and `POST /keys`, which
 //! runs an `idemgate keys` command on this gateway's store (how the CLI
-//! reaches a `memory://` store). Keep it off public networks: it can release
-//! and delete keys.
+//! reaches a `memory://` store) for a caller with the `admin_token`, and is
+//! refused when no token is configured. Health and metrics stay open.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -144,8 +144,32 @@ async fn ping(store: &dyn StoreAdmin, metrics: &Metrics) -> Result<(), crate::st
     result
 }
 
-/// Run the `idemgate keys` command in the body on this gateway's store.
+/// Run the `idemgate keys` command in the body on this gateway's store,
+/// for a caller with the admin token.
 async fn keys(request: Request<Incoming>, admin: &Admin) -> Response<Body> {
+    let Some(token) = &admin.config.admin_token else {
+        return text(
+            StatusCode::FORBIDDEN,
+            PLAIN,
+            "key administration over HTTP is off: set admin_token in the gateway's config \
+             (for example admin_token = \"${IDEMGATE_ADMIN_TOKEN}\") and send it as \
+             Authorization: Bearer <token>; `idemgate keys` does so from the same config\n"
+                .into(),
+        );
+    };
+    let authorization = request.headers().get(header::AUTHORIZATION);
+    if !token.authorizes(authorization.map(|v| v.as_bytes())) {
+        let mut refused = text(
+            StatusCode::UNAUTHORIZED,
+            PLAIN,
+            "POST /keys needs Authorization: Bearer <admin_token>\n".into(),
+        );
+        refused.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer realm=\"idemgate-admin\""),
+        );
+        return refused;
+    }
     use http_body_util::BodyExt;
     let body = match http_body_util::Limited::new(request.into_body(), MAX_COMMAND)
         .collect()

@@ -13,7 +13,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::{KeyArgs, KeysCommand};
 use crate::body::{self, Body};
-use crate::config::Config;
+use crate::config::{AdminToken, Config};
 use crate::key_admin::{self, KeyCommand, KeyTarget, KeysError, ListQuery};
 use crate::store::{self, Store, StoreAdmin};
 
@@ -54,7 +54,8 @@ pub async fn run(
     let command = command(args);
     if config.store.url.starts_with("memory:") {
         let addr = crate::admin::probe_address(config.admin_listen);
-        return remote(addr, &command, admin_timeout).await;
+        let token = config.admin_token.as_ref();
+        return remote(addr, token, &command, admin_timeout).await;
     }
     let backend = store::open(&config.store).await?;
     let records: &dyn StoreAdmin = backend.as_ref();
@@ -65,6 +66,7 @@ pub async fn run(
 /// Send a command to a running gateway's admin listener at `addr`.
 async fn remote(
     addr: SocketAddr,
+    token: Option<&AdminToken>,
     command: &KeyCommand,
     deadline: Duration,
 ) -> Result<String, KeysError> {
@@ -77,10 +79,13 @@ async fn remote(
         let client: Client<HttpConnector, Body> =
             Client::builder(hyper_util::rt::TokioExecutor::new()).build(HttpConnector::new());
         let json = serde_json::to_vec(command).expect("commands serialise");
-        let request = http::Request::post(format!("http://{addr}/keys"))
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(body::full(json))
-            .expect("a valid request");
+        let mut request = http::Request::post(format!("http://{addr}/keys"))
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(token) = token {
+            let bearer = format!("Bearer {}", token.expose());
+            request = request.header(http::header::AUTHORIZATION, bearer);
+        }
+        let request = request.body(body::full(json)).expect("a valid request");
         let response = client.request(request).await.map_err(|e| unreachable(&e))?;
         let status = response.status();
         let text = response
@@ -125,7 +130,7 @@ mod tests {
             json: false,
             force: false,
         });
-        let exchange = remote(addr, &command, Duration::from_millis(300));
+        let exchange = remote(addr, None, &command, Duration::from_millis(300));
         let error = tokio::time::timeout(Duration::from_secs(60), exchange)
             .await
             .expect("the deadline must end the exchange")

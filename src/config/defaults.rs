@@ -29,6 +29,9 @@ pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9090));
 /// `max_connections`: client connections served at once.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// `admin_token`: the shortest accepted (there is no default token: without
+/// one, key administration over HTTP is off).
+pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
 /// `header_read_timeout`: time a client has to send its request headers.
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// `shutdown_timeout`: the longest a graceful shutdown waits, in all, for

@@ -19,6 +19,7 @@ pub mod defaults;
 mod env;
 mod raw;
 mod route;
+mod secret;
 mod validate;
 mod values;
 
@@ -29,6 +30,7 @@ use std::time::Duration;
 pub use crate::store::{StoreConfig, UnknownOutcome};
 pub use defaults::*;
 pub use route::{Concurrent, LogFormat, OnStoreError, PathMatch, RecordPolicy, Route};
+pub use secret::AdminToken;
 
 /// A configuration problem, with the key it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -77,6 +79,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Address of the admin listener (health, readiness).
     pub admin_listen: SocketAddr,
+    /// The bearer token `POST /keys` requires; `None`: key administration
+    /// over HTTP is refused.
+    pub admin_token: Option<AdminToken>,
     /// Most client connections served at once; further ones wait in the backlog.
     pub max_connections: usize,
     /// Time a client has to send its request headers.

@@ -15,6 +15,7 @@ use crate::store::UnknownOutcome;
 pub(super) struct RawConfig {
     pub(super) listen: Option<String>,
     pub(super) admin_listen: Option<String>,
+    pub(super) admin_token: Option<String>,
     pub(super) max_connections: Option<usize>,
     pub(super) header_read_timeout: Option<String>,
     pub(super) shutdown_timeout: Option<String>,

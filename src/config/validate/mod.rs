@@ -50,6 +50,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             raw.admin_listen.as_deref(),
             DEFAULT_ADMIN_LISTEN,
         )?,
+        admin_token: super::secret::admin_token(raw.admin_token)?,
         max_connections,
         header_read_timeout: duration(
             "header_read_timeout",
