@@ -43,6 +43,12 @@ pub enum GatewayError {
     /// The client's body could not be read.
     #[error("could not read the request body: {0}")]
     BodyRead(String),
+    /// The client did not send the whole body within `body_read_timeout`.
+    #[error("request body not received within {timeout:?}")]
+    BodyTimeout {
+        /// The limit.
+        timeout: Duration,
+    },
     /// Another request with this key is in flight.
     #[error("a request with this key is in flight")]
     InFlight {
@@ -127,6 +133,11 @@ impl GatewayError {
                 StatusCode::BAD_REQUEST,
                 "body-unreadable",
                 "Request body could not be read",
+            ),
+            E::BodyTimeout { .. } => k(
+                StatusCode::REQUEST_TIMEOUT,
+                "body-timeout",
+                "Request body too slow",
             ),
             // The lease bounds the wait; most requests finish far sooner, so
             // clients are asked to come back in a second, not at the bound.
@@ -221,6 +232,7 @@ impl GatewayError {
             E::InvalidKey { header, reason } => format!("The {header} header is invalid: {reason}. Send 1 to 255 visible ASCII characters, bare or as a quoted string (\"key\")."),
             E::BodyTooLarge { limit } => format!("The request body exceeds this endpoint's limit of {limit} bytes. Send a smaller body."),
             E::BodyRead(e) => format!("The request body could not be read ({e}). Retry the request."),
+            E::BodyTimeout { timeout } => format!("The request body did not arrive within {} seconds, so the request was not forwarded. Retry with the same key.", timeout.as_secs_f64()),
             E::InFlight { retry_after } => format!("A request with this key is still being processed (its lease runs at most {} more seconds). Retry with the same key shortly to get its result.", retry_secs(*retry_after)),
             E::Mismatch => "This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend exactly the original request.".to_string(),
             E::Held(HeldReason::ResponseTooLarge) => "The first request with this key was processed, but its response was too large to record, so it cannot be replayed. Look up the result with the API, or use a new key.".to_string(),

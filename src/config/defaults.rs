@@ -32,7 +32,20 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// `admin_token`: the shortest accepted (there is no default token: without
 /// one, key administration over HTTP is off).
 pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
-/// `header_read_timeout`: time a client has to send its request headers.
+/// `idle_timeout`: a client connection with no request in progress for this
+/// long is closed (gracefully: HTTP/2 gets a GOAWAY).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// `body_read_timeout`: time a client has to send a protected request's
+/// whole body once its headers arrived.
+pub const DEFAULT_BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// `http2_keep_alive_interval`: how often an HTTP/2 client is pinged.
+pub const DEFAULT_HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
+/// `http2_keep_alive_timeout`: a ping unanswered this long closes the connection.
+pub const DEFAULT_HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// `http2_max_concurrent_streams`: requests one HTTP/2 connection may have open.
+pub const DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS: u32 = 100;
+/// `header_read_timeout`: time a client has to send each request's headers,
+/// counted from the accept for the first one (the HTTP/2 preface included).
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// `shutdown_timeout`: the longest a graceful shutdown waits, in all, for
 /// open connections and in-flight forwards.

@@ -86,6 +86,16 @@ pub struct Config {
     pub max_connections: usize,
     /// Time a client has to send its request headers.
     pub header_read_timeout: Duration,
+    /// A connection with no request in progress for this long is closed.
+    pub idle_timeout: Duration,
+    /// Time a client has to send a protected request's whole body.
+    pub body_read_timeout: Duration,
+    /// HTTP/2 ping interval.
+    pub http2_keep_alive_interval: Duration,
+    /// An unanswered HTTP/2 ping closes the connection after this long.
+    pub http2_keep_alive_timeout: Duration,
+    /// Requests one HTTP/2 connection may have open at once.
+    pub http2_max_concurrent_streams: u32,
     /// The longest a graceful shutdown waits, in all, for open connections
     /// and in-flight forwards.
     pub shutdown_timeout: Duration,

@@ -55,6 +55,7 @@ pub struct Gateway {
     upstream: Upstream,
     tasks: TaskTracker,
     docs_url: Option<String>,
+    body_read_timeout: Duration,
     metrics: Arc<Metrics>,
 }
 
@@ -67,6 +68,7 @@ impl Gateway {
             upstream: Upstream::new(connect_timeout(config)),
             tasks: TaskTracker::new(),
             docs_url: config.docs_url.clone(),
+            body_read_timeout: config.body_read_timeout,
             metrics,
         }
     }
@@ -185,10 +187,13 @@ impl Gateway {
             return Err(too_large);
         }
         let mut fingerprinter = Fingerprinter::new(&route.fingerprint, &parts);
-        let body = match collect_up_to(incoming, limit, |chunk| fingerprinter.update(chunk)).await {
-            Ok(Collected::Complete(bytes)) => bytes,
-            Ok(Collected::Over { .. }) => return Err(too_large),
-            Err(e) => return Err(GatewayError::BodyRead(e.to_string())),
+        let timeout = self.body_read_timeout;
+        let read = collect_up_to(incoming, limit, |chunk| fingerprinter.update(chunk));
+        let body = match tokio::time::timeout(timeout, read).await {
+            Ok(Ok(Collected::Complete(bytes))) => bytes,
+            Ok(Ok(Collected::Over { .. })) => return Err(too_large),
+            Ok(Err(e)) => return Err(GatewayError::BodyRead(e.to_string())),
+            Err(_elapsed) => return Err(GatewayError::BodyTimeout { timeout }),
         };
         let fingerprint = fingerprinter.finish(&body);
 

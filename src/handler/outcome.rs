@@ -61,6 +61,7 @@ impl Outcome {
             GatewayError::NoRoute { .. }
             | GatewayError::BodyTooLarge { .. }
             | GatewayError::BodyRead(_)
+            | GatewayError::BodyTimeout { .. }
             | GatewayError::UpstreamUnreachable(_)
             | GatewayError::UpstreamFailed { .. }
             | GatewayError::UpstreamTimeout { .. }

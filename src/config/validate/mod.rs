@@ -17,7 +17,9 @@ mod timing;
 use std::collections::HashSet;
 
 use super::defaults::{
-    DEFAULT_ADMIN_LISTEN, DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_LISTEN, DEFAULT_LOG_FORMAT,
+    DEFAULT_ADMIN_LISTEN, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
+    DEFAULT_HTTP2_KEEP_ALIVE_INTERVAL, DEFAULT_HTTP2_KEEP_ALIVE_TIMEOUT,
+    DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS, DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_LOG_FORMAT,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_TIMEOUT,
 };
 use super::raw::{RawConfig, RawRoute};
@@ -43,6 +45,19 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     if max_connections == 0 {
         return Err(invalid("max_connections", "must be at least 1"));
     }
+    let streams = raw
+        .http2_max_concurrent_streams
+        .unwrap_or(DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS);
+    if streams == 0 {
+        return Err(invalid("http2_max_concurrent_streams", "must be at least 1"));
+    }
+    let deadline = |key: &str, value: Option<&str>, default| {
+        let d = duration(key, value, default)?;
+        if d.is_zero() {
+            return Err(invalid(key, "must be longer than zero: every connection phase has a deadline"));
+        }
+        Ok(d)
+    };
     Ok(Config {
         listen: socket_addr("listen", raw.listen.as_deref(), DEFAULT_LISTEN)?,
         admin_listen: socket_addr(
@@ -52,11 +67,32 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         )?,
         admin_token: super::secret::admin_token(raw.admin_token)?,
         max_connections,
-        header_read_timeout: duration(
+        header_read_timeout: deadline(
             "header_read_timeout",
             raw.header_read_timeout.as_deref(),
             DEFAULT_HEADER_READ_TIMEOUT,
         )?,
+        idle_timeout: deadline(
+            "idle_timeout",
+            raw.idle_timeout.as_deref(),
+            DEFAULT_IDLE_TIMEOUT,
+        )?,
+        body_read_timeout: deadline(
+            "body_read_timeout",
+            raw.body_read_timeout.as_deref(),
+            DEFAULT_BODY_READ_TIMEOUT,
+        )?,
+        http2_keep_alive_interval: deadline(
+            "http2_keep_alive_interval",
+            raw.http2_keep_alive_interval.as_deref(),
+            DEFAULT_HTTP2_KEEP_ALIVE_INTERVAL,
+        )?,
+        http2_keep_alive_timeout: deadline(
+            "http2_keep_alive_timeout",
+            raw.http2_keep_alive_timeout.as_deref(),
+            DEFAULT_HTTP2_KEEP_ALIVE_TIMEOUT,
+        )?,
+        http2_max_concurrent_streams: streams,
         shutdown_timeout: duration(
             "shutdown_timeout",
             raw.shutdown_timeout.as_deref(),
@@ -137,6 +173,14 @@ mod tests {
         let c = parse(MINIMAL).unwrap();
         assert_eq!(c.max_connections, DEFAULT_MAX_CONNECTIONS);
         assert_eq!(c.header_read_timeout, DEFAULT_HEADER_READ_TIMEOUT);
+        assert_eq!(c.idle_timeout, DEFAULT_IDLE_TIMEOUT);
+        assert_eq!(c.body_read_timeout, DEFAULT_BODY_READ_TIMEOUT);
+        assert_eq!(c.http2_keep_alive_interval, DEFAULT_HTTP2_KEEP_ALIVE_INTERVAL);
+        assert_eq!(c.http2_keep_alive_timeout, DEFAULT_HTTP2_KEEP_ALIVE_TIMEOUT);
+        assert_eq!(
+            c.http2_max_concurrent_streams,
+            DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS
+        );
         assert_eq!(c.shutdown_timeout, DEFAULT_SHUTDOWN_TIMEOUT);
         assert_eq!(c.log_format, DEFAULT_LOG_FORMAT);
         assert_eq!(c.docs_url, None);
@@ -164,5 +208,21 @@ mod tests {
         let twin = MINIMAL.replace("\"payments\"", "\"twin\"");
         let err = error(&format!("{MINIMAL}{twin}"));
         assert!(err.contains("routes[1].match"), "{err}");
+    }
+
+    #[test]
+    fn every_connection_phase_has_a_deadline_and_streams_a_bound() {
+        for key in [
+            "header_read_timeout",
+            "idle_timeout",
+            "body_read_timeout",
+            "http2_keep_alive_interval",
+            "http2_keep_alive_timeout",
+        ] {
+            let e = error(&format!("{key} = \"0s\"\n{MINIMAL}"));
+            assert!(e.contains(key) && e.contains("longer than zero"), "{e}");
+        }
+        let e = error(&format!("http2_max_concurrent_streams = 0\n{MINIMAL}"));
+        assert!(e.contains("http2_max_concurrent_streams"), "{e}");
     }
 }
