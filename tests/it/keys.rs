@@ -1,12 +1,12 @@
 //! `idemgate keys show|list|release|delete` (the real binary) against a
 //! real gateway's records, on PostgreSQL and on Redis.
 
-mod common;
-
 use std::process::Output;
 
-use common::*;
 use http::StatusCode;
+
+use crate::support::process::{binary, free_port};
+use crate::support::{Backend, Set, Setup, TestConfig, eventually, per_backend, send};
 
 fn keys(config_path: &std::path::Path, args: &[&str]) -> Output {
     std::process::Command::new(binary())
@@ -27,20 +27,23 @@ fn stderr(o: &Output) -> String {
 }
 
 async fn keys_commands_fix_a_held_key(backend: Backend) {
-    let store = TestStore::new(backend).await;
-    let upstream = Upstream::start().await;
-    let text = store.config(&upstream.url(), "scope_header = \"Authorization\"");
-    let gateway = Gateway::start(&text).await;
+    let s = Setup::with(backend, |config| {
+        config.route(|r| {
+            r.set("scope_header", "Authorization");
+        })
+    })
+    .await;
+    let (upstream, gateway, c) = (&s.upstream, &s.gateway, &s.client);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gateway.toml");
     // The CLI reads the same file; for memory:// it goes through this admin listener.
-    let cli_config = text.replace(
-        "admin_listen = \"127.0.0.1:0\"",
-        &format!("admin_listen = \"{}\"", gateway.admin),
-    );
-    std::fs::write(&path, cli_config).unwrap();
-    let run = move |args: Vec<String>| {
+    let cli_config = s.config.clone().top(|t| {
+        t.set("admin_listen", gateway.admin.to_string());
+    });
+    std::fs::write(&path, cli_config.to_string()).unwrap();
+    let run = |args: &[&str]| {
         let path = path.clone();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         async move {
             tokio::task::spawn_blocking(move || {
                 keys(&path, &args.iter().map(String::as_str).collect::<Vec<_>>())
@@ -49,35 +52,31 @@ async fn keys_commands_fix_a_held_key(backend: Backend) {
             .unwrap()
         }
     };
-    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let c = client();
+    // `keys COMMAND… --route api --scope "Bearer alice" KEY`
+    let alice = |command: &[&str], key: &str| {
+        let mut args = command.to_vec();
+        args.extend(["--route", "api", "--scope", "Bearer alice", key]);
+        run(&args)
+    };
     let as_alice = [
         ("authorization", "Bearer alice"),
         ("idempotency-key", "stuck"),
     ];
     // A timed-out exchange leaves the key held.
-    let first = send(&c, "POST", &gateway.url("/v1/hang"), &as_alice, "{}").await;
+    let first = send(c, "POST", &gateway.url("/v1/hang"), &as_alice, "{}").await;
     assert_eq!(first.status, StatusCode::GATEWAY_TIMEOUT);
     let done = [
         ("authorization", "Bearer alice"),
         ("idempotency-key", "done"),
     ];
     assert_eq!(
-        send(&c, "POST", &gateway.url("/v1/payments"), &done, "{}")
+        send(c, "POST", &gateway.url("/v1/payments"), &done, "{}")
             .await
             .status,
         StatusCode::CREATED
     );
 
-    let show = run(args(&[
-        "show",
-        "--route",
-        "api",
-        "--scope",
-        "Bearer alice",
-        "stuck",
-    ]))
-    .await;
+    let show = alice(&["show"], "stuck").await;
     assert!(show.status.success(), "{}", stderr(&show));
     let text = stdout(&show);
     assert!(text.contains("held (upstream_timeout)"), "{text}");
@@ -87,30 +86,13 @@ async fn keys_commands_fix_a_held_key(backend: Backend) {
         "the scope value is never shown: {text}"
     );
 
-    let json = run(args(&[
-        "show",
-        "--route",
-        "api",
-        "--scope",
-        "Bearer alice",
-        "--json",
-        "\"done\"",
-    ]))
-    .await;
+    let json = alice(&["show", "--json"], "\"done\"").await;
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON output");
     assert_eq!(v["state"], "completed");
     assert_eq!(v["status"], 201);
     assert!(v["body_bytes"].as_u64().unwrap() > 0);
 
-    let wrong_scope = run(args(&[
-        "show",
-        "--route",
-        "api",
-        "--scope",
-        "Bearer bob",
-        "stuck",
-    ]))
-    .await;
+    let wrong_scope = run(&["show", "--route", "api", "--scope", "Bearer bob", "stuck"]).await;
     assert!(!wrong_scope.status.success());
     assert!(
         stderr(&wrong_scope).contains("no record"),
@@ -118,29 +100,18 @@ async fn keys_commands_fix_a_held_key(backend: Backend) {
         stderr(&wrong_scope)
     );
 
-    let list = run(args(&["list", "--route", "api", "--state", "held"])).await;
+    let list = run(&["list", "--route", "api", "--state", "held"]).await;
     assert!(list.status.success(), "{}", stderr(&list));
     assert!(
         stdout(&list).contains("stuck") && !stdout(&list).contains("done"),
         "{}",
         stdout(&list)
     );
-    let list = run(args(&[
-        "list", "--route", "api", "--state", "held", "--json",
-    ]))
-    .await;
+    let list = run(&["list", "--route", "api", "--state", "held", "--json"]).await;
     let v: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 1);
 
-    let refused = run(args(&[
-        "release",
-        "--route",
-        "api",
-        "--scope",
-        "Bearer alice",
-        "done",
-    ]))
-    .await;
+    let refused = alice(&["release"], "done").await;
     assert!(
         !refused.status.success(),
         "release leaves a completed key alone"
@@ -148,19 +119,11 @@ async fn keys_commands_fix_a_held_key(backend: Backend) {
     assert!(stderr(&refused).contains("keys delete"));
 
     // Held: never forwarded again, until released.
-    let retry = send(&c, "POST", &gateway.url("/v1/hang"), &as_alice, "{}").await;
+    let retry = send(c, "POST", &gateway.url("/v1/hang"), &as_alice, "{}").await;
     assert_eq!(retry.status, StatusCode::BAD_GATEWAY);
-    let release = run(args(&[
-        "release",
-        "--route",
-        "api",
-        "--scope",
-        "Bearer alice",
-        "stuck",
-    ]))
-    .await;
+    let release = alice(&["release"], "stuck").await;
     assert!(release.status.success(), "{}", stderr(&release));
-    let after = send(&c, "POST", &gateway.url("/v1/hang"), &as_alice, "{}").await;
+    let after = send(c, "POST", &gateway.url("/v1/hang"), &as_alice, "{}").await;
     assert_eq!(
         after.status,
         StatusCode::GATEWAY_TIMEOUT,
@@ -169,17 +132,9 @@ async fn keys_commands_fix_a_held_key(backend: Backend) {
     assert_eq!(upstream.count("stuck"), 2);
 
     // Delete forgets a recorded response: the next request is forwarded.
-    let delete = run(args(&[
-        "delete",
-        "--route",
-        "api",
-        "--scope",
-        "Bearer alice",
-        "done",
-    ]))
-    .await;
+    let delete = alice(&["delete"], "done").await;
     assert!(delete.status.success(), "{}", stderr(&delete));
-    let again = send(&c, "POST", &gateway.url("/v1/payments"), &done, "{}").await;
+    let again = send(c, "POST", &gateway.url("/v1/payments"), &done, "{}").await;
     assert!(!again.is_replay());
     assert_eq!(upstream.count("done"), 2);
 
@@ -195,31 +150,14 @@ async fn keys_commands_fix_a_held_key(backend: Backend) {
     })
     .await
     .unwrap();
-    let kept = run(args(&[
-        "release",
-        "--route",
-        "api",
-        "--scope",
-        "Bearer alice",
-        "flying",
-    ]))
-    .await;
+    let kept = alice(&["release"], "flying").await;
     assert!(!kept.status.success());
     assert!(
         stderr(&kept).contains("in flight") && stderr(&kept).contains("--force"),
         "{}",
         stderr(&kept)
     );
-    let forced = run(args(&[
-        "release",
-        "--force",
-        "--route",
-        "api",
-        "--scope",
-        "Bearer alice",
-        "flying",
-    ]))
-    .await;
+    let forced = alice(&["release", "--force"], "flying").await;
     assert!(forced.status.success(), "{}", stderr(&forced));
     assert_eq!(
         pending.await.unwrap().status,
@@ -227,35 +165,22 @@ async fn keys_commands_fix_a_held_key(backend: Backend) {
         "its answer can no longer be recorded"
     );
 
-    let unknown = run(args(&["show", "--route", "nope", "x"])).await;
+    let unknown = run(&["show", "--route", "nope", "x"]).await;
     assert!(stderr(&unknown).contains("no route named"));
 }
 
-#[tokio::test]
-async fn keys_on_postgres() {
-    keys_commands_fix_a_held_key(Backend::Postgres).await;
-}
-
-#[tokio::test]
-async fn keys_on_redis() {
-    keys_commands_fix_a_held_key(Backend::Redis).await;
-}
-
-#[tokio::test]
-async fn keys_on_memory_through_the_admin_listener() {
-    keys_commands_fix_a_held_key(Backend::Memory).await;
-}
+// On memory:// the CLI goes through the gateway's admin listener.
+per_backend!(keys_commands_fix_a_held_key);
 
 #[tokio::test]
 async fn keys_on_memory_without_a_running_gateway_say_so() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gateway.toml");
-    let closed = common::process::free_port();
-    let text = config_text("memory://", "http://127.0.0.1:9", "").replace(
-        "admin_listen = \"127.0.0.1:0\"",
-        &format!("admin_listen = \"127.0.0.1:{closed}\""),
-    );
-    std::fs::write(&path, text).unwrap();
+    let closed = free_port();
+    let config = TestConfig::new("memory://", "http://127.0.0.1:9").top(|t| {
+        t.set("admin_listen", format!("127.0.0.1:{closed}"));
+    });
+    std::fs::write(&path, config.to_string()).unwrap();
     let out = tokio::task::spawn_blocking(move || keys(&path, &["show", "--route", "api", "k"]))
         .await
         .unwrap();
