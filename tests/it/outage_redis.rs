@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 
+use crate::support::serial;
 use crate::support::servers::PrivateRedis;
 use crate::support::{
     Backend, Gateway, HttpClient, Set, TestConfig, TestStore, Upstream, client, eventually,
@@ -139,6 +140,8 @@ per_backend!(only [postgres, redis]: gateways_sharing_a_store_forward_a_key_once
 
 #[tokio::test]
 async fn rediss_urls_speak_tls() {
+    // It starts a server of its own before any fixture: take a turn first.
+    let _turn = serial::shared();
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
     let made = Command::new("openssl")
