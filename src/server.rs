@@ -225,7 +225,11 @@ async fn serve_connection<H, F>(
     tokio::pin!(connection);
     let mut closing = false;
     loop {
-        let due = if closing { None } else { activity.due(deadlines) };
+        let due = if closing {
+            None
+        } else {
+            activity.due(deadlines)
+        };
         tokio::select! {
             result = connection.as_mut() => {
                 if let Err(error) = result {

@@ -49,12 +49,18 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         .http2_max_concurrent_streams
         .unwrap_or(DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS);
     if streams == 0 {
-        return Err(invalid("http2_max_concurrent_streams", "must be at least 1"));
+        return Err(invalid(
+            "http2_max_concurrent_streams",
+            "must be at least 1",
+        ));
     }
     let deadline = |key: &str, value: Option<&str>, default| {
         let d = duration(key, value, default)?;
         if d.is_zero() {
-            return Err(invalid(key, "must be longer than zero: every connection phase has a deadline"));
+            return Err(invalid(
+                key,
+                "must be longer than zero: every connection phase has a deadline",
+            ));
         }
         Ok(d)
     };
@@ -175,7 +181,10 @@ mod tests {
         assert_eq!(c.header_read_timeout, DEFAULT_HEADER_READ_TIMEOUT);
         assert_eq!(c.idle_timeout, DEFAULT_IDLE_TIMEOUT);
         assert_eq!(c.body_read_timeout, DEFAULT_BODY_READ_TIMEOUT);
-        assert_eq!(c.http2_keep_alive_interval, DEFAULT_HTTP2_KEEP_ALIVE_INTERVAL);
+        assert_eq!(
+            c.http2_keep_alive_interval,
+            DEFAULT_HTTP2_KEEP_ALIVE_INTERVAL
+        );
         assert_eq!(c.http2_keep_alive_timeout, DEFAULT_HTTP2_KEEP_ALIVE_TIMEOUT);
         assert_eq!(
             c.http2_max_concurrent_streams,

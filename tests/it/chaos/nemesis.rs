@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::cluster::ChaosStore;
-use crate::history::Route;
-use crate::proxy::{FaultProxy, Mode};
-use crate::workload::Workload;
+use super::cluster::ChaosStore;
+use super::history::Route;
+use super::proxy::{FaultProxy, Mode};
+use super::workload::Workload;
 
 /// Longest a recovery may take before it counts as "never recovered".
 pub const RECOVERY_LIMIT: Duration = Duration::from_secs(30);

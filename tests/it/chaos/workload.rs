@@ -12,10 +12,10 @@ use bytes::Bytes;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 
-use crate::cluster::Gateways;
-use crate::common::{HttpClient, client};
-use crate::history::{History, OP_HEADER, Op, Outcome, Route, digest, response_digest};
-use crate::upstream::DELAY_HEADER;
+use super::cluster::Gateways;
+use super::history::{History, Op, Outcome, Route};
+use crate::support::upstream::{DELAY_HEADER, OP_HEADER, digest, response_digest};
+use crate::support::{HttpClient, client};
 
 /// How long a client waits for an answer before it gives up (an `info`).
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -227,18 +227,11 @@ impl Workload {
         }
     }
 
-    /// The key's own request, with a random upstream delay.
-    async fn send(&self, process: usize, instance: usize, info: &KeyInfo, rng: &mut fastrand::Rng) {
-        let delay = Self::delay(rng);
-        self.request(
-            process,
-            instance,
-            info,
-            info.canonical.clone(),
-            delay,
-            false,
-        )
-        .await;
+    /// The key's own request, the upstream taking `delay_ms`.
+    async fn send(&self, process: usize, instance: usize, info: &KeyInfo, delay_ms: u64) -> Op {
+        let body = info.canonical.clone();
+        self.request(process, instance, info, body, delay_ms, false)
+            .await
     }
 
     /// One client task: loop over actions until told to stop.
@@ -256,12 +249,14 @@ impl Workload {
                         Route::Release
                     };
                     let info = self.new_key(route);
-                    self.send(process, instance, &info, &mut rng).await;
+                    self.send(process, instance, &info, Self::delay(&mut rng))
+                        .await;
                 }
                 // A retry of a recent request.
                 50..=74 => {
                     if let Some(info) = self.recent_key(&mut rng, None) {
-                        self.send(process, instance, &info, &mut rng).await;
+                        self.send(process, instance, &info, Self::delay(&mut rng))
+                            .await;
                     }
                 }
                 // A client bug: a recent key with another body.
@@ -294,17 +289,7 @@ impl Workload {
                     let storm = (0..n).map(|_| {
                         let instance = rng.usize(..self.gateways.len());
                         let (this, info) = (&self, &info);
-                        async move {
-                            this.request(
-                                process,
-                                instance,
-                                info,
-                                info.canonical.clone(),
-                                delay,
-                                false,
-                            )
-                            .await
-                        }
+                        async move { this.send(process, instance, info, delay).await }
                     });
                     futures_util::future::join_all(storm).await;
                 }

@@ -1,37 +1,19 @@
 //! The pipeline of docs/DESIGN.md §2 end to end: the real gateway on port 0 in
-//! front of a real upstream on port 0, on a fresh PostgreSQL database.
-// Test support shares items across modules with `pub`, and measures real
-// elapsed time of external processes with std's clock.
-#![allow(unreachable_pub, clippy::disallowed_types)]
-
-mod common;
+//! front of a real upstream on port 0, on fresh storage of each backend
+//! (`per_backend!`), plus a few store-specific cases.
 
 use std::time::Duration;
 
-use common::*;
 use http::StatusCode;
 
-struct Setup {
-    store: TestStore,
-    upstream: Upstream,
-    gateway: Gateway,
-    client: HttpClient,
-}
-
-async fn setup(backend: Backend, extra: &str) -> Setup {
-    let store = TestStore::new(backend).await;
-    let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&store.config(&upstream.url(), extra)).await;
-    Setup {
-        store,
-        upstream,
-        gateway,
-        client: client(),
-    }
-}
+use crate::support::upstream::BINARY_BODY;
+use crate::support::{
+    Backend, Gateway, Set, Setup, TestConfig, TestDb, TestStore, Upstream, client, eventually,
+    per_backend, post, record_state, send,
+};
 
 async fn replay_is_byte_exact_with_location_and_etag(b: Backend) {
-    let s = setup(b, "").await;
+    let s = Setup::start(b).await;
     let url = s.gateway.url("/v1/binary");
     let first = post(&s.client, &url, "k-bin", "{}").await;
     assert_eq!(first.status, StatusCode::CREATED);
@@ -51,7 +33,7 @@ async fn replay_is_byte_exact_with_location_and_etag(b: Backend) {
 }
 
 async fn same_key_different_request_is_422_and_never_forwarded(b: Backend) {
-    let s = setup(b, "").await;
+    let s = Setup::start(b).await;
     let url = s.gateway.url("/v1/payments");
     assert_eq!(
         post(&s.client, &url, "k1", r#"{"amount":10}"#).await.status,
@@ -72,7 +54,7 @@ async fn same_key_different_request_is_422_and_never_forwarded(b: Backend) {
 }
 
 async fn missing_and_invalid_keys_are_400(b: Backend) {
-    let s = setup(b, "").await;
+    let s = Setup::start(b).await;
     let url = s.gateway.url("/v1/payments");
     let missing = send(&s.client, "POST", &url, &[], "{}").await;
     assert_eq!(missing.status, StatusCode::BAD_REQUEST);
@@ -121,7 +103,12 @@ async fn missing_and_invalid_keys_are_400(b: Backend) {
 }
 
 async fn optional_key_route_passes_keyless_requests_through(b: Backend) {
-    let s = setup(b, "key_required = false").await;
+    let s = Setup::with(b, |config| {
+        config.route(|r| {
+            r.set("key_required", false);
+        })
+    })
+    .await;
     let url = s.gateway.url("/v1/payments");
     for _ in 0..2 {
         let reply = send(&s.client, "POST", &url, &[], "{}").await;
@@ -132,7 +119,7 @@ async fn optional_key_route_passes_keyless_requests_through(b: Backend) {
 }
 
 async fn quoted_and_bare_forms_are_one_key(b: Backend) {
-    let s = setup(b, "").await;
+    let s = Setup::start(b).await;
     let url = s.gateway.url("/v1/payments");
     let first = post(&s.client, &url, "\"order-7\"", "{}").await;
     assert_eq!(first.status, StatusCode::CREATED);
@@ -143,7 +130,7 @@ async fn quoted_and_bare_forms_are_one_key(b: Backend) {
 }
 
 async fn unprotected_methods_pass_through_untouched(b: Backend) {
-    let s = setup(b, "").await;
+    let s = Setup::start(b).await;
     let url = s.gateway.url("/v1/payments?x=1");
     for _ in 0..3 {
         let reply = send(&s.client, "GET", &url, &[("idempotency-key", "g1")], "").await;
@@ -165,7 +152,7 @@ async fn unprotected_methods_pass_through_untouched(b: Backend) {
 }
 
 async fn key_and_forwarding_headers_reach_the_upstream(b: Backend) {
-    let s = setup(b, "").await;
+    let s = Setup::start(b).await;
     post(&s.client, &s.gateway.url("/v1/payments"), "\"fwd-1\"", "{}").await;
     let h = s.upstream.last_headers();
     assert_eq!(
@@ -178,7 +165,7 @@ async fn key_and_forwarding_headers_reach_the_upstream(b: Backend) {
 }
 
 async fn storm_of_40_reaches_the_upstream_once(b: Backend) {
-    let s = setup(b, "").await;
+    let s = Setup::start(b).await;
     let url = s.gateway.url("/v1/slow/400");
     let mut tasks = Vec::new();
     for _ in 0..40 {
@@ -210,7 +197,7 @@ async fn storm_of_40_reaches_the_upstream_once(b: Backend) {
 }
 
 async fn client_disconnect_mid_forward_is_recorded_and_replayed(b: Backend) {
-    let s = setup(b, "").await;
+    let s = Setup::start(b).await;
     let url = s.gateway.url("/v1/slow/800");
     let (client, u) = (s.client.clone(), url.clone());
     let impatient = tokio::spawn(async move { post(&client, &u, "gone", "{}").await });
@@ -231,7 +218,7 @@ async fn client_disconnect_mid_forward_is_recorded_and_replayed(b: Backend) {
 }
 
 async fn upstream_500_and_429_release_but_400_is_recorded(b: Backend) {
-    let s = setup(b, "").await;
+    let s = Setup::start(b).await;
     for code in [500u16, 429] {
         let url = s.gateway.url(&format!("/v1/status/{code}"));
         let key = format!("rel-{code}");
@@ -256,7 +243,7 @@ async fn upstream_500_and_429_release_but_400_is_recorded(b: Backend) {
 }
 
 async fn upstream_reset_and_timeout_hold_the_key(b: Backend) {
-    let s = setup(b, "").await;
+    let s = Setup::start(b).await;
     let reset = post(&s.client, &s.gateway.url("/v1/reset"), "r1", "{}").await;
     assert_eq!(reset.status, StatusCode::BAD_GATEWAY);
     assert_eq!(reset.problem_type(), "urn:idemgate:problem:upstream-failed");
@@ -282,7 +269,12 @@ async fn upstream_reset_and_timeout_hold_the_key(b: Backend) {
 }
 
 async fn release_policy_lets_the_retry_through_after_reset_and_timeout(b: Backend) {
-    let s = setup(b, "on_unknown_outcome = \"release\"").await;
+    let s = Setup::with(b, |config| {
+        config.route(|r| {
+            r.set("on_unknown_outcome", "release");
+        })
+    })
+    .await;
     let reset = post(&s.client, &s.gateway.url("/v1/reset"), "r2", "{}").await;
     assert_eq!(reset.status, StatusCode::BAD_GATEWAY);
     assert_eq!(
@@ -304,7 +296,12 @@ async fn release_policy_lets_the_retry_through_after_reset_and_timeout(b: Backen
 }
 
 async fn two_tenants_with_one_key_do_not_collide(b: Backend) {
-    let s = setup(b, "scope_header = \"Authorization\"").await;
+    let s = Setup::with(b, |config| {
+        config.route(|r| {
+            r.set("scope_header", "Authorization");
+        })
+    })
+    .await;
     let url = s.gateway.url("/v1/payments");
     let send_as = |who: &'static str, body: &'static str| {
         let (client, url) = (s.client.clone(), url.clone());
@@ -350,7 +347,12 @@ async fn two_tenants_with_one_key_do_not_collide(b: Backend) {
 }
 
 async fn oversized_request_body_is_413(b: Backend) {
-    let s = setup(b, "max_request_body = \"1KiB\"").await;
+    let s = Setup::with(b, |config| {
+        config.route(|r| {
+            r.set("max_request_body", "1KiB");
+        })
+    })
+    .await;
     let url = s.gateway.url("/v1/payments");
     let big = "x".repeat(1025);
     let reply = post(&s.client, &url, "big", &big).await;
@@ -366,7 +368,12 @@ async fn oversized_request_body_is_413(b: Backend) {
 }
 
 async fn over_cap_response_is_forwarded_once_then_held(b: Backend) {
-    let s = setup(b, "max_recorded_response = \"1KiB\"").await;
+    let s = Setup::with(b, |config| {
+        config.route(|r| {
+            r.set("max_recorded_response", "1KiB");
+        })
+    })
+    .await;
     let url = s.gateway.url("/v1/big/5000");
     let first = post(&s.client, &url, "huge", "{}").await;
     assert_eq!(first.status, StatusCode::OK);
@@ -393,7 +400,7 @@ async fn over_cap_response_is_forwarded_once_then_held(b: Backend) {
 
 async fn hop_by_hop_headers_never_reach_the_upstream(b: Backend) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let s = setup(b, "").await;
+    let s = Setup::start(b).await;
     for method in ["POST", "GET"] {
         let mut tcp = tokio::net::TcpStream::connect(s.gateway.addr)
             .await
@@ -436,10 +443,13 @@ async fn hop_by_hop_headers_never_reach_the_upstream(b: Backend) {
 async fn lease_renewal_keeps_a_slow_request_from_being_taken_over(b: Backend) {
     // The upstream takes 3.5 s; the lease is 1 s. Without renewal, the
     // duplicate at 2.5 s would take the key over under `release`.
-    let s = setup(
-        b,
-        "lease = \"1s\"\nupstream_timeout = \"10s\"\non_unknown_outcome = \"release\"",
-    )
+    let s = Setup::with(b, |config| {
+        config.route(|r| {
+            r.set("lease", "1s")
+                .set("upstream_timeout", "10s")
+                .set("on_unknown_outcome", "release");
+        })
+    })
     .await;
     let url = s.gateway.url("/v1/slow/3500");
     let (client, u) = (s.client.clone(), url.clone());
@@ -455,7 +465,7 @@ async fn lease_renewal_keeps_a_slow_request_from_being_taken_over(b: Backend) {
 }
 
 async fn replay_drops_set_cookie_and_date_but_the_original_keeps_them(b: Backend) {
-    let s = setup(b, "").await;
+    let s = Setup::start(b).await;
     let url = s.gateway.url("/v1/payments");
     let first = post(&s.client, &url, "ck", "{}").await;
     assert_eq!(first.header("set-cookie"), Some("session=abc; HttpOnly"));
@@ -468,10 +478,13 @@ async fn replay_drops_set_cookie_and_date_but_the_original_keeps_them(b: Backend
 
 async fn an_exchange_longer_than_retention_keeps_its_key(b: Backend) {
     // G1 even when retention is shorter than the upstream exchange.
-    let s = setup(
-        b,
-        "lease = \"1s\"\nretention = \"1s\"\nupstream_timeout = \"10s\"",
-    )
+    let s = Setup::with(b, |config| {
+        config.route(|r| {
+            r.set("lease", "1s")
+                .set("retention", "1s")
+                .set("upstream_timeout", "10s");
+        })
+    })
     .await;
     let url = s.gateway.url("/v1/slow/3000");
     let (client, u) = (s.client.clone(), url.clone());
@@ -483,38 +496,42 @@ async fn an_exchange_longer_than_retention_keeps_its_key(b: Backend) {
     assert_eq!(s.upstream.count("long"), 1);
 }
 
-/// Every test above, once per backend.
-macro_rules! per_backend {
-    ($($backend:ident => $variant:ident),*) => {$(
-        mod $backend {
-            per_backend!(@tests $variant, an_exchange_longer_than_retention_keeps_its_key, replay_is_byte_exact_with_location_and_etag, same_key_different_request_is_422_and_never_forwarded, missing_and_invalid_keys_are_400, optional_key_route_passes_keyless_requests_through, quoted_and_bare_forms_are_one_key, unprotected_methods_pass_through_untouched, key_and_forwarding_headers_reach_the_upstream, storm_of_40_reaches_the_upstream_once, client_disconnect_mid_forward_is_recorded_and_replayed, upstream_500_and_429_release_but_400_is_recorded, upstream_reset_and_timeout_hold_the_key, release_policy_lets_the_retry_through_after_reset_and_timeout, two_tenants_with_one_key_do_not_collide, oversized_request_body_is_413, over_cap_response_is_forwarded_once_then_held, hop_by_hop_headers_never_reach_the_upstream, lease_renewal_keeps_a_slow_request_from_being_taken_over, replay_drops_set_cookie_and_date_but_the_original_keeps_them);
-        }
-    )*};
-    (@tests $variant:ident, $($test:ident),*) => {$(
-        #[tokio::test]
-        async fn $test() {
-            super::$test(super::Backend::$variant).await;
-        }
-    )*};
-}
-
-per_backend!(postgres => Postgres, redis => Redis, memory => Memory);
+per_backend!(
+    an_exchange_longer_than_retention_keeps_its_key,
+    replay_is_byte_exact_with_location_and_etag,
+    same_key_different_request_is_422_and_never_forwarded,
+    missing_and_invalid_keys_are_400,
+    optional_key_route_passes_keyless_requests_through,
+    quoted_and_bare_forms_are_one_key,
+    unprotected_methods_pass_through_untouched,
+    key_and_forwarding_headers_reach_the_upstream,
+    storm_of_40_reaches_the_upstream_once,
+    client_disconnect_mid_forward_is_recorded_and_replayed,
+    upstream_500_and_429_release_but_400_is_recorded,
+    upstream_reset_and_timeout_hold_the_key,
+    release_policy_lets_the_retry_through_after_reset_and_timeout,
+    two_tenants_with_one_key_do_not_collide,
+    oversized_request_body_is_413,
+    over_cap_response_is_forwarded_once_then_held,
+    hop_by_hop_headers_never_reach_the_upstream,
+    lease_renewal_keeps_a_slow_request_from_being_taken_over,
+    replay_drops_set_cookie_and_date_but_the_original_keeps_them,
+);
 
 #[tokio::test]
 async fn full_memory_store_answers_503_not_unbounded_growth() {
-    let store = TestStore::new(Backend::Memory).await;
-    let upstream = Upstream::start().await;
-    let text = store.config(&upstream.url(), "").replace(
-        "url = \"memory://\"",
-        "url = \"memory://\"\nmax_records = 2",
-    );
-    let gateway = Gateway::start(&text).await;
-    let c = client();
-    let url = gateway.url("/v1/payments");
+    let s = Setup::with(Backend::Memory, |config| {
+        config.store(|s| {
+            s.set("max_records", 2);
+        })
+    })
+    .await;
+    let (upstream, c) = (&s.upstream, &s.client);
+    let url = s.gateway.url("/v1/payments");
     for key in ["m1", "m2"] {
-        assert_eq!(post(&c, &url, key, "{}").await.status, StatusCode::CREATED);
+        assert_eq!(post(c, &url, key, "{}").await.status, StatusCode::CREATED);
     }
-    let full = post(&c, &url, "m3", "{}").await;
+    let full = post(c, &url, "m3", "{}").await;
     assert_eq!(full.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         full.problem_type(),
@@ -528,18 +545,20 @@ async fn full_memory_store_answers_503_not_unbounded_growth() {
             .contains("max_records")
     );
     assert_eq!(upstream.count("m3"), 0);
-    assert!(post(&c, &url, "m1", "{}").await.is_replay());
+    assert!(post(c, &url, "m1", "{}").await.is_replay());
 }
 
 #[tokio::test]
 async fn readiness_needs_a_migrated_database() {
     let db = TestDb::new().await;
     let upstream = Upstream::start().await;
-    let text = config_text(&db.url, &upstream.url(), "")
-        .replace("timeout = \"1s\"\n", "timeout = \"1s\"\nmigrate = false\n");
-    let gateway = Gateway::start(&text).await;
+    let config = TestConfig::new(&db.url, &upstream.url());
+    let unmigrated = config.clone().store(|s| {
+        s.set("migrate", false);
+    });
+    let gateway = Gateway::start(&unmigrated).await;
     assert_eq!(gateway.readyz().await, StatusCode::SERVICE_UNAVAILABLE);
-    let migrated = Gateway::start(&config_text(&db.url, &upstream.url(), "")).await;
+    let migrated = Gateway::start(&config).await;
     assert_eq!(migrated.readyz().await, StatusCode::OK);
     assert_eq!(
         gateway.readyz().await,
@@ -551,16 +570,16 @@ async fn readiness_needs_a_migrated_database() {
 #[tokio::test]
 async fn client_gone_during_the_claim_still_gets_forwarded_and_recorded() {
     use sqlx::Connection;
-    let store = TestStore::new(Backend::Postgres).await;
-    let upstream = Upstream::start().await;
-    let text = store
-        .config(&upstream.url(), "")
-        .replace("timeout = \"1s\"", "timeout = \"5s\"");
-    let gateway = Gateway::start(&text).await;
-    let c = client();
-    let url = gateway.url("/v1/payments");
+    let s = Setup::with(Backend::Postgres, |config| {
+        config.store(|s| {
+            s.set("timeout", "5s");
+        })
+    })
+    .await;
+    let (upstream, c) = (&s.upstream, &s.client);
+    let url = s.gateway.url("/v1/payments");
     // Hold the table so the claim waits in the database.
-    let mut conn = sqlx::PgConnection::connect(&store.url).await.unwrap();
+    let mut conn = sqlx::PgConnection::connect(&s.store.url).await.unwrap();
     let mut tx = conn.begin().await.unwrap();
     sqlx::query("LOCK TABLE idemgate_records IN EXCLUSIVE MODE")
         .execute(&mut *tx)
@@ -573,7 +592,7 @@ async fn client_gone_during_the_claim_still_gets_forwarded_and_recorded() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     tx.commit().await.unwrap();
     let replay = eventually(Duration::from_secs(10), || async {
-        let r = post(&c, &url, "gone-early", "{}").await;
+        let r = post(c, &url, "gone-early", "{}").await;
         r.is_replay().then_some(r)
     })
     .await
@@ -587,8 +606,12 @@ async fn only_an_outage_fails_open() {
     use sqlx::Connection;
     let store = TestStore::new(Backend::Postgres).await;
     let upstream = Upstream::start().await;
-    let gateway =
-        Gateway::start(&store.config(&upstream.url(), "on_store_error = \"fail_open\"")).await;
+    let fail_open = |config: TestConfig| {
+        config.route(|r| {
+            r.set("on_store_error", "fail_open");
+        })
+    };
+    let gateway = Gateway::start(&fail_open(store.config(&upstream.url()))).await;
     let c = client();
     let url = gateway.url("/v1/payments");
     assert_eq!(
@@ -608,13 +631,10 @@ async fn only_an_outage_fails_open() {
 
     // A full memory store under fail_open: refused, not bypassed.
     let memory = TestStore::new(Backend::Memory).await;
-    let text = memory
-        .config(&upstream.url(), "on_store_error = \"fail_open\"")
-        .replace(
-            "url = \"memory://\"",
-            "url = \"memory://\"\nmax_records = 1",
-        );
-    let small = Gateway::start(&text).await;
+    let config = fail_open(memory.config(&upstream.url())).store(|s| {
+        s.set("max_records", 1);
+    });
+    let small = Gateway::start(&config).await;
     assert_eq!(
         post(&c, &small.url("/v1/payments"), "f1", "{}")
             .await

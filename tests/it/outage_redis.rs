@@ -2,18 +2,18 @@
 //! `redis-server` on a free port is stopped, frozen and restarted under a
 //! running gateway, which must answer 503 (or fail open) and recover by
 //! itself.
-// Test support shares items across modules with `pub`, and measures real
-// elapsed time of external processes with std's clock.
-#![allow(unreachable_pub, clippy::disallowed_types)]
-
-mod common;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::process::PrivateRedis;
-use common::*;
 use http::StatusCode;
+
+use crate::support::serial;
+use crate::support::servers::PrivateRedis;
+use crate::support::{
+    Backend, Gateway, HttpClient, Set, TestConfig, TestStore, Upstream, client, eventually,
+    per_backend, post,
+};
 
 async fn created_eventually(c: &HttpClient, url: &str, key: &str) -> bool {
     eventually(Duration::from_secs(20), || async {
@@ -27,7 +27,7 @@ async fn created_eventually(c: &HttpClient, url: &str, key: &str) -> bool {
 async fn stopped_redis_fails_closed_then_recovers_without_restart() {
     let mut redis = PrivateRedis::start();
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&config_text(&redis.url(), &upstream.url(), "")).await;
+    let gateway = Gateway::start(&TestConfig::new(&redis.url(), &upstream.url())).await;
     let c = client();
     let url = gateway.url("/v1/payments");
     assert_eq!(
@@ -64,7 +64,7 @@ async fn stopped_redis_fails_closed_then_recovers_without_restart() {
 async fn frozen_redis_answers_503_within_the_store_timeout() {
     let redis = PrivateRedis::start();
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&config_text(&redis.url(), &upstream.url(), "")).await;
+    let gateway = Gateway::start(&TestConfig::new(&redis.url(), &upstream.url())).await;
     let c = client();
     let url = gateway.url("/v1/payments");
     assert_eq!(
@@ -89,12 +89,10 @@ async fn frozen_redis_answers_503_within_the_store_timeout() {
 async fn stopped_redis_fails_open_when_configured() {
     let mut redis = PrivateRedis::start();
     let upstream = Upstream::start().await;
-    let text = config_text(
-        &redis.url(),
-        &upstream.url(),
-        "on_store_error = \"fail_open\"",
-    );
-    let gateway = Gateway::start(&text).await;
+    let config = TestConfig::new(&redis.url(), &upstream.url()).route(|r| {
+        r.set("on_store_error", "fail_open");
+    });
+    let gateway = Gateway::start(&config).await;
     let c = client();
     let url = gateway.url("/v1/payments");
     redis.kill();
@@ -104,43 +102,46 @@ async fn stopped_redis_fails_open_when_configured() {
     assert_eq!(upstream.count("open"), 1);
 }
 
-#[tokio::test]
-async fn gateways_sharing_a_store_forward_a_key_once() {
-    for backend in [Backend::Redis, Backend::Postgres] {
-        let store = TestStore::new(backend).await;
-        let upstream = Upstream::start().await;
-        let text = store.config(&upstream.url(), "");
-        let (a, b) = (Gateway::start(&text).await, Gateway::start(&text).await);
-        let c = client();
-        let mut tasks = Vec::new();
-        for i in 0..40 {
-            let url = if i % 2 == 0 {
-                a.url("/v1/slow/300")
-            } else {
-                b.url("/v1/slow/300")
-            };
-            let c = c.clone();
-            tasks.push(tokio::spawn(
-                async move { post(&c, &url, "shared", "{}").await },
-            ));
-        }
-        for task in tasks {
-            let reply = task.await.unwrap();
-            assert!(
-                reply.status == StatusCode::CREATED || reply.status == StatusCode::CONFLICT,
-                "{backend:?}: {reply:?}"
-            );
-        }
-        assert_eq!(upstream.count("shared"), 1, "{backend:?}");
-        let from_b = post(&c, &b.url("/v1/slow/300"), "shared", "{}").await;
-        let from_a = post(&c, &a.url("/v1/slow/300"), "shared", "{}").await;
-        assert!(from_a.is_replay() && from_b.is_replay());
-        assert_eq!(from_a.body, from_b.body);
+/// Two gateways on one store: a storm split between them reaches the
+/// upstream once (memory:// cannot be shared).
+async fn gateways_sharing_a_store_forward_a_key_once(backend: Backend) {
+    let store = TestStore::new(backend).await;
+    let upstream = Upstream::start().await;
+    let config = store.config(&upstream.url());
+    let (a, b) = (Gateway::start(&config).await, Gateway::start(&config).await);
+    let c = client();
+    let mut tasks = Vec::new();
+    for i in 0..40 {
+        let url = if i % 2 == 0 {
+            a.url("/v1/slow/300")
+        } else {
+            b.url("/v1/slow/300")
+        };
+        let c = c.clone();
+        tasks.push(tokio::spawn(
+            async move { post(&c, &url, "shared", "{}").await },
+        ));
     }
+    for task in tasks {
+        let reply = task.await.unwrap();
+        assert!(
+            reply.status == StatusCode::CREATED || reply.status == StatusCode::CONFLICT,
+            "{backend:?}: {reply:?}"
+        );
+    }
+    assert_eq!(upstream.count("shared"), 1, "{backend:?}");
+    let from_b = post(&c, &b.url("/v1/slow/300"), "shared", "{}").await;
+    let from_a = post(&c, &a.url("/v1/slow/300"), "shared", "{}").await;
+    assert!(from_a.is_replay() && from_b.is_replay());
+    assert_eq!(from_a.body, from_b.body);
 }
+
+per_backend!(only [postgres, redis]: gateways_sharing_a_store_forward_a_key_once);
 
 #[tokio::test]
 async fn rediss_urls_speak_tls() {
+    // It starts a server of its own before any fixture: take a turn first.
+    let _turn = serial::shared();
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
     let made = Command::new("openssl")
@@ -199,7 +200,7 @@ async fn rediss_urls_speak_tls() {
     let upstream = Upstream::start().await;
     // The certificate is self-signed: `#insecure` skips verification (test only).
     let url = format!("rediss://127.0.0.1:{port}/#insecure");
-    let gateway = Gateway::start(&config_text(&url, &upstream.url(), "")).await;
+    let gateway = Gateway::start(&TestConfig::new(&url, &upstream.url())).await;
     let c = client();
     let first = post(&c, &gateway.url("/v1/payments"), "tls", "{}").await;
     assert_eq!(first.status, StatusCode::CREATED);
@@ -211,12 +212,8 @@ async fn rediss_urls_speak_tls() {
     assert_eq!(upstream.count("tls"), 1);
 
     // Plain redis:// against the TLS port fails at startup, clearly.
-    let plain = idemgate::Config::parse(&config_text(
-        &format!("redis://127.0.0.1:{port}/"),
-        &upstream.url(),
-        "",
-    ))
-    .unwrap();
+    let plain = TestConfig::new(&format!("redis://127.0.0.1:{port}/"), &upstream.url());
+    let plain = idemgate::Config::parse(&plain.to_string()).unwrap();
     let refused = idemgate::store::open(&plain.store)
         .await
         .err()
@@ -236,8 +233,9 @@ async fn rediss_urls_speak_tls() {
 async fn a_restart_is_followed_by_at_most_pool_size_connects() {
     let mut redis = PrivateRedis::start();
     let upstream = Upstream::start().await;
-    let config = config_text(&redis.url(), &upstream.url(), "")
-        .replace("[store]\n", "[store]\npool_size = 4\n");
+    let config = TestConfig::new(&redis.url(), &upstream.url()).store(|s| {
+        s.set("pool_size", 4);
+    });
     let gateway = Gateway::start(&config).await;
     let c = client();
     let url = gateway.url("/v1/payments");

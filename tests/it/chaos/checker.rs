@@ -14,9 +14,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
-use crate::history::{Kind, Op, Route};
-use crate::nemesis::FaultRecord;
-use crate::upstream::Execution;
+use super::history::{Kind, Op, Route};
+use super::nemesis::FaultRecord;
+use crate::support::upstream::Execution;
 
 /// Scheduling slack added to lease arithmetic (renewal period, a busy
 /// 2-core machine).
@@ -181,7 +181,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
         if fault.recovery.is_none() {
             verdict.violation(format!(
                 "property 5: no new key went through within {:?} after \"{}\" cleared at {:?}",
-                crate::nemesis::RECOVERY_LIMIT,
+                super::nemesis::RECOVERY_LIMIT,
                 fault.name,
                 fault.end
             ));
@@ -193,14 +193,14 @@ pub fn check(input: &Input<'_>) -> Verdict {
 fn is_replay(op: &Op) -> bool {
     matches!(
         op.outcome,
-        crate::history::Outcome::Answer { replayed: true, .. }
+        super::history::Outcome::Answer { replayed: true, .. }
     )
 }
 
 fn response_of(op: &Op) -> &str {
     match &op.outcome {
-        crate::history::Outcome::Answer { response, .. } => response,
-        crate::history::Outcome::NoAnswer { .. } => "",
+        super::history::Outcome::Answer { response, .. } => response,
+        super::history::Outcome::NoAnswer { .. } => "",
     }
 }
 
@@ -310,7 +310,7 @@ fn check_fingerprints(verdict: &mut Verdict, key: &str, ops: &[&Op], executions:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::history::Outcome;
+    use crate::chaos::history::Outcome;
 
     const MS: Duration = Duration::from_millis(1);
     const LEASE: Duration = Duration::from_secs(2);

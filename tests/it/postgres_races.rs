@@ -1,39 +1,32 @@
 //! Interleavings the PostgreSQL claim must survive, forced with explicit
 //! transactions: a write that commits between the claim's read and its
 //! write must make the claim read again, never be overwritten.
-// Test support shares items across modules with `pub`, and measures real
-// elapsed time of external processes with std's clock.
-#![allow(unreachable_pub, clippy::disallowed_types)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::TestDb;
 use idemgate::config::{StoreConfig, UnknownOutcome};
 use idemgate::store::{Claim, ClaimRequest, RecordKey, Store};
 use sqlx::Connection;
 
-async fn store(db: &TestDb) -> std::sync::Arc<dyn Store> {
+use crate::support::{Backend, TestStore};
+
+async fn store(db: &TestStore) -> std::sync::Arc<dyn Store> {
     store_with(db, 4, Duration::from_secs(10)).await
 }
 
-async fn store_with(db: &TestDb, pool_size: u32, timeout: Duration) -> std::sync::Arc<dyn Store> {
-    idemgate::store::open(&StoreConfig {
-        url: db.url.clone(),
-        migrate: true,
+async fn store_with(
+    db: &TestStore,
+    pool_size: u32,
+    timeout: Duration,
+) -> std::sync::Arc<dyn Store> {
+    db.open_with(&StoreConfig {
         pool_size,
         timeout,
-        prefix: String::new(),
         max_records: 1,
-        sweep_interval: Duration::from_secs(60),
         sweep_batch: 10,
-        // The replay cache sits in front of a store, not in it (src/store/cache.rs).
-        replay_cache_ttl: Duration::ZERO,
-        replay_cache_size: 0,
+        ..db.store_config()
     })
     .await
-    .unwrap()
 }
 
 fn key() -> RecordKey {
@@ -68,7 +61,7 @@ async fn lapsed(s: &dyn Store) {
 
 /// Run `write` in a transaction on its own connection, start a claim while
 /// that transaction holds the row, commit, and return the claim's outcome.
-async fn claim_across(db: &TestDb, s: std::sync::Arc<dyn Store>, write: &'static str) -> Claim {
+async fn claim_across(db: &TestStore, s: std::sync::Arc<dyn Store>, write: &'static str) -> Claim {
     let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
     let mut tx = conn.begin().await.unwrap();
     let done = sqlx::query(write).execute(&mut *tx).await.unwrap();
@@ -87,14 +80,17 @@ async fn claim_across(db: &TestDb, s: std::sync::Arc<dyn Store>, write: &'static
     claiming.await.unwrap()
 }
 
-#[tokio::test]
-async fn a_completion_committed_during_expiry_reuse_is_replayed_not_overwritten() {
-    let db = TestDb::new().await;
+/// [`claim_across`] a `write` to a key whose lease and retention lapsed.
+async fn claim_after_lapse_across(write: &'static str) -> Claim {
+    let db = TestStore::new(Backend::Postgres).await;
     let s = store(&db).await;
     lapsed(s.as_ref()).await;
-    let outcome = claim_across(
-        &db,
-        s.clone(),
+    claim_across(&db, s, write).await
+}
+
+#[tokio::test]
+async fn a_completion_committed_during_expiry_reuse_is_replayed_not_overwritten() {
+    let outcome = claim_after_lapse_across(
         "UPDATE idemgate_records SET state = 'completed', status = 201, headers = ''::bytea,
                 body = 'done'::bytea, lease_until = NULL, expires_at = now() + interval '1 hour'
           WHERE key = 'race'",
@@ -108,7 +104,7 @@ async fn a_completion_committed_during_expiry_reuse_is_replayed_not_overwritten(
 
 #[tokio::test]
 async fn a_renewal_committed_during_takeover_keeps_the_key_in_flight() {
-    let db = TestDb::new().await;
+    let db = TestStore::new(Backend::Postgres).await;
     let s = store(&db).await;
     let short = Duration::from_millis(100);
     assert!(matches!(
@@ -130,12 +126,7 @@ async fn a_renewal_committed_during_takeover_keeps_the_key_in_flight() {
 
 #[tokio::test]
 async fn a_hold_committed_during_expiry_reuse_stays_held() {
-    let db = TestDb::new().await;
-    let s = store(&db).await;
-    lapsed(s.as_ref()).await;
-    let outcome = claim_across(
-        &db,
-        s.clone(),
+    let outcome = claim_after_lapse_across(
         "UPDATE idemgate_records SET state = 'held', held_reason = 'upstream_timeout', lease_until = NULL,
                 expires_at = now() + interval '1 hour'
           WHERE key = 'race'",
@@ -153,7 +144,7 @@ async fn a_hold_committed_during_expiry_reuse_stays_held() {
 /// frees its slot: with a pool of one, the next operations work.
 #[tokio::test]
 async fn an_operation_cut_off_by_the_timeout_frees_its_connection() {
-    let db = TestDb::new().await;
+    let db = TestStore::new(Backend::Postgres).await;
     let s = store_with(&db, 1, Duration::from_millis(500)).await;
     let token = match claim(
         s.as_ref(),

@@ -1,16 +1,12 @@
 //! The gateway's logs (the real binary's stderr): one line per request, in
 //! text or JSON, and never a raw key — only a short digest of it.
-// Test support shares items across modules with `pub`, and measures real
-// elapsed time of external processes with std's clock.
-#![allow(unreachable_pub, clippy::disallowed_types)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::process::GatewayProcess;
-use common::*;
 use http::StatusCode;
+
+use crate::support::process::GatewayProcess;
+use crate::support::{Backend, Set, TestConfig, TestStore, Upstream, client, eventually, post};
 
 const SECRET_KEY: &str = "customer-42-secret-idempotency-key";
 
@@ -47,15 +43,13 @@ fn request_lines(log: &str) -> Vec<&str> {
         .collect()
 }
 
-#[tokio::test]
-async fn json_logs_have_one_line_per_request_and_no_raw_key() {
+/// The log of a gateway process (on memory://, its config edited by `edit`)
+/// that served [`run_requests`], once it has their four lines; no raw key
+/// may be in it.
+async fn log_of_requests(name: &str, edit: impl FnOnce(TestConfig) -> TestConfig) -> String {
     let store = TestStore::new(Backend::Memory).await;
     let upstream = Upstream::start().await;
-    let config = format!(
-        "log_format = \"json\"\n{}",
-        store.config(&upstream.url(), "")
-    );
-    let gateway = GatewayProcess::start("json-logs", &config).await;
+    let gateway = GatewayProcess::start(name, &edit(store.config(&upstream.url()))).await;
     run_requests(&gateway, &upstream).await;
     let log = eventually(Duration::from_secs(5), || async {
         let log = gateway.stderr();
@@ -67,6 +61,17 @@ async fn json_logs_have_one_line_per_request_and_no_raw_key() {
         !log.contains(SECRET_KEY),
         "a raw key reached the log:\n{log}"
     );
+    log
+}
+
+#[tokio::test]
+async fn json_logs_have_one_line_per_request_and_no_raw_key() {
+    let log = log_of_requests("json-logs", |config| {
+        config.top(|t| {
+            t.set("log_format", "json");
+        })
+    })
+    .await;
     let lines: Vec<serde_json::Value> = request_lines(&log)
         .iter()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
@@ -98,20 +103,7 @@ async fn json_logs_have_one_line_per_request_and_no_raw_key() {
 
 #[tokio::test]
 async fn text_logs_never_contain_a_raw_key() {
-    let store = TestStore::new(Backend::Memory).await;
-    let upstream = Upstream::start().await;
-    let gateway = GatewayProcess::start("text-logs", &store.config(&upstream.url(), "")).await;
-    run_requests(&gateway, &upstream).await;
-    let log = eventually(Duration::from_secs(5), || async {
-        let log = gateway.stderr();
-        (request_lines(&log).len() >= 4).then_some(log)
-    })
-    .await
-    .expect("four request lines");
-    assert!(
-        !log.contains(SECRET_KEY),
-        "a raw key reached the log:\n{log}"
-    );
+    let log = log_of_requests("text-logs", |config| config).await;
     assert!(log.contains("outcome=\"forwarded\""), "{log}");
     assert!(
         !log.contains('\u{1b}'),

@@ -3,39 +3,24 @@
 //! it answers that key from memory, for at most the TTL and never past the
 //! record's retention. To tell a cached answer from a store answer, the tests
 //! delete the record behind the gateway's back, straight in the store.
-// Test support shares items across modules with `pub`, and measures real
-// elapsed time of external processes with std's clock.
-#![allow(unreachable_pub, clippy::disallowed_types)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::*;
 use http::StatusCode;
+use toml::Table;
 
-struct Setup {
-    store: TestStore,
-    upstream: Upstream,
-    gateway: Gateway,
-    client: HttpClient,
-}
+use crate::support::{Backend, Gateway, Set, Setup, TestStore, per_backend, post, sample};
 
-/// A gateway with `replay_cache_ttl = ttl` and route settings `extra`.
-async fn setup(backend: Backend, ttl: &str, extra: &str) -> Setup {
-    let store = TestStore::new(backend).await;
-    let upstream = Upstream::start().await;
-    let config = store.config(&upstream.url(), extra).replace(
-        "[store]\n",
-        &format!("[store]\nreplay_cache_ttl = \"{ttl}\"\n"),
-    );
-    let gateway = Gateway::start(&config).await;
-    Setup {
-        store,
-        upstream,
-        gateway,
-        client: client(),
-    }
+/// A gateway with `replay_cache_ttl = ttl`, its route edited by `route`.
+async fn setup(backend: Backend, ttl: &str, route: impl FnOnce(&mut Table)) -> Setup {
+    Setup::with(backend, |config| {
+        config
+            .store(|s| {
+                s.set("replay_cache_ttl", ttl);
+            })
+            .route(route)
+    })
+    .await
 }
 
 /// Remove every record of this test from the store itself.
@@ -74,7 +59,7 @@ async fn hits(gateway: &Gateway) -> f64 {
 }
 
 async fn a_replayed_record_is_answered_from_memory_until_the_ttl(b: Backend) {
-    let s = setup(b, "1500ms", "").await;
+    let s = setup(b, "1500ms", |_| {}).await;
     let url = s.gateway.url("/v1/payments");
     let first = post(&s.client, &url, "c1", r#"{"amount":10}"#).await;
     assert_eq!(first.status, StatusCode::CREATED);
@@ -105,7 +90,10 @@ async fn a_replayed_record_is_answered_from_memory_until_the_ttl(b: Backend) {
 }
 
 async fn a_cached_record_never_outlives_its_retention(b: Backend) {
-    let s = setup(b, "1h", "lease = \"1s\"\nretention = \"2s\"").await;
+    let s = setup(b, "1h", |r| {
+        r.set("lease", "1s").set("retention", "2s");
+    })
+    .await;
     let url = s.gateway.url("/v1/payments");
     assert_eq!(
         post(&s.client, &url, "c2", "{}").await.status,
@@ -120,7 +108,7 @@ async fn a_cached_record_never_outlives_its_retention(b: Backend) {
 }
 
 async fn a_zero_ttl_turns_the_cache_off(b: Backend) {
-    let s = setup(b, "0s", "").await;
+    let s = setup(b, "0s", |_| {}).await;
     let url = s.gateway.url("/v1/payments");
     assert_eq!(
         post(&s.client, &url, "c3", "{}").await.status,
@@ -134,18 +122,9 @@ async fn a_zero_ttl_turns_the_cache_off(b: Backend) {
     assert_eq!(hits(&s.gateway).await, 0.0);
 }
 
-macro_rules! per_backend {
-    ($($backend:ident => $variant:ident),*) => {$(
-        mod $backend {
-            per_backend!(@tests $variant, a_replayed_record_is_answered_from_memory_until_the_ttl, a_cached_record_never_outlives_its_retention, a_zero_ttl_turns_the_cache_off);
-        }
-    )*};
-    (@tests $variant:ident, $($test:ident),*) => {$(
-        #[tokio::test]
-        async fn $test() {
-            super::$test(super::Backend::$variant).await;
-        }
-    )*};
-}
-
-per_backend!(postgres => Postgres, redis => Redis);
+// The memory store has no replay cache.
+per_backend!(only [postgres, redis]:
+    a_replayed_record_is_answered_from_memory_until_the_ttl,
+    a_cached_record_never_outlives_its_retention,
+    a_zero_ttl_turns_the_cache_off,
+);

@@ -1,296 +1,13 @@
-//! Test support for tests that run the idemgate binary as a child process
-//! ([`GatewayProcess`]) and stop or restart PostgreSQL ([`PgCluster`]).
-//!
-//! Every child is killed when its guard is dropped, panics included.
+//! Private PostgreSQL and Redis servers ([`PgCluster`], [`PrivateRedis`])
+//! on free ports, so tests can stop, freeze and restart a store without
+//! touching the shared servers other tests use.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{Request, StatusCode};
-use http_body_util::Full;
-
-use super::{HttpClient, Reply, binary, client, eventually};
-
-/// How long a child process gets to become ready. The machine is small and
-/// shared with other builds and tests: be generous.
-pub const READY_LIMIT: Duration = Duration::from_secs(45);
-
-/// A free TCP port on 127.0.0.1 (bound, read, released). Another process may
-/// take it before we use it; callers retry on a bind failure.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind 127.0.0.1:0")
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// `config` with its top-level `listen` and `admin_listen` set to these
-/// ports (replaced where present, added at the top otherwise).
-pub fn with_ports(config: &str, port: u16, admin_port: u16) -> String {
-    let mut out =
-        format!("listen = \"127.0.0.1:{port}\"\nadmin_listen = \"127.0.0.1:{admin_port}\"\n");
-    // Only top-level keys: stop rewriting at the first table header.
-    let mut top_level = true;
-    for line in config.lines() {
-        let trimmed = line.trim_start();
-        if trimmed.starts_with('[') {
-            top_level = false;
-        }
-        let key = trimmed.split('=').next().unwrap_or("").trim();
-        if top_level && (key == "listen" || key == "admin_listen") {
-            continue;
-        }
-        out.push_str(line);
-        out.push('\n');
-    }
-    out
-}
-
-/// The real `idemgate` binary as a child process, with its config file and
-/// its stderr captured to files in a temporary directory. Dropping it kills
-/// the process.
-pub struct GatewayProcess {
-    child: Option<Child>,
-    /// The proxy port.
-    pub port: u16,
-    /// The admin port (`/healthz`, `/readyz`).
-    pub admin_port: u16,
-    /// How the process ended, once it has.
-    status: Option<ExitStatus>,
-    dir: tempfile::TempDir,
-    name: String,
-}
-
-impl GatewayProcess {
-    /// Spawn `idemgate serve --config FILE` for `config` on free ports,
-    /// without waiting for it.
-    pub fn spawn(name: &str, config: &str) -> Self {
-        Self::spawn_command(name, "serve", config)
-    }
-
-    /// Spawn `idemgate SUBCOMMAND --config FILE` (free ports filled in).
-    pub fn spawn_command(name: &str, subcommand: &str, config: &str) -> Self {
-        let (port, admin_port) = (free_port(), free_port());
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("idemgate-{name}-"))
-            .tempdir()
-            .unwrap();
-        let config_path = dir.path().join("gateway.toml");
-        std::fs::write(&config_path, with_ports(config, port, admin_port)).unwrap();
-        let stderr = File::create(dir.path().join("stderr.log")).unwrap();
-        let stdout = File::create(dir.path().join("stdout.log")).unwrap();
-        let child = Command::new(binary())
-            .arg(subcommand)
-            .arg("--config")
-            .arg(&config_path)
-            .env_remove("IDEMGATE_CONFIG")
-            .env_remove("IDEMGATE_LOG_FORMAT")
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(stdout)
-            .stderr(stderr)
-            .spawn()
-            .expect("the idemgate binary starts");
-        Self {
-            child: Some(child),
-            port,
-            admin_port,
-            status: None,
-            dir,
-            name: name.to_string(),
-        }
-    }
-
-    /// Spawn `idemgate serve` and wait until its admin listener answers
-    /// `/healthz` (the proxy listener is bound before it). Retries with other
-    /// ports if a port was taken in the meantime.
-    pub async fn start(name: &str, config: &str) -> Self {
-        let mut last_error = String::new();
-        for _ in 0..3 {
-            let mut gateway = Self::spawn(name, config);
-            match gateway.wait_ready(READY_LIMIT).await {
-                Ok(()) => return gateway,
-                Err(error) => {
-                    let stderr = gateway.stderr();
-                    if stderr.contains("cannot listen") || stderr.contains("Address in use") {
-                        last_error = format!("{error}\n{stderr}");
-                        continue; // a port race: try other ports
-                    }
-                    panic!(
-                        "gateway {name} did not become ready: {error}\n--- stderr ---\n{stderr}"
-                    );
-                }
-            }
-        }
-        panic!("gateway {name} could not bind free ports: {last_error}");
-    }
-
-    async fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
-        let http = client();
-        let url = format!("http://127.0.0.1:{}/healthz", self.admin_port);
-        let ready = eventually(limit, || {
-            let http = http.clone();
-            let url = url.clone();
-            let exited = self.try_status().is_some();
-            async move {
-                if exited {
-                    return Some(false);
-                }
-                let status = get_status(&http, &url).await;
-                (status == Some(StatusCode::OK)).then_some(true)
-            }
-        })
-        .await;
-        match ready {
-            Some(true) => Ok(()),
-            Some(false) => Err(format!("it exited early ({:?})", self.status)),
-            None => Err(format!("/healthz did not answer 200 within {limit:?}")),
-        }
-    }
-
-    /// The process id.
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("process not yet reaped").id()
-    }
-
-    /// A URL on the proxy port.
-    pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{}", self.port, path)
-    }
-
-    /// A URL on the admin port.
-    pub fn admin_url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{}", self.admin_port, path)
-    }
-
-    /// SIGKILL, then reap.
-    pub fn kill9(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // std's Child::kill sends SIGKILL on Unix.
-            let _ = child.kill();
-            self.status = child.wait().ok();
-        }
-    }
-
-    /// SIGTERM (graceful shutdown); does not wait.
-    pub fn terminate(&mut self) {
-        let pid = self.pid().to_string();
-        let status = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill(1) runs");
-        assert!(status.success(), "kill -TERM {pid} failed");
-    }
-
-    /// The exit status if the process has ended (reaping it), else `None`.
-    pub fn try_status(&mut self) -> Option<ExitStatus> {
-        if self.status.is_none()
-            && let Some(child) = self.child.as_mut()
-            && let Ok(Some(status)) = child.try_wait()
-        {
-            self.status = Some(status);
-            self.child = None;
-        }
-        self.status
-    }
-
-    /// Wait (polling, never blocking the runtime) up to `limit` for the
-    /// process to exit; `None` if it is still running.
-    pub async fn wait(&mut self, limit: Duration) -> Option<ExitStatus> {
-        let deadline = tokio::time::Instant::now() + limit;
-        loop {
-            if let Some(status) = self.try_status() {
-                return Some(status);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// Everything the process wrote to stderr so far.
-    pub fn stderr(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
-    }
-
-    /// Everything the process wrote to stdout so far.
-    pub fn stdout(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("stdout.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for GatewayProcess {
-    fn drop(&mut self) {
-        self.kill9();
-        if std::thread::panicking() {
-            eprintln!(
-                "--- gateway {} (port {}) stderr ---\n{}",
-                self.name,
-                self.port,
-                self.stderr()
-            );
-        }
-    }
-}
-
-/// GET `url`; the status, or `None` if nothing answered.
-pub async fn get_status(http: &HttpClient, url: &str) -> Option<StatusCode> {
-    let request = Request::get(url).body(Full::new(Bytes::new())).unwrap();
-    let response = tokio::time::timeout(Duration::from_secs(5), http.request(request))
-        .await
-        .ok()?
-        .ok()?;
-    Some(response.status())
-}
-
-/// POST with an `Idempotency-Key`, like [`super::post`], but an error
-/// instead of a panic when the gateway never answers (it was killed).
-pub async fn try_post(
-    http: &HttpClient,
-    url: &str,
-    key: &str,
-    body: &str,
-) -> Result<Reply, String> {
-    use http_body_util::BodyExt;
-    let request = Request::post(url)
-        .header("idempotency-key", key)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap();
-    let response = http.request(request).await.map_err(|e| e.to_string())?;
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
-    Ok(Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    })
-}
-
-/// Run a one-shot `idemgate SUBCOMMAND --config FILE` to completion, killing
-/// it if it runs longer than `limit`. Returns (status, stdout, stderr).
-pub async fn run_command(
-    subcommand: &str,
-    config: &str,
-    limit: Duration,
-) -> (ExitStatus, String, String) {
-    let mut process = GatewayProcess::spawn_command(subcommand, subcommand, config);
-    let status = process.wait(limit).await;
-    let (stdout, stderr) = (process.stdout(), process.stderr());
-    let status = status.unwrap_or_else(|| {
-        panic!("idemgate {subcommand} still running after {limit:?}\n--- stderr ---\n{stderr}")
-    });
-    (status, stdout, stderr)
-}
-
-// ---------------------------------------------------------------------------
-// A private PostgreSQL cluster.
+use super::process::free_port;
+use super::serial;
 
 /// A throwaway PostgreSQL cluster of its own (initdb in a temporary
 /// directory, its own port), so tests can stop and restart PostgreSQL without
@@ -302,11 +19,13 @@ pub struct PgCluster {
     port: u16,
     as_root: bool,
     running: bool,
+    _turn: serial::Shared,
 }
 
 impl PgCluster {
     /// initdb a new cluster and start it on a free port.
     pub async fn new() -> Self {
+        let turn = serial::shared();
         let bin = postgres_bin_dir();
         let dir = tempfile::Builder::new()
             .prefix("idemgate-pg-")
@@ -319,6 +38,7 @@ impl PgCluster {
             port: 0,
             as_root,
             running: false,
+            _turn: turn,
         };
         if as_root {
             // initdb refuses to run as root: the postgres user owns the cluster.
@@ -455,11 +175,6 @@ impl PgCluster {
         ])
     }
 
-    /// The port it listens on.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
     /// A connection URL for its `postgres` database.
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
@@ -538,9 +253,6 @@ pub fn postgres_bin_dir() -> PathBuf {
         .unwrap_or_else(|| panic!("no PostgreSQL with initdb under {root:?}"))
 }
 
-// ---------------------------------------------------------------------------
-// A private Redis server.
-
 /// A private `redis-server` child process on a free loopback port, so tests
 /// can stop, freeze and restart Redis without touching the shared server.
 /// Dropping it kills it (after a SIGCONT, in case it was frozen).
@@ -550,6 +262,7 @@ pub struct PrivateRedis {
     /// With an append-only file fsynced on every write (the README's
     /// recommended durability), kept in this directory across restarts.
     durable: Option<tempfile::TempDir>,
+    _turn: serial::Shared,
 }
 
 impl PrivateRedis {
@@ -573,6 +286,7 @@ impl PrivateRedis {
             port: free_port(),
             child: None,
             durable,
+            _turn: serial::shared(),
         };
         redis.restart();
         redis

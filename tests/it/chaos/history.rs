@@ -10,12 +10,6 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
-/// Header carrying the operation id to the upstream (forwarded untouched by
-/// the gateway, and not part of the fingerprint).
-pub const OP_HEADER: &str = "x-chaos-op";
-
 /// Which route (and so which `on_unknown_outcome`) a key lives on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Route {
@@ -52,7 +46,8 @@ pub enum Outcome {
         /// answer.
         problem: Option<String>,
         replayed: bool,
-        /// [`response_digest`] of status and body.
+        /// [`response_digest`](crate::support::upstream::response_digest)
+        /// of status and body.
         response: String,
     },
     /// No answer: the connection was refused (`definite`: nothing was sent)
@@ -199,17 +194,4 @@ impl History {
         }
         file.flush()
     }
-}
-
-/// A short hex digest of some bytes.
-pub fn digest(bytes: &[u8]) -> String {
-    hex::encode(&Sha256::digest(bytes)[..8])
-}
-
-/// The digest of an answer: its status and body bytes.
-pub fn response_digest(status: u16, body: &[u8]) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(status.to_be_bytes());
-    hasher.update(body);
-    hex::encode(&hasher.finalize()[..8])
 }

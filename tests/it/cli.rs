@@ -1,16 +1,12 @@
 //! The command line, run as the real binary: `check`, `serve` against an
 //! unreachable store, `migrate`.
-// Test support shares items across modules with `pub`, and measures real
-// elapsed time of external processes with std's clock.
-#![allow(unreachable_pub, clippy::disallowed_types)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::process::{GatewayProcess, run_command};
-use common::*;
 use sqlx::Connection;
+
+use crate::support::process::{GatewayProcess, binary, free_port, run_command};
+use crate::support::{Backend, Gateway, Set, TestConfig, TestDb, TestStore};
 
 /// An upstream nobody listens on: these commands never forward.
 const NO_UPSTREAM: &str = "http://127.0.0.1:9";
@@ -18,12 +14,16 @@ const NO_UPSTREAM: &str = "http://127.0.0.1:9";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_rejects_unknown_key() {
     let store = "postgres://postgres@127.0.0.1:5432/postgres";
-    let typo = config_text(store, NO_UPSTREAM, "retension = \"1h\"");
+    let typo = TestConfig::new(store, NO_UPSTREAM).route(|r| {
+        r.set("retension", "1h");
+    });
     let (status, _, stderr) = run_command("check", &typo, Duration::from_secs(30)).await;
     assert!(!status.success(), "check accepted `retension`: {stderr}");
     assert!(stderr.contains("retension"), "stderr: {stderr}");
 
-    let valid = config_text(store, NO_UPSTREAM, "retention = \"1h\"");
+    let valid = TestConfig::new(store, NO_UPSTREAM).route(|r| {
+        r.set("retention", "1h");
+    });
     let (status, stdout, stderr) = run_command("check", &valid, Duration::from_secs(30)).await;
     assert!(
         status.success(),
@@ -33,7 +33,7 @@ async fn check_rejects_unknown_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_store_fails_at_startup_with_clear_message() {
-    let config = config_text("postgres://postgres:s3cret@127.0.0.1:1/x", NO_UPSTREAM, "");
+    let config = TestConfig::new("postgres://postgres:s3cret@127.0.0.1:1/x", NO_UPSTREAM);
     let mut gateway = GatewayProcess::spawn("unreachable", &config);
     let status = gateway.wait(Duration::from_secs(30)).await;
     let (stdout, stderr) = (gateway.stdout(), gateway.stderr());
@@ -56,7 +56,7 @@ async fn migrate_applies_migrations() {
         "a fresh database has no table"
     );
 
-    let config = config_text(&db.url, NO_UPSTREAM, "");
+    let config = TestConfig::new(&db.url, NO_UPSTREAM);
     let (status, stdout, stderr) = run_command("migrate", &config, Duration::from_secs(45)).await;
     assert!(status.success(), "migrate failed: {stdout}{stderr}");
     assert!(
@@ -91,7 +91,7 @@ fn health(admin: &str) -> std::process::Output {
 #[tokio::test]
 async fn health_exits_zero_when_healthy_and_non_zero_when_the_admin_port_is_closed() {
     let store = TestStore::new(Backend::Memory).await;
-    let gateway = Gateway::start(&store.config(NO_UPSTREAM, "")).await;
+    let gateway = Gateway::start(&store.config(NO_UPSTREAM)).await;
     let admin = gateway.admin.to_string();
     let ok = tokio::task::spawn_blocking(move || health(&admin))
         .await
@@ -103,7 +103,7 @@ async fn health_exits_zero_when_healthy_and_non_zero_when_the_admin_port_is_clos
     );
     assert!(String::from_utf8_lossy(&ok.stdout).contains("healthy"));
 
-    let closed = format!("127.0.0.1:{}", common::process::free_port());
+    let closed = format!("127.0.0.1:{}", free_port());
     let down = tokio::task::spawn_blocking(move || health(&closed))
         .await
         .unwrap();

@@ -2,23 +2,19 @@
 //! (`pg_ctl stop -m immediate`) and started again under a running gateway,
 //! which must fail closed (or open, where configured) and recover by itself.
 //! The shared PostgreSQL other tests use is never touched.
-// Test support shares items across modules with `pub`, and measures real
-// elapsed time of external processes with std's clock.
-#![allow(unreachable_pub, clippy::disallowed_types)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::process::PgCluster;
-use common::*;
 use http::StatusCode;
+
+use crate::support::servers::PgCluster;
+use crate::support::{Gateway, Set, TestConfig, Upstream, client, eventually, post};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_postgres_fails_closed_then_recovers() {
     let mut cluster = PgCluster::new().await;
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&config_text(&cluster.url(), &upstream.url(), "")).await;
+    let gateway = Gateway::start(&TestConfig::new(&cluster.url(), &upstream.url())).await;
     let http = client();
     let url = gateway.url("/v1/payments");
     let body = r#"{"amount":1}"#;
@@ -82,12 +78,10 @@ async fn stopped_postgres_fails_closed_then_recovers() {
 async fn stopped_postgres_fails_open_when_configured() {
     let mut cluster = PgCluster::new().await;
     let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&config_text(
-        &cluster.url(),
-        &upstream.url(),
-        "on_store_error = \"fail_open\"",
-    ))
-    .await;
+    let config = TestConfig::new(&cluster.url(), &upstream.url()).route(|r| {
+        r.set("on_store_error", "fail_open");
+    });
+    let gateway = Gateway::start(&config).await;
     let http = client();
     let url = gateway.url("/v1/payments");
     let body = r#"{"amount":2}"#;

@@ -2,23 +2,29 @@
 //! `idemgate` binary as child processes on one fresh PostgreSQL database,
 //! killed with SIGKILL or stopped with SIGTERM mid-forward, in front of a
 //! real upstream that counts what it receives.
-// Test support shares items across modules with `pub`, and measures real
-// elapsed time of external processes with std's clock.
-#![allow(unreachable_pub, clippy::disallowed_types)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::process::{GatewayProcess, READY_LIMIT, try_post};
-use common::*;
 use http::StatusCode;
 
-/// Config for gateway processes on `db_url`. The store timeout is raised
-/// from the harness's 1 s: the machine is small and shared, and a slow
-/// store answer is not what these tests are about.
-fn process_config(db_url: &str, upstream: &str, extra: &str) -> String {
-    config_text(db_url, upstream, extra).replace("timeout = \"1s\"", "timeout = \"5s\"")
+use crate::support::http::try_post;
+use crate::support::process::{GatewayProcess, READY_LIMIT};
+use crate::support::{
+    HttpClient, Reply, Set, TestConfig, TestDb, Upstream, client, eventually, post, record_state,
+};
+
+/// Config for gateway processes on `db`, with these `lease` and
+/// `upstream_timeout` on the route. The store timeout is raised from the
+/// harness's 1 s: the machine is small and shared, and a slow store answer
+/// is not what these tests are about.
+fn process_config(db: &TestDb, upstream: &Upstream, lease: &str, timeout: &str) -> TestConfig {
+    TestConfig::new(&db.url, &upstream.url())
+        .store(|s| {
+            s.set("timeout", "5s");
+        })
+        .route(|r| {
+            r.set("lease", lease).set("upstream_timeout", timeout);
+        })
 }
 
 /// Wait until the upstream has received `n` requests carrying `key`.
@@ -73,11 +79,7 @@ async fn killed_gateway_leaves_key_in_flight_then_held() {
     // The lease is 3 s (renewed every second): the 409 below must come from
     // B while A's last lease still runs, i.e. within 2 s of the kill even
     // on a loaded machine. upstream_timeout is long: A never settles by itself.
-    let config = process_config(
-        &db.url,
-        &upstream.url(),
-        "lease = \"3s\"\nupstream_timeout = \"60s\"",
-    );
+    let config = process_config(&db, &upstream, "3s", "60s");
     // B runs before the kill, so that "within the lease" does not depend
     // on how fast a process starts.
     let (mut a, b) = tokio::join!(
@@ -132,11 +134,9 @@ async fn killed_gateway_key_is_taken_over_under_release() {
     // The same request must hang on the first attempt (A is killed while
     // the upstream works for 4 s) and complete on the retry (B waits the 4 s
     // out, renewing its own lease), hence one slow path for both.
-    let config = process_config(
-        &db.url,
-        &upstream.url(),
-        "lease = \"3s\"\nupstream_timeout = \"10s\"\non_unknown_outcome = \"release\"",
-    );
+    let config = process_config(&db, &upstream, "3s", "10s").route(|r| {
+        r.set("on_unknown_outcome", "release");
+    });
     let (mut a, b) = tokio::join!(
         GatewayProcess::start("a", &config),
         GatewayProcess::start("b", &config)
@@ -184,11 +184,7 @@ async fn killed_gateway_key_is_taken_over_under_release() {
 async fn two_gateway_processes_never_forward_one_key_twice() {
     let db = TestDb::new().await;
     let upstream = Upstream::start().await;
-    let config = process_config(
-        &db.url,
-        &upstream.url(),
-        "lease = \"10s\"\nupstream_timeout = \"20s\"",
-    );
+    let config = process_config(&db, &upstream, "10s", "20s");
     let (a, b) = tokio::join!(
         GatewayProcess::start("a", &config),
         GatewayProcess::start("b", &config)
@@ -237,11 +233,7 @@ async fn two_gateway_processes_never_forward_one_key_twice() {
 async fn sigterm_finishes_in_flight_forward_and_its_record() {
     let db = TestDb::new().await;
     let upstream = Upstream::start().await;
-    let config = process_config(
-        &db.url,
-        &upstream.url(),
-        "lease = \"10s\"\nupstream_timeout = \"20s\"",
-    );
+    let config = process_config(&db, &upstream, "10s", "20s");
     let mut gateway = GatewayProcess::start("p", &config).await;
     let http = client();
     let (key, body) = ("sigterm", r#"{"amount":400}"#);

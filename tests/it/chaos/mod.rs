@@ -7,29 +7,23 @@
 //! history (see `checker.rs` for the properties).
 //!
 //! Short mode (the default, part of `cargo test`): about 30 s of chaos per
-//! store. Long mode, for the record in `bench/results/`:
+//! store, each run alone (no other test runs meanwhile: see
+//! `support::serial`). Long mode, for the record in `bench/results/`:
 //!
 //! ```text
-//! CHAOS_REQUESTS=100000 cargo test --release --test chaos -- --nocapture --test-threads 1
+//! CHAOS_REQUESTS=100000 cargo test --release --test it chaos -- --nocapture --test-threads 1
 //! ```
 //!
 //! `CHAOS_SECONDS` sets the short mode's length, `CHAOS_SEED` replays a
 //! schedule (the seed is printed; timing still differs between runs). Each
 //! run writes its history (JSON lines) and a report to
 //! `target/tmp/chaos/`.
-// Test support shares items across modules with `pub`, and measures real
-// elapsed time of external processes with std's clock.
-#![allow(unreachable_pub, clippy::disallowed_types)]
-
-#[path = "../common/mod.rs"]
-mod common;
 
 mod checker;
 mod cluster;
 mod history;
 mod nemesis;
 mod proxy;
-mod upstream;
 mod workload;
 
 use std::fmt::Write as _;
@@ -38,12 +32,15 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use checker::{FinalProbe, Input, Verdict};
-use cluster::{ChaosStore, Gateways, StoreKind, gateway_config};
+use cluster::{ChaosStore, Gateways, gateway_config};
 use history::{Op, Route};
 use nemesis::FaultRecord;
 use proxy::{FaultProxy, Mode, Rates};
-use upstream::ChaosUpstream;
 use workload::{KeyInfo, Workload};
+
+use crate::support::serial;
+use crate::support::store::Backend;
+use crate::support::upstream::{Execution, Upstream};
 
 /// The lease every route uses: short, so that lapses happen during the run.
 const LEASE: Duration = Duration::from_secs(2);
@@ -60,7 +57,7 @@ struct Settings {
 }
 
 impl Settings {
-    fn from_env(kind: StoreKind) -> Self {
+    fn from_env(kind: Backend) -> Self {
         let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
         let requests = var("CHAOS_REQUESTS");
         let seed = var("CHAOS_SEED").unwrap_or_else(|| {
@@ -86,28 +83,26 @@ impl Settings {
     }
 }
 
-/// The two runs take turns: each wants the machine's two cores to itself, so
-/// that lease arithmetic is not skewed by the other run's load.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+// Each run wants the machine's two cores to itself, so that lease
+// arithmetic is not skewed by other load: it runs alone, not beside the
+// other run nor any other test.
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_postgres() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    chaos(StoreKind::Postgres).await;
+#[test]
+fn postgres() {
+    serial::alone(|| chaos(Backend::Postgres));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn chaos_redis() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    chaos(StoreKind::Redis).await;
+#[test]
+fn redis() {
+    serial::alone(|| chaos(Backend::Redis));
 }
 
-async fn chaos(kind: StoreKind) {
+async fn chaos(kind: Backend) {
     let settings = Settings::from_env(kind);
     println!("chaos {}: seed {}", kind.name(), settings.seed);
     let epoch = Instant::now();
     let store = ChaosStore::start(kind).await;
-    let upstream = ChaosUpstream::start().await;
+    let upstream = Upstream::start().await;
     let rates = Rates {
         reset_before: 0.003,
         reset_after: 0.003,
@@ -157,7 +152,7 @@ async fn chaos(kind: StoreKind) {
     let healed = workload.elapsed();
     let ready = gateways.ready(Duration::from_secs(30)).await;
     tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
-    let executions_before = upstream.per_key();
+    let executions_before = upstream.executions_per_key();
     let finals = final_probes(&workload, &executions_before, healed).await;
 
     let ops = workload.history.ops();
@@ -210,7 +205,7 @@ async fn chaos(kind: StoreKind) {
 /// errors are retried until the limit.
 async fn final_probes(
     workload: &Arc<Workload>,
-    executions: &std::collections::HashMap<String, Vec<upstream::Execution>>,
+    executions: &std::collections::HashMap<String, Vec<Execution>>,
     healed: Duration,
 ) -> Vec<FinalProbe> {
     use futures_util::StreamExt;
@@ -296,7 +291,7 @@ fn millis(d: Duration) -> String {
 
 #[allow(clippy::too_many_arguments)]
 fn report(
-    kind: StoreKind,
+    kind: Backend,
     settings: &Settings,
     chaos_time: Duration,
     ops: &[Op],

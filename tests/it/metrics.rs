@@ -1,15 +1,11 @@
 //! `/metrics` on the admin listener: counters move as requests flow
 //! (scrape, act, scrape again).
-// Test support shares items across modules with `pub`, and measures real
-// elapsed time of external processes with std's clock.
-#![allow(unreachable_pub, clippy::disallowed_types)]
-
-mod common;
 
 use std::time::Duration;
 
-use common::*;
 use http::StatusCode;
+
+use crate::support::{Backend, Set, Setup, eventually, post, sample, send};
 
 fn requests(m: &str, outcome: &str) -> f64 {
     sample(
@@ -20,10 +16,8 @@ fn requests(m: &str, outcome: &str) -> f64 {
 
 #[tokio::test]
 async fn counters_move_as_requests_flow() {
-    let store = TestStore::new(Backend::Postgres).await;
-    let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&store.config(&upstream.url(), "")).await;
-    let c = client();
+    let s = Setup::start(Backend::Postgres).await;
+    let (upstream, gateway, c) = (&s.upstream, &s.gateway, &s.client);
     let url = gateway.url("/v1/payments");
 
     let before = gateway.metrics().await;
@@ -33,11 +27,11 @@ async fn counters_move_as_requests_flow() {
         "{before}"
     );
 
-    post(&c, &url, "m1", "{}").await;
-    post(&c, &url, "m1", "{}").await;
-    post(&c, &url, "m1", "{\"other\":1}").await;
-    send(&c, "POST", &url, &[], "{}").await;
-    send(&c, "GET", &url, &[], "").await;
+    post(c, &url, "m1", "{}").await;
+    post(c, &url, "m1", "{}").await;
+    post(c, &url, "m1", "{\"other\":1}").await;
+    send(c, "POST", &url, &[], "{}").await;
+    send(c, "GET", &url, &[], "").await;
     let slow = gateway.url("/v1/slow/600");
     let (c2, s2) = (c.clone(), slow.clone());
     let first = tokio::spawn(async move { post(&c2, &s2, "m2", "{}").await });
@@ -53,7 +47,7 @@ async fn counters_move_as_requests_flow() {
         "{during}"
     );
     assert_eq!(
-        post(&c, &slow, "m2", "{}").await.status,
+        post(c, &slow, "m2", "{}").await.status,
         StatusCode::CONFLICT
     );
     first.await.unwrap();
@@ -96,26 +90,27 @@ async fn counters_move_as_requests_flow() {
 
 #[tokio::test]
 async fn store_errors_and_renewals_are_counted() {
-    let store = TestStore::new(Backend::Memory).await;
-    let upstream = Upstream::start().await;
-    let text = store
-        .config(&upstream.url(), "lease = \"1s\"\nupstream_timeout = \"5s\"")
-        .replace(
-            "url = \"memory://\"",
-            "url = \"memory://\"\nmax_records = 1",
-        );
-    let gateway = Gateway::start(&text).await;
-    let c = client();
+    let s = Setup::with(Backend::Memory, |config| {
+        config
+            .store(|s| {
+                s.set("max_records", 1);
+            })
+            .route(|r| {
+                r.set("lease", "1s").set("upstream_timeout", "5s");
+            })
+    })
+    .await;
+    let (gateway, c) = (&s.gateway, &s.client);
     // A 1.6 s exchange with a 1 s lease renews at least once.
     assert_eq!(
-        post(&c, &gateway.url("/v1/slow/1600"), "r1", "{}")
+        post(c, &gateway.url("/v1/slow/1600"), "r1", "{}")
             .await
             .status,
         StatusCode::CREATED
     );
     // The one-record memory store is now full: a store error, failing closed.
     assert_eq!(
-        post(&c, &gateway.url("/v1/payments"), "r2", "{}")
+        post(c, &gateway.url("/v1/payments"), "r2", "{}")
             .await
             .status,
         StatusCode::SERVICE_UNAVAILABLE

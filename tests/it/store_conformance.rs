@@ -1,11 +1,6 @@
 //! One conformance suite for every store (docs/DESIGN.md §6): the same tests,
-//! unchanged, instantiated per backend by `conformance!` at the bottom.
-//! Adding a backend means adding one line there.
-// Test support shares items across modules with `pub`, and measures real
-// elapsed time of external processes with std's clock.
-#![allow(unreachable_pub, clippy::disallowed_types)]
-
-mod common;
+//! unchanged, instantiated per backend by `per_backend!` at the bottom.
+//! Adding a backend means adding it to `per_backend!` and `TestStore`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,67 +8,31 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use idemgate::config::{StoreConfig, UnknownOutcome};
-use idemgate::store::{Backend, Cas, Claim, ClaimRequest, HeldReason, RecordKey, StoredResponse};
+use idemgate::store::{
+    Backend as Store, Cas, Claim, ClaimRequest, HeldReason, RecordKey, StoredResponse,
+};
+
+use crate::support::{Backend, TestStore, per_backend};
 
 const LEASE: Duration = Duration::from_secs(30);
 const RETENTION: Duration = Duration::from_secs(3600);
 
 /// A store on fresh storage, and what keeps that storage alive.
 struct Fixture {
-    store: Arc<dyn Backend>,
+    store: Arc<dyn Store>,
     /// The backend expires records by itself (Redis TTLs): sweeps find nothing.
     expires_by_itself: bool,
-    _guard: Box<dyn std::any::Any + Send>,
+    _storage: TestStore,
 }
 
-fn store_config(url: &str, prefix: &str) -> StoreConfig {
-    StoreConfig {
-        url: url.to_string(),
-        migrate: true,
-        pool_size: 8,
-        timeout: Duration::from_secs(5),
-        prefix: prefix.to_string(),
-        max_records: 10_000,
-        sweep_interval: Duration::from_secs(60),
-        sweep_batch: 100,
-        // The replay cache sits in front of a store, not in it (src/store/cache.rs).
-        replay_cache_ttl: Duration::ZERO,
-        replay_cache_size: 0,
-    }
-}
-
-async fn postgres() -> Fixture {
-    let db = common::TestDb::new().await;
-    let store = idemgate::store::open(&store_config(&db.url, ""))
-        .await
-        .expect("postgres store opens");
-    Fixture {
-        store,
-        expires_by_itself: false,
-        _guard: Box::new(db),
-    }
-}
-
-async fn redis() -> Fixture {
-    let prefix = common::RedisPrefix::new();
-    let store = idemgate::store::open(&store_config(&common::redis_url(), &prefix.prefix))
-        .await
-        .expect("redis store opens");
-    Fixture {
-        store,
-        expires_by_itself: true,
-        _guard: Box::new(prefix),
-    }
-}
-
-async fn memory() -> Fixture {
-    let store = idemgate::store::open(&store_config("memory://", ""))
-        .await
-        .expect("memory store opens");
-    Fixture {
-        store,
-        expires_by_itself: false,
-        _guard: Box::new(()),
+impl Fixture {
+    async fn new(backend: Backend) -> Self {
+        let storage = TestStore::new(backend).await;
+        Self {
+            store: storage.open().await,
+            expires_by_itself: backend == Backend::Redis,
+            _storage: storage,
+        }
     }
 }
 
@@ -90,7 +49,7 @@ fn fp(n: u8) -> [u8; 32] {
 }
 
 async fn claim_with(
-    store: &dyn Backend,
+    store: &dyn Store,
     k: &RecordKey,
     f: u8,
     lease: Duration,
@@ -108,7 +67,7 @@ async fn claim_with(
         .expect("claim")
 }
 
-async fn claim(store: &dyn Backend, k: &RecordKey, f: u8) -> Claim {
+async fn claim(store: &dyn Store, k: &RecordKey, f: u8) -> Claim {
     claim_with(store, k, f, LEASE, UnknownOutcome::Hold).await
 }
 
@@ -131,8 +90,9 @@ fn response(body: impl Into<Bytes>) -> StoredResponse {
     }
 }
 
-async fn claim_outcomes(s: Fixture) {
-    let s = s.store.as_ref();
+async fn claim_outcomes(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
     let k = key("a");
     let t = token(claim(s, &k, 1).await);
     match claim(s, &k, 1).await {
@@ -151,8 +111,9 @@ async fn claim_outcomes(s: Fixture) {
     assert_eq!(claim(s, &k, 2).await, Claim::Mismatch);
 }
 
-async fn fenced_late_writer_cannot_overwrite(s: Fixture) {
-    let s = s.store.as_ref();
+async fn fenced_late_writer_cannot_overwrite(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
     let k = key("fence");
     let short = Duration::from_millis(200);
     let old = token(claim_with(s, &k, 1, short, UnknownOutcome::Release).await);
@@ -195,8 +156,9 @@ async fn fenced_late_writer_cannot_overwrite(s: Fixture) {
     assert_eq!(claim(s, &k, 1).await, Claim::Replay(response("current")));
 }
 
-async fn lapsed_lease_is_held_under_hold(s: Fixture) {
-    let s = s.store.as_ref();
+async fn lapsed_lease_is_held_under_hold(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
     let k = key("lapse");
     let t = token(claim_with(s, &k, 1, Duration::from_millis(200), UnknownOutcome::Hold).await);
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -217,8 +179,9 @@ async fn lapsed_lease_is_held_under_hold(s: Fixture) {
     );
 }
 
-async fn renew_extends_the_lease(s: Fixture) {
-    let s = s.store.as_ref();
+async fn renew_extends_the_lease(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
     let k = key("renew");
     let short = Duration::from_millis(300);
     let t = token(claim_with(s, &k, 1, short, UnknownOutcome::Release).await);
@@ -230,8 +193,9 @@ async fn renew_extends_the_lease(s: Fixture) {
     ));
 }
 
-async fn release_frees_the_key_with_a_new_token(s: Fixture) {
-    let s = s.store.as_ref();
+async fn release_frees_the_key_with_a_new_token(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
     let k = key("release");
     let t1 = token(claim(s, &k, 1).await);
     assert_eq!(s.release(&k, t1).await.unwrap(), Cas::Applied);
@@ -246,8 +210,9 @@ async fn release_frees_the_key_with_a_new_token(s: Fixture) {
     );
 }
 
-async fn hold_blocks_until_retention(s: Fixture) {
-    let s = s.store.as_ref();
+async fn hold_blocks_until_retention(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
     let k = key("hold");
     let t = token(claim(s, &k, 1).await);
     assert_eq!(
@@ -268,8 +233,9 @@ async fn hold_blocks_until_retention(s: Fixture) {
     );
 }
 
-async fn expired_records_are_claimable_again(s: Fixture) {
-    let s = s.store.as_ref();
+async fn expired_records_are_claimable_again(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
     let k = key("expiry");
     let t = token(claim(s, &k, 1).await);
     let short = Duration::from_millis(200);
@@ -283,8 +249,9 @@ async fn expired_records_are_claimable_again(s: Fixture) {
     assert!(t2 > t);
 }
 
-async fn scopes_and_routes_are_isolated(s: Fixture) {
-    let s = s.store.as_ref();
+async fn scopes_and_routes_are_isolated(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
     let a = key("same");
     let b = RecordKey {
         scope: vec![7; 32],
@@ -299,8 +266,9 @@ async fn scopes_and_routes_are_isolated(s: Fixture) {
     token(claim(s, &c, 3).await);
 }
 
-async fn concurrent_claims_have_one_winner(s: Fixture) {
-    let store = s.store.clone();
+async fn concurrent_claims_have_one_winner(b: Backend) {
+    let f = Fixture::new(b).await;
+    let store = f.store.clone();
     let mut tasks = Vec::new();
     for _ in 0..50 {
         let store = store.clone();
@@ -319,8 +287,9 @@ async fn concurrent_claims_have_one_winner(s: Fixture) {
     assert_eq!(winners, 1);
 }
 
-async fn large_bodies_round_trip(s: Fixture) {
-    let s = s.store.as_ref();
+async fn large_bodies_round_trip(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
     let k = key("large");
     let t = token(claim(s, &k, 1).await);
     let body: Vec<u8> = (0..8 * 1024 * 1024u32)
@@ -334,9 +303,10 @@ async fn large_bodies_round_trip(s: Fixture) {
     assert_eq!(claim(s, &k, 1).await, Claim::Replay(r));
 }
 
-async fn completion_is_idempotent_for_its_own_attempt(s: Fixture) {
+async fn completion_is_idempotent_for_its_own_attempt(b: Backend) {
     // A retried completion (its first answer lost) must not report fencing.
-    let s = s.store.as_ref();
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
     let k = key("twice");
     let t = token(claim(s, &k, 1).await);
     assert_eq!(
@@ -349,29 +319,8 @@ async fn completion_is_idempotent_for_its_own_attempt(s: Fixture) {
     );
 }
 
-macro_rules! conformance {
-    ($backend:ident) => {
-        mod $backend {
-            conformance!(@tests $backend,
-                claim_outcomes, fenced_late_writer_cannot_overwrite, lapsed_lease_is_held_under_hold,
-                renew_extends_the_lease, release_frees_the_key_with_a_new_token,
-                hold_blocks_until_retention, expired_records_are_claimable_again,
-                scopes_and_routes_are_isolated, concurrent_claims_have_one_winner,
-                large_bodies_round_trip, completion_is_idempotent_for_its_own_attempt,
-                sweep_deletes_only_expired_records, a_live_lease_outlives_retention, key_administration);
-        }
-    };
-    (@tests $backend:ident, $($test:ident),*) => {
-        $(
-            #[tokio::test]
-            async fn $test() {
-                super::$test(super::$backend().await).await;
-            }
-        )*
-    };
-}
-
-async fn sweep_deletes_only_expired_records(f: Fixture) {
+async fn sweep_deletes_only_expired_records(b: Backend) {
+    let f = Fixture::new(b).await;
     let s = f.store.as_ref();
     let short = Duration::from_millis(200);
     for i in 0..5 {
@@ -395,7 +344,8 @@ async fn sweep_deletes_only_expired_records(f: Fixture) {
     token(claim(s, &key("old0"), 2).await);
 }
 
-async fn a_live_lease_outlives_retention(f: Fixture) {
+async fn a_live_lease_outlives_retention(b: Backend) {
+    let f = Fixture::new(b).await;
     // An attempt that runs longer than the retention must keep its key (G1).
     let s = f.store.as_ref();
     let k = key("outlive");
@@ -429,7 +379,8 @@ async fn a_live_lease_outlives_retention(f: Fixture) {
     );
 }
 
-async fn key_administration(f: Fixture) {
+async fn key_administration(b: Backend) {
+    let f = Fixture::new(b).await;
     use idemgate::store::RecordState;
     let s = f.store.as_ref();
     let flying = key("adm-flying");
@@ -532,9 +483,12 @@ async fn key_administration(f: Fixture) {
 
 #[tokio::test]
 async fn memory_store_refuses_new_keys_when_full_of_live_records() {
-    let mut config = store_config("memory://", "");
-    config.max_records = 3;
-    let store = idemgate::store::open(&config).await.unwrap();
+    let memory = TestStore::new(Backend::Memory).await;
+    let config = StoreConfig {
+        max_records: 3,
+        ..memory.store_config()
+    };
+    let store = memory.open_with(&config).await;
     let s = store.as_ref();
     let short = Duration::from_millis(200);
     for i in 0..3 {
@@ -562,6 +516,19 @@ async fn memory_store_refuses_new_keys_when_full_of_live_records() {
     token(claim(s, &key("m3"), 1).await);
 }
 
-conformance!(postgres);
-conformance!(redis);
-conformance!(memory);
+per_backend!(
+    claim_outcomes,
+    fenced_late_writer_cannot_overwrite,
+    lapsed_lease_is_held_under_hold,
+    renew_extends_the_lease,
+    release_frees_the_key_with_a_new_token,
+    hold_blocks_until_retention,
+    expired_records_are_claimable_again,
+    scopes_and_routes_are_isolated,
+    concurrent_claims_have_one_winner,
+    large_bodies_round_trip,
+    completion_is_idempotent_for_its_own_attempt,
+    sweep_deletes_only_expired_records,
+    a_live_lease_outlives_retention,
+    key_administration,
+);

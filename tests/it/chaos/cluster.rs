@@ -6,25 +6,13 @@ use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use http::StatusCode;
+use toml::{Table, Value};
 
-use crate::common::process::{GatewayProcess, PgCluster, PrivateRedis, get_status};
-use crate::common::{client, eventually};
-
-/// The store under test.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StoreKind {
-    Postgres,
-    Redis,
-}
-
-impl StoreKind {
-    pub fn name(self) -> &'static str {
-        match self {
-            StoreKind::Postgres => "postgres",
-            StoreKind::Redis => "redis",
-        }
-    }
-}
+use crate::support::http::get_status;
+use crate::support::process::GatewayProcess;
+use crate::support::servers::{PgCluster, PrivateRedis};
+use crate::support::store::Backend;
+use crate::support::{Set, TestConfig, client, eventually};
 
 /// A private store the nemesis may stop, freeze and restart.
 pub enum ChaosStore {
@@ -33,12 +21,13 @@ pub enum ChaosStore {
 }
 
 impl ChaosStore {
-    pub async fn start(kind: StoreKind) -> Self {
+    pub async fn start(kind: Backend) -> Self {
         match kind {
-            StoreKind::Postgres => ChaosStore::Postgres(PgCluster::new().await),
+            Backend::Postgres => ChaosStore::Postgres(PgCluster::new().await),
             // The README's recommended settings: a restart loses nothing
             // that was acknowledged.
-            StoreKind::Redis => ChaosStore::Redis(PrivateRedis::start_durable()),
+            Backend::Redis => ChaosStore::Redis(PrivateRedis::start_durable()),
+            Backend::Memory => unreachable!("gateway processes cannot share memory://"),
         }
     }
 
@@ -52,50 +41,50 @@ impl ChaosStore {
 
 /// The gateway's configuration for a chaos run: two routes to the same
 /// upstream (through the fault proxy), one per `on_unknown_outcome`.
-pub fn gateway_config(store_url: &str, upstream: &str, lease: Duration) -> String {
-    let lease = lease.as_millis();
-    format!(
-        r#"header_read_timeout = "5s"
-shutdown_timeout = "5s"
-
-[store]
-url = "{store_url}"
-pool_size = 8
-timeout = "1s"
-prefix = "chaos:"
-sweep_interval = "1h"
-
-[defaults]
-lease = "{lease}ms"
-upstream_timeout = "1s"
-retention = "1h"
-
-[[routes]]
-name = "hold"
-match = "/hold/*"
-upstream = "{upstream}"
-on_unknown_outcome = "hold"
-
-[[routes]]
-name = "release"
-match = "/release/*"
-upstream = "{upstream}"
-on_unknown_outcome = "release"
-"#
-    )
+pub fn gateway_config(store_url: &str, upstream: &str, lease: Duration) -> TestConfig {
+    TestConfig::new(store_url, upstream)
+        .top(|t| {
+            t.set("header_read_timeout", "5s")
+                .set("shutdown_timeout", "5s");
+        })
+        .store(|s| {
+            s.set("pool_size", 8)
+                .set("timeout", "1s")
+                .set("prefix", "chaos:")
+                .set("sweep_interval", "1h");
+        })
+        .defaults(|d| {
+            d.set("lease", format!("{}ms", lease.as_millis()))
+                .set("upstream_timeout", "1s")
+                .set("retention", "1h");
+        })
+        .routes(|routes| {
+            *routes = ["hold", "release"]
+                .into_iter()
+                .map(|policy| {
+                    let mut route = Table::new();
+                    route
+                        .set("name", policy)
+                        .set("match", format!("/{policy}/*"))
+                        .set("upstream", upstream)
+                        .set("on_unknown_outcome", policy);
+                    Value::Table(route)
+                })
+                .collect();
+        })
 }
 
 /// Gateway processes sharing one store. Clients look up an instance's
 /// current proxy port for every request; a restarted instance gets new
 /// ports.
 pub struct Gateways {
-    config: String,
+    config: TestConfig,
     ports: Vec<AtomicU16>,
     processes: Vec<tokio::sync::Mutex<Option<GatewayProcess>>>,
 }
 
 impl Gateways {
-    pub async fn start(config: String, count: usize) -> Self {
+    pub async fn start(config: TestConfig, count: usize) -> Self {
         let mut ports = Vec::new();
         let mut processes = Vec::new();
         for i in 0..count {

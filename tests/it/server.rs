@@ -1,15 +1,9 @@
 //! The server's connection handling: h2c next to HTTP/1.1, the connection
 //! cap, and the header-read timeout.
-// Test support shares items across modules with `pub`, and measures real
-// elapsed time of external processes with std's clock.
-#![allow(unreachable_pub, clippy::disallowed_types)]
-
-mod common;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::*;
 use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
@@ -17,12 +11,21 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use toml::Table;
+
+use crate::support::{Gateway, Set, TestConfig, TestDb, Upstream};
+
+/// A gateway on a fresh database, its top level edited by `top`.
+async fn start(top: impl FnOnce(&mut Table)) -> (TestDb, Upstream, Gateway) {
+    let db = TestDb::new().await;
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&TestConfig::new(&db.url, &upstream.url()).top(top)).await;
+    (db, upstream, gateway)
+}
 
 #[tokio::test]
 async fn h2c_prior_knowledge_gets_the_same_pipeline() {
-    let db = TestDb::new().await;
-    let upstream = Upstream::start().await;
-    let gateway = Gateway::start(&config_text(&db.url, &upstream.url(), "")).await;
+    let (_db, upstream, gateway) = start(|_| {}).await;
     let h2: Client<HttpConnector, Full<Bytes>> = Client::builder(TokioExecutor::new())
         .http2_only(true)
         .build(HttpConnector::new());
@@ -56,13 +59,10 @@ async fn read_answer(tcp: &mut TcpStream) -> String {
 
 #[tokio::test]
 async fn connections_beyond_the_cap_wait_for_a_free_slot() {
-    let db = TestDb::new().await;
-    let upstream = Upstream::start().await;
-    let text = config_text(&db.url, &upstream.url(), "").replace(
-        "shutdown_timeout = \"10s\"",
-        "shutdown_timeout = \"10s\"\nmax_connections = 1",
-    );
-    let gateway = Gateway::start(&text).await;
+    let (_db, _upstream, gateway) = start(|t| {
+        t.set("max_connections", 1);
+    })
+    .await;
     let get = b"GET /v1/payments HTTP/1.1\r\nHost: t\r\n\r\n";
     let mut first = TcpStream::connect(gateway.addr).await.unwrap();
     first.write_all(get).await.unwrap();
@@ -82,13 +82,10 @@ async fn connections_beyond_the_cap_wait_for_a_free_slot() {
 
 #[tokio::test]
 async fn slow_headers_are_cut_off() {
-    let db = TestDb::new().await;
-    let upstream = Upstream::start().await;
-    let text = config_text(&db.url, &upstream.url(), "").replace(
-        "shutdown_timeout = \"10s\"",
-        "shutdown_timeout = \"10s\"\nheader_read_timeout = \"1s\"",
-    );
-    let gateway = Gateway::start(&text).await;
+    let (_db, upstream, gateway) = start(|t| {
+        t.set("header_read_timeout", "1s");
+    })
+    .await;
     let mut tcp = TcpStream::connect(gateway.addr).await.unwrap();
     tcp.write_all(b"POST /v1/payments HTTP/1.1\r\nHost: t\r\n")
         .await
@@ -101,13 +98,10 @@ async fn slow_headers_are_cut_off() {
 
 #[tokio::test]
 async fn silent_connections_do_not_hold_slots() {
-    let db = TestDb::new().await;
-    let upstream = Upstream::start().await;
-    let text = config_text(&db.url, &upstream.url(), "").replace(
-        "shutdown_timeout = \"10s\"",
-        "shutdown_timeout = \"10s\"\nmax_connections = 1\nheader_read_timeout = \"1s\"",
-    );
-    let gateway = Gateway::start(&text).await;
+    let (_db, _upstream, gateway) = start(|t| {
+        t.set("max_connections", 1).set("header_read_timeout", "1s");
+    })
+    .await;
     // Connects and never sends a byte (no protocol preface at all).
     let mut silent = TcpStream::connect(gateway.addr).await.unwrap();
     let mut second = TcpStream::connect(gateway.addr).await.unwrap();

@@ -1,0 +1,281 @@
+//! `idemgate keys show|list|release|delete` (the real binary) against a
+//! real gateway's records, on PostgreSQL and on Redis.
+
+use std::process::Output;
+
+use http::StatusCode;
+
+use crate::support::process::{binary, free_port};
+use crate::support::{Backend, Set, Setup, TestConfig, eventually, per_backend, send};
+
+fn keys(config_path: &std::path::Path, args: &[&str]) -> Output {
+    std::process::Command::new(binary())
+        .arg("--config")
+        .arg(config_path)
+        .arg("keys")
+        .args(args)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The admin token of these tests' gateways (at least 16 characters).
+const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+async fn keys_commands_fix_a_held_key(backend: Backend) {
+    let s = Setup::with(backend, |config| {
+        config
+            .top(|t| {
+                t.set("admin_token", ADMIN_TOKEN);
+            })
+            .route(|r| {
+                r.set("scope_header", "Authorization");
+            })
+    })
+    .await;
+    let (upstream, gateway, c) = (&s.upstream, &s.gateway, &s.client);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    // The CLI reads the same file; for memory:// it goes through this admin listener.
+    let cli_config = s.config.clone().top(|t| {
+        t.set("admin_listen", gateway.admin.to_string());
+    });
+    std::fs::write(&path, cli_config.to_string()).unwrap();
+    let run = |args: &[&str]| {
+        let path = path.clone();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        async move {
+            tokio::task::spawn_blocking(move || {
+                keys(&path, &args.iter().map(String::as_str).collect::<Vec<_>>())
+            })
+            .await
+            .unwrap()
+        }
+    };
+    // `keys COMMAND… --route api --scope "Bearer alice" KEY`
+    let alice = |command: &[&str], key: &str| {
+        let mut args = command.to_vec();
+        args.extend(["--route", "api", "--scope", "Bearer alice", key]);
+        run(&args)
+    };
+    let as_alice = [
+        ("authorization", "Bearer alice"),
+        ("idempotency-key", "stuck"),
+    ];
+    // A timed-out exchange leaves the key held.
+    let first = send(c, "POST", &gateway.url("/v1/hang"), &as_alice, "{}").await;
+    assert_eq!(first.status, StatusCode::GATEWAY_TIMEOUT);
+    let done = [
+        ("authorization", "Bearer alice"),
+        ("idempotency-key", "done"),
+    ];
+    assert_eq!(
+        send(c, "POST", &gateway.url("/v1/payments"), &done, "{}")
+            .await
+            .status,
+        StatusCode::CREATED
+    );
+
+    let show = alice(&["show"], "stuck").await;
+    assert!(show.status.success(), "{}", stderr(&show));
+    let text = stdout(&show);
+    assert!(text.contains("held (upstream_timeout)"), "{text}");
+    assert!(text.contains("scope    sha256:"), "{text}");
+    assert!(
+        !text.contains("alice"),
+        "the scope value is never shown: {text}"
+    );
+
+    let json = alice(&["show", "--json"], "\"done\"").await;
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON output");
+    assert_eq!(v["state"], "completed");
+    assert_eq!(v["status"], 201);
+    assert!(v["body_bytes"].as_u64().unwrap() > 0);
+
+    let wrong_scope = run(&["show", "--route", "api", "--scope", "Bearer bob", "stuck"]).await;
+    assert!(!wrong_scope.status.success());
+    assert!(
+        stderr(&wrong_scope).contains("no record"),
+        "{}",
+        stderr(&wrong_scope)
+    );
+
+    let list = run(&["list", "--route", "api", "--state", "held"]).await;
+    assert!(list.status.success(), "{}", stderr(&list));
+    assert!(
+        stdout(&list).contains("stuck") && !stdout(&list).contains("done"),
+        "{}",
+        stdout(&list)
+    );
+    let list = run(&["list", "--route", "api", "--state", "held", "--json"]).await;
+    let v: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 1);
+
+    let refused = alice(&["release"], "done").await;
+    assert!(
+        !refused.status.success(),
+        "release leaves a completed key alone"
+    );
+    assert!(stderr(&refused).contains("keys delete"));
+
+    // Held: never forwarded again, until released.
+    let retry = send(c, "POST", &gateway.url("/v1/hang"), &as_alice, "{}").await;
+    assert_eq!(retry.status, StatusCode::BAD_GATEWAY);
+    let release = alice(&["release"], "stuck").await;
+    assert!(release.status.success(), "{}", stderr(&release));
+    let after = send(c, "POST", &gateway.url("/v1/hang"), &as_alice, "{}").await;
+    assert_eq!(
+        after.status,
+        StatusCode::GATEWAY_TIMEOUT,
+        "forwarded again after release"
+    );
+    assert_eq!(upstream.count("stuck"), 2);
+
+    // Delete forgets a recorded response: the next request is forwarded.
+    let delete = alice(&["delete"], "done").await;
+    assert!(delete.status.success(), "{}", stderr(&delete));
+    let again = send(c, "POST", &gateway.url("/v1/payments"), &done, "{}").await;
+    assert!(!again.is_replay());
+    assert_eq!(upstream.count("done"), 2);
+
+    // A live lease is kept unless forced: its attempt may be at the upstream.
+    let flying = [
+        ("authorization", "Bearer alice"),
+        ("idempotency-key", "flying"),
+    ];
+    let (c2, slow) = (c.clone(), gateway.url("/v1/slow/1500"));
+    let pending = tokio::spawn(async move { send(&c2, "POST", &slow, &flying, "{}").await });
+    eventually(std::time::Duration::from_secs(5), || async {
+        (upstream.count("flying") == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    let kept = alice(&["release"], "flying").await;
+    assert!(!kept.status.success());
+    assert!(
+        stderr(&kept).contains("in flight") && stderr(&kept).contains("--force"),
+        "{}",
+        stderr(&kept)
+    );
+    let forced = alice(&["release", "--force"], "flying").await;
+    assert!(forced.status.success(), "{}", stderr(&forced));
+    assert_eq!(
+        pending.await.unwrap().status,
+        StatusCode::BAD_GATEWAY,
+        "its answer can no longer be recorded"
+    );
+
+    let unknown = run(&["show", "--route", "nope", "x"]).await;
+    assert!(stderr(&unknown).contains("no route named"));
+}
+
+// On memory:// the CLI goes through the gateway's admin listener, with the
+// config's admin_token.
+per_backend!(keys_commands_fix_a_held_key);
+
+/// `POST /keys` on the admin listener deletes keys: refused without a
+/// configured token (403) and without the right one (401); health and
+/// metrics stay open.
+#[tokio::test]
+async fn the_admin_keys_endpoint_requires_the_token() {
+    let delete = r#"{"delete": {"route": "api", "key": "done"}}"#;
+    let with_token = Setup::with(Backend::Memory, |config| {
+        config.top(|t| {
+            t.set("admin_token", ADMIN_TOKEN);
+        })
+    })
+    .await;
+    let (gateway, c) = (&with_token.gateway, &with_token.client);
+    let done = [("idempotency-key", "done")];
+    let first = send(c, "POST", &gateway.url("/v1/payments"), &done, "{}").await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let keys_url = format!("http://{}/keys", gateway.admin);
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    for (headers, expected) in [
+        (vec![], StatusCode::UNAUTHORIZED),
+        (
+            vec![("authorization", "Bearer wrong-token-0123456789")],
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            vec![("authorization", ADMIN_TOKEN)],
+            StatusCode::UNAUTHORIZED,
+        ),
+    ] {
+        let refused = send(c, "POST", &keys_url, &headers, delete).await;
+        assert_eq!(refused.status, expected, "{headers:?}");
+        assert!(refused.headers.contains_key("www-authenticate"));
+    }
+    // Nothing was deleted: the retry is still a replay.
+    let retry = send(c, "POST", &gateway.url("/v1/payments"), &done, "{}").await;
+    assert!(retry.is_replay());
+    let allowed = send(
+        c,
+        "POST",
+        &keys_url,
+        &[("authorization", bearer.as_str())],
+        delete,
+    )
+    .await;
+    assert_eq!(
+        allowed.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&allowed.body)
+    );
+    let forwarded = send(c, "POST", &gateway.url("/v1/payments"), &done, "{}").await;
+    assert!(!forwarded.is_replay());
+
+    // No token configured: key administration over HTTP is off.
+    let without = Setup::start(Backend::Memory).await;
+    let url = format!("http://{}/keys", without.gateway.admin);
+    let off = send(
+        &without.client,
+        "POST",
+        &url,
+        &[("authorization", bearer.as_str())],
+        delete,
+    )
+    .await;
+    assert_eq!(off.status, StatusCode::FORBIDDEN);
+    assert!(
+        String::from_utf8_lossy(&off.body).contains("admin_token"),
+        "{}",
+        String::from_utf8_lossy(&off.body)
+    );
+    for open in ["/healthz", "/readyz", "/metrics"] {
+        let url = format!("http://{}{open}", without.gateway.admin);
+        assert_eq!(
+            send(&without.client, "GET", &url, &[], "").await.status,
+            StatusCode::OK,
+            "{open}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn keys_on_memory_without_a_running_gateway_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    let closed = free_port();
+    let config = TestConfig::new("memory://", "http://127.0.0.1:9").top(|t| {
+        t.set("admin_listen", format!("127.0.0.1:{closed}"));
+    });
+    std::fs::write(&path, config.to_string()).unwrap();
+    let out = tokio::task::spawn_blocking(move || keys(&path, &["show", "--route", "api", "k"]))
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("memory:// store lives inside the gateway"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -1,0 +1,86 @@
+//! Shared test support for every module of the `it` binary: fresh stores
+//! ([`store`]), gateway configs edited as TOML tables ([`config`]), the one
+//! test upstream ([`upstream`]), the gateway in process ([`gateway`]) or as a
+//! child process ([`process`]), private PostgreSQL and Redis servers to stop
+//! and restart ([`servers`]), an HTTP client ([`http`]), the turn-taking
+//! between the chaos harness and everything else ([`serial`]), and
+//! [`per_backend!`], which runs one test body on each store.
+
+pub mod config;
+pub mod gateway;
+pub mod http;
+pub mod process;
+pub mod serial;
+pub mod servers;
+pub mod store;
+pub mod upstream;
+
+use std::time::Duration;
+
+pub use config::{Set, TestConfig};
+pub use gateway::{Gateway, Setup};
+pub use http::{HttpClient, Reply, client, post, send};
+pub use store::{Backend, TestDb, TestStore, record_state};
+pub use upstream::Upstream;
+
+/// Poll `f` every 50 ms until it returns `Some`, for at most `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = f().await {
+            return Some(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The value of one sample (`name{labels}`) in a metrics text; 0 if absent.
+pub fn sample(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .map_or(0.0, |v| {
+            v.split_whitespace().next().unwrap().parse().unwrap()
+        })
+}
+
+/// Instantiate test bodies once per store: each named `async fn(Backend)`
+/// in the calling module becomes a `#[tokio::test]` in a submodule per
+/// backend (`postgres::name`, `redis::name`, `memory::name`).
+///
+/// ```ignore
+/// per_backend!(replay_is_byte_exact, storm_reaches_the_upstream_once);
+/// per_backend!(only [postgres, redis]: a_cached_record_never_outlives_its_retention);
+/// ```
+macro_rules! per_backend {
+    (only [$($backend:ident),+ $(,)?]: $($test:ident),+ $(,)?) => {
+        $crate::support::per_backend!(@each [$($backend)+] [$($test)+]);
+    };
+    (@each [$($backend:ident)+] $tests:tt) => {
+        $( $crate::support::per_backend!(@module $backend $tests); )+
+    };
+    (@module $backend:ident [$($test:ident)+]) => {
+        mod $backend {
+            $(
+                #[tokio::test]
+                async fn $test() {
+                    super::$test($crate::support::per_backend!(@variant $backend)).await;
+                }
+            )+
+        }
+    };
+    (@variant postgres) => { $crate::support::Backend::Postgres };
+    (@variant redis) => { $crate::support::Backend::Redis };
+    (@variant memory) => { $crate::support::Backend::Memory };
+    ($($test:ident),+ $(,)?) => {
+        $crate::support::per_backend!(only [postgres, redis, memory]: $($test),+);
+    };
+}
+pub(crate) use per_backend;

@@ -1,0 +1,236 @@
+//! Fresh storage per test on the shared servers: a throwaway PostgreSQL
+//! database ([`TestDb`]), a Redis key prefix of its own ([`RedisPrefix`]),
+//! or the in-memory store, behind one [`TestStore`] per [`Backend`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use deadpool_redis::redis;
+use idemgate::config::StoreConfig;
+use idemgate::store::Backend as Store;
+use sqlx::Connection;
+
+use super::serial;
+use super::{Set, TestConfig};
+
+/// The server tests create their databases on.
+pub fn admin_url() -> String {
+    std::env::var("IDEMGATE_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// The Redis server tests use.
+pub fn redis_url() -> String {
+    std::env::var("IDEMGATE_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
+}
+
+fn unique(prefix: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{prefix}_{}_{}_{}",
+        std::process::id(),
+        nanos % 1_000_000_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A throwaway database, dropped (forcibly) when this value is dropped.
+pub struct TestDb {
+    pub url: String,
+    name: String,
+    _turn: serial::Shared,
+}
+
+impl TestDb {
+    pub async fn new() -> Self {
+        let turn = serial::shared();
+        let name = unique("idemgate_test");
+        let admin = admin_url();
+        let mut conn = sqlx::PgConnection::connect(&admin)
+            .await
+            .unwrap_or_else(|e| {
+                panic!("tests need PostgreSQL at {admin} ({e}); run .ci/run or start it")
+            });
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let base = admin.rsplit_once('/').unwrap().0;
+        Self {
+            url: format!("{base}/{name}"),
+            name,
+            _turn: turn,
+        }
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        let admin = admin_url();
+        // Async drop is not a thing: a short-lived runtime on its own thread.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&admin).await {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                    )))
+                    .execute(&mut conn)
+                    .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A key prefix of its own for one test; its keys are deleted on drop.
+pub struct RedisPrefix {
+    pub prefix: String,
+    _turn: serial::Shared,
+}
+
+impl RedisPrefix {
+    pub fn new() -> Self {
+        Self {
+            _turn: serial::shared(),
+            prefix: format!("{}:", unique("idemgate_test")),
+        }
+    }
+}
+
+impl Drop for RedisPrefix {
+    fn drop(&mut self) {
+        let pattern = format!("{}*", self.prefix);
+        let _ = std::thread::spawn(move || {
+            let client = redis::Client::open(redis_url()).ok()?;
+            let mut conn = client.get_connection().ok()?;
+            let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg(&pattern).query(&mut conn).ok()?;
+            for chunk in keys.chunks(500) {
+                let _: redis::RedisResult<()> = redis::cmd("DEL").arg(chunk).query(&mut conn);
+            }
+            Some(())
+        })
+        .join();
+    }
+}
+
+/// A store backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Redis,
+    Memory,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Postgres => "postgres",
+            Backend::Redis => "redis",
+            Backend::Memory => "memory",
+        }
+    }
+}
+
+/// Fresh storage on one backend, cleaned up on drop.
+pub struct TestStore {
+    pub backend: Backend,
+    pub url: String,
+    prefix: String,
+    _db: Option<TestDb>,
+    _redis: Option<RedisPrefix>,
+    _turn: serial::Shared,
+}
+
+impl TestStore {
+    pub async fn new(backend: Backend) -> Self {
+        let turn = serial::shared();
+        let (url, prefix, db, redis) = match backend {
+            Backend::Postgres => {
+                let db = TestDb::new().await;
+                (db.url.clone(), String::new(), Some(db), None)
+            }
+            Backend::Redis => {
+                let p = RedisPrefix::new();
+                (redis_url(), p.prefix.clone(), None, Some(p))
+            }
+            Backend::Memory => ("memory://".to_string(), String::new(), None, None),
+        };
+        Self {
+            backend,
+            url,
+            prefix,
+            _db: db,
+            _redis: redis,
+            _turn: turn,
+        }
+    }
+
+    /// The Redis key prefix (empty for other backends).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The PostgreSQL URL, when the backend is PostgreSQL.
+    pub fn pg_url(&self) -> Option<&str> {
+        (self.backend == Backend::Postgres).then_some(self.url.as_str())
+    }
+
+    /// [`TestConfig::new`] on this store (with its Redis prefix).
+    pub fn config(&self, upstream: &str) -> TestConfig {
+        TestConfig::new(&self.url, upstream).store(|s| {
+            s.set("prefix", self.prefix.as_str());
+        })
+    }
+
+    /// A `[store]` for opening this store directly (no gateway): 8
+    /// connections, a 5 s timeout, 10,000 records at most (memory), and no
+    /// replay cache (it sits in front of a store, not in it:
+    /// src/store/cache.rs).
+    pub fn store_config(&self) -> StoreConfig {
+        StoreConfig {
+            url: self.url.clone(),
+            migrate: true,
+            pool_size: 8,
+            timeout: Duration::from_secs(5),
+            prefix: self.prefix.clone(),
+            max_records: 10_000,
+            sweep_interval: Duration::from_secs(60),
+            sweep_batch: 100,
+            replay_cache_ttl: Duration::ZERO,
+            replay_cache_size: 0,
+        }
+    }
+
+    /// Open the store with `config` (a changed [`Self::store_config`]).
+    pub async fn open_with(&self, config: &StoreConfig) -> Arc<dyn Store> {
+        idemgate::store::open(config)
+            .await
+            .unwrap_or_else(|e| panic!("the {} store opens: {e}", self.backend.name()))
+    }
+
+    /// Open the store with [`Self::store_config`].
+    pub async fn open(&self) -> Arc<dyn Store> {
+        self.open_with(&self.store_config()).await
+    }
+}
+
+/// Read a record's state straight from the database.
+pub async fn record_state(db_url: &str, key: &str) -> Option<String> {
+    let mut conn = sqlx::PgConnection::connect(db_url).await.unwrap();
+    sqlx::query_scalar("SELECT state FROM idemgate_records WHERE key = $1")
+        .bind(key)
+        .fetch_optional(&mut conn)
+        .await
+        .unwrap()
+}

@@ -1,0 +1,291 @@
+//! The one test upstream: a real HTTP server on port 0 that counts what it
+//! receives and keeps a ledger of what it executed, for the gateway tests
+//! and the chaos harness alike.
+//!
+//! Behaviour by path:
+//! - `/status/{code}`: answers `{code}` with a JSON body;
+//! - `/slow/{ms}`: waits, then 201;
+//! - `/hang`: never answers;
+//! - `/reset`: drops the connection without answering;
+//! - `/binary`: 201 with a binary body, `Location` and `ETag`;
+//! - `/big/{n}`: 200 with `n` bytes;
+//! - anything else: 201 with a JSON body naming how many requests with this
+//!   key arrived (so two executions of one key never answer the same bytes),
+//!   plus `Location`, `ETag` and `Set-Cookie`.
+//!
+//! On any path, the header [`DELAY_HEADER`] makes it wait that many
+//! milliseconds once the request has arrived, before it answers, and
+//! [`OP_HEADER`] names the client operation in its ledger.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use sha2::{Digest, Sha256};
+use tokio::net::TcpListener;
+
+use super::serial;
+
+/// The body of `/binary`.
+pub const BINARY_BODY: &[u8] = &[0, 159, 146, 150, 255, 0, 1, 2, 13, 10, 0, 254];
+
+/// Header carrying a client's operation id into the ledger (forwarded
+/// untouched by the gateway, and not part of the fingerprint).
+pub const OP_HEADER: &str = "x-test-op";
+
+/// Header by which a client asks the upstream to take this long (ms).
+pub const DELAY_HEADER: &str = "x-test-delay-ms";
+
+/// One execution: a request that arrived whole, so the upstream acted on it.
+#[derive(Debug, Clone)]
+pub struct Execution {
+    /// Its number, unique over the upstream's life.
+    pub number: u64,
+    /// The client operation ([`OP_HEADER`]; `u64::MAX` without one).
+    pub op: u64,
+    /// The `Idempotency-Key` value, as received.
+    pub key: String,
+    /// [`digest`] of the request body.
+    pub body: String,
+    /// [`response_digest`] of the answer it sent (or would have sent: see
+    /// `/hang` and `/reset`).
+    pub response: String,
+}
+
+/// What the upstream saw.
+#[derive(Default)]
+struct Seen {
+    /// Requests per `Idempotency-Key` header value (raw, as received).
+    per_key: HashMap<String, u64>,
+    /// The last request's headers.
+    last_headers: HeaderMap,
+    /// Total requests.
+    total: u64,
+    /// Every execution, in order.
+    executions: Vec<Execution>,
+}
+
+/// A running upstream; stops accepting when dropped.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    seen: Arc<Mutex<Seen>>,
+    task: tokio::task::JoinHandle<()>,
+    _turn: serial::Shared,
+}
+
+impl Upstream {
+    /// Listen on a free port of 127.0.0.1.
+    pub async fn start() -> Self {
+        let turn = serial::shared();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let state = seen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let state = state.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |req| answer(req, state.clone()));
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self {
+            addr,
+            seen,
+            task,
+            _turn: turn,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// How many requests carrying this exact key header value arrived.
+    pub fn count(&self, key_header_value: &str) -> u64 {
+        self.seen
+            .lock()
+            .unwrap()
+            .per_key
+            .get(key_header_value)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// How many requests arrived.
+    pub fn total(&self) -> u64 {
+        self.seen.lock().unwrap().total
+    }
+
+    /// The last request's headers.
+    pub fn last_headers(&self) -> HeaderMap {
+        self.seen.lock().unwrap().last_headers.clone()
+    }
+
+    /// Every execution so far.
+    pub fn executions(&self) -> Vec<Execution> {
+        self.seen.lock().unwrap().executions.clone()
+    }
+
+    /// Executions per key.
+    pub fn executions_per_key(&self) -> HashMap<String, Vec<Execution>> {
+        let mut map: HashMap<String, Vec<Execution>> = HashMap::new();
+        for execution in self.executions() {
+            map.entry(execution.key.clone())
+                .or_default()
+                .push(execution);
+        }
+        map
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[derive(Debug)]
+struct Reset;
+impl std::fmt::Display for Reset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("reset on purpose")
+    }
+}
+impl std::error::Error for Reset {}
+
+/// What to do once the request has arrived.
+enum Plan {
+    /// Status, headers and body.
+    Answer(u16, Vec<(&'static str, String)>, Bytes),
+    Hang,
+    Reset,
+}
+
+async fn answer(
+    req: Request<Incoming>,
+    seen: Arc<Mutex<Seen>>,
+) -> Result<Response<Full<Bytes>>, Reset> {
+    let header = |name: &str| {
+        req.headers()
+            .get(name)
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .unwrap_or_default()
+    };
+    let key = header("idempotency-key");
+    let op: u64 = header(OP_HEADER).parse().unwrap_or(u64::MAX);
+    let mut delay = Duration::from_millis(header(DELAY_HEADER).parse().unwrap_or(0));
+    let n = {
+        let mut s = seen.lock().unwrap();
+        s.total += 1;
+        s.last_headers = req.headers().clone();
+        let n = s.per_key.entry(key.clone()).or_default();
+        *n += 1;
+        *n
+    };
+    let path = req.uri().path().to_string();
+    // The operation happens when the whole request has arrived.
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map_err(|_| Reset)?
+        .to_bytes();
+    let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let find = |name: &str| {
+        segments
+            .iter()
+            .position(|s| *s == name)
+            .and_then(|i| segments.get(i + 1))
+    };
+    let json = |status: u16, mut headers: Vec<(&'static str, String)>| {
+        headers.insert(0, ("content-type", "application/json".into()));
+        let body = format!("{{\"n\":{n},\"path\":\"{path}\"}}");
+        Plan::Answer(status, headers, Bytes::from(body))
+    };
+    let plan = if let Some(code) = find("status") {
+        json(code.parse().unwrap(), Vec::new())
+    } else if let Some(ms) = find("slow") {
+        delay += Duration::from_millis(ms.parse().unwrap());
+        json(201, Vec::new())
+    } else if segments.contains(&"hang") {
+        Plan::Hang
+    } else if segments.contains(&"reset") {
+        Plan::Reset
+    } else if segments.contains(&"binary") {
+        let headers = vec![
+            ("content-type", "application/octet-stream".into()),
+            ("location", "/v1/things/42".into()),
+            ("etag", "\"v1-abc\"".into()),
+        ];
+        Plan::Answer(201, headers, Bytes::from_static(BINARY_BODY))
+    } else if let Some(size) = find("big") {
+        let size: usize = size.parse().unwrap();
+        Plan::Answer(200, Vec::new(), Bytes::from(vec![b'x'; size]))
+    } else {
+        json(
+            201,
+            vec![
+                ("location", format!("/v1/things/{n}")),
+                ("etag", format!("\"e{n}\"")),
+                ("set-cookie", "session=abc; HttpOnly".into()),
+            ],
+        )
+    };
+    {
+        let mut s = seen.lock().unwrap();
+        let number = s.executions.len() as u64 + 1;
+        let response = match &plan {
+            Plan::Answer(status, _, body) => response_digest(*status, body),
+            Plan::Hang | Plan::Reset => String::new(),
+        };
+        s.executions.push(Execution {
+            number,
+            op,
+            key,
+            body: digest(&body),
+            response,
+        });
+    }
+    tokio::time::sleep(delay).await;
+    match plan {
+        Plan::Answer(status, headers, body) => {
+            let mut response = Response::builder().status(status);
+            for (name, value) in headers {
+                response = response.header(name, value);
+            }
+            Ok(response.body(Full::new(body)).unwrap())
+        }
+        Plan::Hang => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Err(Reset)
+        }
+        Plan::Reset => Err(Reset),
+    }
+}
+
+/// A short hex digest of some bytes.
+pub fn digest(bytes: &[u8]) -> String {
+    hex::encode(&Sha256::digest(bytes)[..8])
+}
+
+/// The digest of an answer: its status and body bytes.
+pub fn response_digest(status: u16, body: &[u8]) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(status.to_be_bytes());
+    hasher.update(body);
+    hex::encode(&hasher.finalize()[..8])
+}
