@@ -120,3 +120,99 @@ async fn silent_connections_do_not_hold_slots() {
         "the silent connection was closed"
     );
 }
+
+/// Read until the gateway closes the connection (or resets it); `false` if
+/// it is still open after `limit`.
+async fn closed_within(tcp: &mut TcpStream, limit: Duration) -> bool {
+    let mut buf = Vec::new();
+    matches!(
+        tokio::time::timeout(limit, tcp.read_to_end(&mut buf)).await,
+        Ok(Ok(_)) | Ok(Err(_))
+    )
+}
+
+/// The HTTP/2 client preface and an empty SETTINGS frame.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const H2_EMPTY_SETTINGS: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
+
+#[tokio::test]
+async fn partial_http2_prefaces_are_cut_off_at_the_first_head_deadline() {
+    let (_db, upstream, gateway) = start(|t| {
+        t.set("max_connections", 2).set("header_read_timeout", "1s");
+    })
+    .await;
+    // One byte of the preface; the whole preface and SETTINGS, then nothing.
+    let mut one_byte = TcpStream::connect(gateway.addr).await.unwrap();
+    one_byte.write_all(b"P").await.unwrap();
+    let mut settings = TcpStream::connect(gateway.addr).await.unwrap();
+    settings.write_all(H2_PREFACE).await.unwrap();
+    settings.write_all(H2_EMPTY_SETTINGS).await.unwrap();
+    assert!(
+        closed_within(&mut one_byte, Duration::from_secs(10)).await,
+        "half a preface held the connection open"
+    );
+    assert!(
+        closed_within(&mut settings, Duration::from_secs(10)).await,
+        "a preface and SETTINGS without a request held the connection open"
+    );
+    // Both slots are free again.
+    let mut next = TcpStream::connect(gateway.addr).await.unwrap();
+    next.write_all(b"GET /v1/payments HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_answer(&mut next).await.starts_with("HTTP/1.1 201"));
+    assert_eq!(upstream.total(), 1);
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_http1_and_http2() {
+    let (_db, _upstream, gateway) = start(|t| {
+        t.set("idle_timeout", "1s");
+    })
+    .await;
+    // HTTP/1.1 keep-alive, idle after one answer.
+    let mut h1 = TcpStream::connect(gateway.addr).await.unwrap();
+    h1.write_all(b"GET /v1/payments HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(read_answer(&mut h1).await.starts_with("HTTP/1.1 201"));
+    assert!(
+        closed_within(&mut h1, Duration::from_secs(10)).await,
+        "an idle HTTP/1.1 connection stayed open"
+    );
+    // HTTP/2: the connection's driver ends once the gateway says GOAWAY and closes.
+    let tcp = TcpStream::connect(gateway.addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    let driver = tokio::spawn(connection);
+    let request = Request::get(gateway.url("/v1/payments"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::CREATED);
+    let ended = tokio::time::timeout(Duration::from_secs(10), driver).await;
+    assert!(ended.is_ok(), "an idle HTTP/2 connection stayed open");
+}
+
+#[tokio::test]
+async fn a_protected_body_that_never_finishes_is_timed_out() {
+    let (_db, upstream, gateway) = start(|t| {
+        t.set("body_read_timeout", "1s");
+    })
+    .await;
+    let mut tcp = TcpStream::connect(gateway.addr).await.unwrap();
+    tcp.write_all(
+        b"POST /v1/payments HTTP/1.1\r\nHost: t\r\nIdempotency-Key: slow-body\r\n\
+          Content-Length: 100\r\n\r\n{\"amount\":",
+    )
+    .await
+    .unwrap();
+    let answer = read_answer(&mut tcp).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("body-timeout"), "{answer}");
+    assert_eq!(upstream.total(), 0, "nothing was forwarded");
+}

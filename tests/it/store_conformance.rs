@@ -516,6 +516,31 @@ async fn memory_store_refuses_new_keys_when_full_of_live_records() {
     token(claim(s, &key("m3"), 1).await);
 }
 
+/// `keys list` is least recently changed first across the whole route,
+/// not among the first records a scan happens to find (Redis scans in
+/// batches of 1000: the old records must be found behind 1200 newer ones).
+async fn list_is_least_recently_changed_first_across_the_route(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
+    for i in 0..3 {
+        token(claim(s, &key(&format!("old-{i}")), 1).await);
+        // Distinct times, even at millisecond resolution.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    for i in 0..1200 {
+        token(claim(s, &key(&format!("new-{i:04}")), 1).await);
+    }
+    let oldest: Vec<String> = s
+        .list("r", idemgate::store::RecordState::InFlight, 3)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.key)
+        .collect();
+    assert_eq!(oldest, ["old-0", "old-1", "old-2"]);
+}
+
 per_backend!(
     claim_outcomes,
     fenced_late_writer_cannot_overwrite,
@@ -531,4 +556,5 @@ per_backend!(
     sweep_deletes_only_expired_records,
     a_live_lease_outlives_retention,
     key_administration,
+    list_is_least_recently_changed_first_across_the_route,
 );
