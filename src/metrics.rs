@@ -16,7 +16,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::store::{
-    Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
+    AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse,
+    Token,
 };
 
 /// `route` and `outcome` of a request.
@@ -44,10 +45,21 @@ pub struct RenewalLabels {
     pub result: &'static str,
 }
 
+/// What became of a claim whose answer was lost.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OrphanLabels {
+    /// The route's name.
+    pub route: String,
+    /// `abandoned` (the record it created was removed), `absent` (it
+    /// created none), `dropped` (too many pending: not tried) or `gave_up`
+    /// (the store did not answer in time).
+    pub result: &'static str,
+}
+
 /// A store operation and its result.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StoreLabels {
-    /// `claim`, `renew`, `complete`, `release`, `hold`, `sweep` or `ping`.
+    /// `claim`, `renew`, `complete`, `release`, `hold`, `abandon`, `sweep` or `ping`.
     pub op: &'static str,
     /// `ok`, `fenced` or `error`.
     pub result: &'static str,
@@ -73,6 +85,8 @@ pub struct Metrics {
     pub lease_renewals: Family<RenewalLabels, Counter>,
     /// `idemgate_lease_takeovers_total{route}`: keys taken over after a lapsed lease.
     pub lease_takeovers: Family<RouteLabels, Counter>,
+    /// `idemgate_orphaned_claims_total`.
+    pub orphaned_claims: Family<OrphanLabels, Counter>,
     /// `idemgate_records_swept_total`.
     pub records_swept: Counter,
     /// `idemgate_replay_cache_hits_total`: claims answered from the replay cache.
@@ -131,6 +145,12 @@ impl Metrics {
             "Keys taken over after their previous attempt's lease lapsed",
             lease_takeovers.clone(),
         );
+        let orphaned_claims = Family::<OrphanLabels, Counter>::default();
+        registry.register(
+            "orphaned_claims",
+            "Claims whose answer was lost (never forwarded), by what became of the record they may have created",
+            orphaned_claims.clone(),
+        );
         let records_swept = Counter::default();
         registry.register(
             "records_swept",
@@ -169,6 +189,7 @@ impl Metrics {
             forwards_in_flight,
             lease_renewals,
             lease_takeovers,
+            orphaned_claims,
             records_swept,
             replay_cache_hits,
             pool_connections,
@@ -285,6 +306,14 @@ impl Store for InstrumentedStore {
         let r = self.inner.hold(key, token, reason, retention).await;
         self.metrics
             .store_op("hold", cas_result(&r), started.elapsed());
+        r
+    }
+
+    async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
+        let started = Instant::now();
+        let r = self.inner.abandon(key, attempt).await;
+        self.metrics
+            .store_op("abandon", cas_result(&r), started.elapsed());
         r
     }
 

@@ -8,6 +8,7 @@
 //! upstream exchange or its record.
 
 mod attempt;
+mod orphans;
 mod outcome;
 mod renew;
 
@@ -35,6 +36,7 @@ use crate::store::{
 };
 use crate::upstream::{self, Upstream, UpstreamError, strip_hop_by_hop};
 
+pub use orphans::{MAX_PENDING as MAX_PENDING_ORPHANS, Orphans};
 pub use outcome::Outcome;
 
 /// The header marking a replayed response.
@@ -57,6 +59,7 @@ pub struct Gateway {
     docs_url: Option<String>,
     body_read_timeout: Duration,
     metrics: Arc<Metrics>,
+    orphans: Orphans,
 }
 
 impl Gateway {
@@ -64,6 +67,7 @@ impl Gateway {
     pub fn new(config: &Config, store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
         Self {
             routes: config.routes.iter().cloned().map(Arc::new).collect(),
+            orphans: Orphans::start(store.clone(), metrics.clone()),
             store,
             upstream: Upstream::new(connect_timeout(config)),
             tasks: TaskTracker::new(),
@@ -240,11 +244,13 @@ impl Gateway {
         body: Bytes,
         client: SocketAddr,
     ) -> Result<(Response<Body>, Outcome, Option<Token>), GatewayError> {
+        let attempt = store::new_attempt_id();
         let claim = self
             .store
             .claim(&ClaimRequest {
                 key: &record_key,
                 fingerprint: &fingerprint,
+                attempt,
                 lease: route.lease,
                 retention: route.retention,
                 on_unknown_outcome: route.on_unknown_outcome,
@@ -253,6 +259,12 @@ impl Gateway {
         let claim = match claim {
             Ok(claim) => claim,
             Err(error) => {
+                if let StoreError::Unavailable(_) = error {
+                    // The claim may commit once the store resumes although
+                    // this request is never forwarded under it.
+                    self.orphans
+                        .report(&route.name, record_key, attempt, route.lease);
+                }
                 let (response, outcome) = self
                     .on_store_error(&route, parts, body, client, error)
                     .await?;

@@ -23,7 +23,8 @@ use quick_cache::Weighter;
 use quick_cache::sync::Cache;
 
 use super::{
-    Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse, Token,
+    AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse,
+    Token,
 };
 use crate::fingerprint::Fingerprint;
 
@@ -149,6 +150,10 @@ impl Store for CachedStore {
         retention: Duration,
     ) -> Result<Cas, StoreError> {
         self.inner.hold(key, token, reason, retention).await
+    }
+
+    async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
+        self.inner.abandon(key, attempt).await
     }
 
     fn forget(&self, key: &RecordKey) {

@@ -16,8 +16,8 @@ use tokio::time::Instant;
 
 use super::transitions::{self, ClaimStep, Phase, Write};
 use super::{
-    Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreAdmin,
-    StoreError, StoredResponse, Token,
+    AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store,
+    StoreAdmin, StoreError, StoredResponse, Token,
 };
 use crate::fingerprint::Fingerprint;
 
@@ -32,6 +32,7 @@ enum State {
 struct Record {
     fingerprint: Fingerprint,
     token: Token,
+    attempt: AttemptId,
     state: State,
     expires_at: Instant,
     created_at: Instant,
@@ -169,14 +170,14 @@ impl MemoryStore {
         Cas::Applied
     }
 
-    /// Key administration: remove the record if `allowed` by its phase.
-    fn remove_if(&self, key: &RecordKey, allowed: impl FnOnce(Phase) -> bool) -> bool {
+    /// Remove the record if `allowed` by its phase.
+    fn remove_if(&self, key: &RecordKey, allowed: impl FnOnce(&Record, Phase) -> bool) -> bool {
         let now = Instant::now();
         let mut inner = self.lock();
         let removable = inner
             .records
             .get(key)
-            .is_some_and(|r| allowed(r.phase(now)));
+            .is_some_and(|r| allowed(r, r.phase(now)));
         if removable {
             inner.records.remove(key);
         }
@@ -192,6 +193,7 @@ impl Store for MemoryStore {
         let fresh = |token| Record {
             fingerprint: *req.fingerprint,
             token,
+            attempt: req.attempt,
             state: State::InFlight {
                 lease_until: now + req.lease,
             },
@@ -230,6 +232,7 @@ impl Store for MemoryStore {
                 let token = inner.next_token();
                 let entry = inner.records.get_mut(req.key).expect("read above");
                 entry.token = token;
+                entry.attempt = req.attempt;
                 entry.updated_at = now;
                 entry.expires_at = entry.expires_at.max(now + req.lease);
                 entry.state = State::InFlight {
@@ -292,6 +295,13 @@ impl Store for MemoryStore {
             r.expires_at = now + retention;
         }))
     }
+
+    async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
+        let abandoned = self.remove_if(key, |record, phase| {
+            transitions::abandon_applies(record.attempt == attempt, phase)
+        });
+        Ok(if abandoned { Cas::Applied } else { Cas::Fenced })
+    }
 }
 
 #[async_trait::async_trait]
@@ -327,11 +337,11 @@ impl StoreAdmin for MemoryStore {
     }
 
     async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        Ok(self.remove_if(key, |phase| transitions::clearable(phase, force)))
+        Ok(self.remove_if(key, |_, phase| transitions::clearable(phase, force)))
     }
 
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        Ok(self.remove_if(key, |phase| transitions::deletable(phase, force)))
+        Ok(self.remove_if(key, |_, phase| transitions::deletable(phase, force)))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -362,6 +372,7 @@ mod tests {
         let request = ClaimRequest {
             key,
             fingerprint: &[7; 32],
+            attempt: 1,
             lease: Duration::from_secs(30),
             retention: Duration::from_secs(3600),
             on_unknown_outcome: unknown,
@@ -408,6 +419,7 @@ mod tests {
         let request = ClaimRequest {
             key: &key,
             fingerprint: &[1; 32],
+            attempt: 2,
             lease: Duration::from_secs(10),
             retention: Duration::from_secs(5),
             on_unknown_outcome: UnknownOutcome::Hold,

@@ -55,6 +55,22 @@ pub fn scope_digest<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
 /// An attempt's fencing token.
 pub type Token = i64;
 
+/// An attempt's own id, chosen by the gateway before the claim and written
+/// with it. The store's token is unknown to a gateway whose claim's answer
+/// was lost; the attempt id is not, so that gateway can still remove the
+/// record it may have created ([`Store::abandon`]).
+pub type AttemptId = i64;
+
+/// A fresh attempt id: random, never zero.
+pub fn new_attempt_id() -> AttemptId {
+    loop {
+        let id = fastrand::i64(..);
+        if id != 0 {
+            return id;
+        }
+    }
+}
+
 /// Everything a claim needs to decide.
 #[derive(Debug, Clone)]
 pub struct ClaimRequest<'a> {
@@ -62,6 +78,8 @@ pub struct ClaimRequest<'a> {
     pub key: &'a RecordKey,
     /// The request's fingerprint.
     pub fingerprint: &'a Fingerprint,
+    /// The attempt's id, written with the claim.
+    pub attempt: AttemptId,
     /// How long the claimed attempt owns the key without renewing.
     pub lease: Duration,
     /// How long the record lives.
@@ -207,6 +225,13 @@ pub trait Store: Send + Sync + 'static {
         reason: HeldReason,
         retention: Duration,
     ) -> Result<Cas, StoreError>;
+    /// Remove the record of an attempt whose claim's answer was lost (a
+    /// timeout or a cut connection): its request was never forwarded, so
+    /// its key must not stay in flight, and must not turn `held` when the
+    /// lease lapses. Applies only while the record is still that attempt's
+    /// and in flight, or held only because its lease lapsed
+    /// ([`transitions::abandon_applies`]).
+    async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError>;
     /// Drop whatever this layer remembers of `key`, after key administration
     /// removed its record. Backends remember nothing; wrappers that cache
     /// records drop them, and wrappers forward the call.

@@ -15,8 +15,8 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use super::info::from_epoch_millis;
 use super::pg_pool::PgPool;
 use super::{
-    Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreAdmin,
-    StoreError, StoredResponse, Token, decode_headers, encode_headers, redact_url,
+    AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store,
+    StoreAdmin, StoreError, StoredResponse, Token, decode_headers, encode_headers, redact_url,
 };
 use super::{StoreConfig, UnknownOutcome};
 
@@ -229,10 +229,10 @@ fn claim_from_row(row: ClaimRow) -> Result<Claim, StoreError> {
 #[async_trait::async_trait]
 impl Store for PgStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        // idemgate_claim (migrations/0001_records.sql) implements transitions::claim.
+        // idemgate_claim (migrations/0002_attempts.sql) implements transitions::claim.
         let row: ClaimRow = self
             .bounded(async |conn| {
-                sqlx::query_as("SELECT * FROM idemgate_claim($1, $2, $3, $4, $5, $6, $7)")
+                sqlx::query_as("SELECT * FROM idemgate_claim($1, $2, $3, $4, $5, $6, $7, $8)")
                     .bind(&req.key.route)
                     .bind(&req.key.scope)
                     .bind(&req.key.key)
@@ -240,6 +240,7 @@ impl Store for PgStore {
                     .bind(millis(req.lease))
                     .bind(millis(req.retention))
                     .bind(req.on_unknown_outcome == UnknownOutcome::Release)
+                    .bind(req.attempt)
                     .fetch_one(conn)
                     .await
             })
@@ -347,6 +348,28 @@ impl Store for PgStore {
                 .bind(token)
                 .bind(reason.as_str())
                 .bind(millis(retention))
+                .execute(conn)
+                .await
+            })
+            .await?;
+        Ok(cas(done.rows_affected()))
+    }
+
+    async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
+        let done = self
+            // transitions::abandon_applies: the attempt's own record, in
+            // flight or held only because its lease lapsed.
+            .bounded(async |conn| {
+                bind_key!(
+                    sqlx::query(at_key!(
+                        "DELETE FROM idemgate_records",
+                        "AND attempt = $4
+                        AND (state = 'in_flight'
+                             OR (state = 'held' AND held_reason = 'lease_lapsed'))"
+                    )),
+                    key
+                )
+                .bind(attempt)
                 .execute(conn)
                 .await
             })

@@ -21,8 +21,8 @@ use http::StatusCode;
 
 use super::info::from_epoch_millis;
 use super::{
-    Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store, StoreAdmin,
-    StoreError, StoredResponse, Token, decode_headers, encode_headers, redact_url,
+    AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store,
+    StoreAdmin, StoreError, StoredResponse, Token, decode_headers, encode_headers, redact_url,
 };
 use super::{StoreConfig, UnknownOutcome};
 
@@ -31,7 +31,7 @@ const NOW: &str =
     "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)\n";
 
 /// The claim: KEYS = record, token counter; ARGV = fingerprint, lease ms,
-/// retention ms, release-lapsed (1/0). Implements `transitions::claim`
+/// retention ms, release-lapsed (1/0), attempt id. Implements `transitions::claim`
 /// (the record expires by its TTL, which a live lease extends: `transitions::expired`).
 static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
@@ -40,7 +40,7 @@ static CLAIM: LazyLock<Script> = LazyLock::new(|| {
 local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'held_reason', 'status', 'headers', 'body')
 if not r[2] then
   local token = redis.call('INCR', KEYS[2])
-  redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'state', 'in_flight', 'token', token,
+  redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'state', 'in_flight', 'token', token, 'attempt', ARGV[5],
              'lease_until', now + tonumber(ARGV[2]), 'created_at', now, 'updated_at', now)
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {'claimed', token}
@@ -52,7 +52,7 @@ local left = tonumber(r[4]) - now
 if left > 0 then return {'in_flight', tonumber(r[3]), left} end
 if ARGV[4] == '1' then
   local token = redis.call('INCR', KEYS[2])
-  redis.call('HSET', KEYS[1], 'token', token, 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
+  redis.call('HSET', KEYS[1], 'token', token, 'attempt', ARGV[5], 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
   return {'takeover', token}
 end
@@ -101,6 +101,19 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local r = redis.call('HMGET', KEYS[1], 'token', 'state')
 if r[1] ~= ARGV[1] or r[2] ~= 'in_flight' then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+"#,
+    )
+});
+
+/// KEYS = record; ARGV = attempt id. `transitions::abandon_applies`.
+static ABANDON: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'held_reason')
+if r[1] ~= ARGV[1] then return 0 end
+if not (r[2] == 'in_flight' or (r[2] == 'held' and r[3] == 'lease_lapsed')) then return 0 end
 redis.call('DEL', KEYS[1])
 return 1
 "#,
@@ -460,6 +473,7 @@ impl Store for RedisStore {
                     .arg(millis(req.lease))
                     .arg(millis(req.retention))
                     .arg(release)
+                    .arg(req.attempt)
                     .invoke_async(&mut conn)
                     .await
             })
@@ -548,6 +562,11 @@ impl Store for RedisStore {
             retention.as_bytes(),
         ];
         self.cas_script(&HOLD, key, &args).await
+    }
+
+    async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
+        let attempt = attempt.to_string();
+        self.cas_script(&ABANDON, key, &[attempt.as_bytes()]).await
     }
 }
 

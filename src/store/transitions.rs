@@ -129,6 +129,19 @@ pub fn write_applies(write: Write, same_token: bool, phase: Phase) -> bool {
     }
 }
 
+/// Whether an abandon (the claim's answer was lost, nothing was forwarded)
+/// removes the record: only the abandoning attempt's own record, while it
+/// is in flight or held only because that attempt's lease lapsed. A
+/// record the attempt completed or held for another reason was forwarded
+/// after all, and is left alone.
+pub fn abandon_applies(same_attempt: bool, phase: Phase) -> bool {
+    same_attempt
+        && matches!(
+            phase,
+            Phase::InFlight { .. } | Phase::Held(HeldReason::LeaseLapsed)
+        )
+}
+
 /// Whether a record is gone for every purpose: past its retention and not
 /// held by a live lease (a live lease outlives retention, G1).
 pub fn expired(past_retention: bool, phase: Phase) -> bool {
@@ -211,6 +224,18 @@ mod tests {
                 assert!(!write_applies(write, true, phase), "{write:?} {phase:?}");
             }
         }
+    }
+
+    #[test]
+    fn only_the_attempts_own_unforwarded_record_is_abandoned() {
+        for phase in ALL {
+            assert!(!abandon_applies(false, phase), "{phase:?}");
+        }
+        assert!(abandon_applies(true, LIVE));
+        assert!(abandon_applies(true, LAPSED));
+        assert!(abandon_applies(true, LAPSED_HELD));
+        assert!(!abandon_applies(true, HELD));
+        assert!(!abandon_applies(true, Phase::Completed));
     }
 
     #[test]

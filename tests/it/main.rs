@@ -15,6 +15,7 @@ mod cli;
 mod crash;
 mod keys;
 mod logs;
+mod lost_claims;
 mod metrics;
 mod outage;
 mod outage_redis;

@@ -41,6 +41,7 @@ async fn claim(s: &dyn Store, lease: Duration, retention: Duration) -> Claim {
     s.claim(&ClaimRequest {
         key: &key(),
         fingerprint: &[1; 32],
+        attempt: idemgate::store::new_attempt_id(),
         lease,
         retention,
         on_unknown_outcome: UnknownOutcome::Release,

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use idemgate::config::{StoreConfig, UnknownOutcome};
 use idemgate::store::{
-    Backend as Store, Cas, Claim, ClaimRequest, HeldReason, RecordKey, StoredResponse,
+    AttemptId, Backend as Store, Cas, Claim, ClaimRequest, HeldReason, RecordKey, StoredResponse,
 };
 
 use crate::support::{Backend, TestStore, per_backend};
@@ -55,10 +55,24 @@ async fn claim_with(
     lease: Duration,
     on_unknown: UnknownOutcome,
 ) -> Claim {
+    let attempt = idemgate::store::new_attempt_id();
+    claim_as(store, k, f, attempt, lease, on_unknown).await
+}
+
+/// A claim by a named attempt.
+async fn claim_as(
+    store: &dyn Store,
+    k: &RecordKey,
+    f: u8,
+    attempt: AttemptId,
+    lease: Duration,
+    on_unknown: UnknownOutcome,
+) -> Claim {
     store
         .claim(&ClaimRequest {
             key: k,
             fingerprint: &fp(f),
+            attempt,
             lease,
             retention: RETENTION,
             on_unknown_outcome: on_unknown,
@@ -353,6 +367,7 @@ async fn a_live_lease_outlives_retention(b: Backend) {
     let request = ClaimRequest {
         key: &k,
         fingerprint: &fp(1),
+        attempt: 1,
         lease: short,
         retention: short,
         on_unknown_outcome: UnknownOutcome::Release,
@@ -501,6 +516,7 @@ async fn memory_store_refuses_new_keys_when_full_of_live_records() {
         .claim(&ClaimRequest {
             key: &key("m3"),
             fingerprint: &fp(1),
+            attempt: 1,
             lease: LEASE,
             retention: RETENTION,
             on_unknown_outcome: UnknownOutcome::Hold,
@@ -541,6 +557,70 @@ async fn list_is_least_recently_changed_first_across_the_route(b: Backend) {
     assert_eq!(oldest, ["old-0", "old-1", "old-2"]);
 }
 
+/// A claim whose answer was lost is abandoned by its attempt id: the
+/// record goes if it is still that attempt's and was never forwarded (in
+/// flight, or held only because its lease lapsed); anything else stays.
+async fn abandon_removes_only_the_attempts_unforwarded_record(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
+    let short = Duration::from_millis(200);
+    let hold = UnknownOutcome::Hold;
+
+    // In flight: only its own attempt abandons it, and the key is free again.
+    let flying = key("ab-flying");
+    token(claim_as(s, &flying, 1, 11, LEASE, hold).await);
+    assert_eq!(s.abandon(&flying, 12).await.unwrap(), Cas::Fenced);
+    assert_eq!(s.abandon(&flying, 11).await.unwrap(), Cas::Applied);
+    assert!(matches!(
+        claim(s, &flying, 2).await,
+        Claim::Claimed {
+            takeover: false,
+            ..
+        }
+    ));
+    assert_eq!(s.abandon(&key("ab-absent"), 11).await.unwrap(), Cas::Fenced);
+
+    // Its lease lapsed and a retry turned it held: still never forwarded.
+    let lapsed = key("ab-lapsed");
+    token(claim_as(s, &lapsed, 1, 31, short, hold).await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        claim(s, &lapsed, 1).await,
+        Claim::Held(HeldReason::LeaseLapsed)
+    );
+    assert_eq!(s.abandon(&lapsed, 31).await.unwrap(), Cas::Applied);
+    token(claim(s, &lapsed, 1).await);
+
+    // Completed, or held for another reason: it was forwarded after all.
+    let done = key("ab-done");
+    let t = token(claim_as(s, &done, 1, 21, LEASE, hold).await);
+    s.complete(&done, t, &response("x"), RETENTION)
+        .await
+        .unwrap();
+    assert_eq!(s.abandon(&done, 21).await.unwrap(), Cas::Fenced);
+    assert_eq!(claim(s, &done, 1).await, Claim::Replay(response("x")));
+    let held = key("ab-held");
+    let t = token(claim_as(s, &held, 1, 41, LEASE, hold).await);
+    s.hold(&held, t, HeldReason::UpstreamTimeout, RETENTION)
+        .await
+        .unwrap();
+    assert_eq!(s.abandon(&held, 41).await.unwrap(), Cas::Fenced);
+    assert_eq!(
+        claim(s, &held, 1).await,
+        Claim::Held(HeldReason::UpstreamTimeout)
+    );
+
+    // Taken over by another attempt: the first one's abandon is fenced.
+    let release = UnknownOutcome::Release;
+    let taken = key("ab-taken");
+    token(claim_as(s, &taken, 1, 51, short, release).await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let takeover = claim_as(s, &taken, 1, 52, LEASE, release).await;
+    assert!(matches!(takeover, Claim::Claimed { takeover: true, .. }));
+    assert_eq!(s.abandon(&taken, 51).await.unwrap(), Cas::Fenced);
+    assert_eq!(s.abandon(&taken, 52).await.unwrap(), Cas::Applied);
+}
+
 per_backend!(
     claim_outcomes,
     fenced_late_writer_cannot_overwrite,
@@ -557,4 +637,5 @@ per_backend!(
     a_live_lease_outlives_retention,
     key_administration,
     list_is_least_recently_changed_first_across_the_route,
+    abandon_removes_only_the_attempts_unforwarded_record,
 );

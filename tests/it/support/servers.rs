@@ -175,6 +175,31 @@ impl PgCluster {
         ])
     }
 
+    /// Send a signal (`-STOP`, `-CONT`, …) to every process of the
+    /// cluster: the postmaster and its children (backends, background
+    /// workers), as a frozen host would be.
+    pub fn signal(&self, signal: &str) {
+        let pidfile = std::fs::read_to_string(self.data_dir().join("postmaster.pid"))
+            .expect("the cluster is running");
+        let pid = pidfile.lines().next().expect("a pid").trim().to_string();
+        // Children first on STOP (nothing runs once the parent stops), the
+        // parent first on CONT.
+        let children = || {
+            let _ = Command::new("pkill")
+                .args([signal, "-P", &pid])
+                .status()
+                .expect("pkill runs");
+        };
+        let parent = || kill(signal, &pid);
+        if signal == "-CONT" {
+            parent();
+            children();
+        } else {
+            children();
+            parent();
+        }
+    }
+
     /// A connection URL for its `postgres` database.
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
@@ -338,13 +363,7 @@ impl PrivateRedis {
             .expect("redis is running")
             .id()
             .to_string();
-        assert!(
-            Command::new("kill")
-                .args([signal, &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
+        kill(signal, &pid);
     }
 
     /// Its `redis://` URL.
@@ -360,4 +379,10 @@ impl Drop for PrivateRedis {
         }
         self.kill();
     }
+}
+
+/// `kill SIGNAL PID`, which must succeed.
+fn kill(signal: &str, pid: &str) {
+    let status = Command::new("kill").args([signal, pid]).status().unwrap();
+    assert!(status.success(), "kill {signal} {pid}: {status}");
 }

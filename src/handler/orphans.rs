@@ -1,0 +1,178 @@
+//! Claims whose answer was lost. When the store times out or the connection
+//! is cut during a claim, the claim may still commit once the store
+//! resumes, leaving a key in flight (and, once its lease lapses, `held`)
+//! that never reached the upstream. The gateway knows the attempt id it
+//! sent with the claim, so it removes exactly that attempt's record
+//! ([`Store::abandon`]) as soon as the store answers again.
+//!
+//! Bounded on every side: one worker per instance works through a queue of
+//! at most [`MAX_PENDING`] orphans (beyond it they are counted `dropped` and
+//! logged), one store operation at a time, backing off while the store
+//! fails, and gives each orphan up after [`PATIENCE`] of failures. A record
+//! that is not there once the store answers is looked for again for one
+//! lease, since a claim delayed by the stall can commit just after the
+//! store resumes. An instance that dies before the store answers leaves its
+//! orphans to lapse: the one residual case, stated in the README.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::clock::Instant;
+use crate::metrics::{Metrics, OrphanLabels};
+use crate::store::{AttemptId, Cas, RecordKey, Store};
+
+/// Orphans queued at once by one instance.
+pub const MAX_PENDING: usize = 10_000;
+
+/// How long an orphan is retried while the store keeps failing.
+const PATIENCE: Duration = Duration::from_secs(600);
+
+/// The first and the longest pause between tries.
+const FIRST_PAUSE: Duration = Duration::from_millis(100);
+const LONGEST_PAUSE: Duration = Duration::from_secs(5);
+
+/// One claim whose answer was lost.
+struct Orphan {
+    route: String,
+    key: RecordKey,
+    attempt: AttemptId,
+    lease: Duration,
+    /// When the claim failed.
+    since: Instant,
+    /// When the store first answered that the record is not this attempt's.
+    absent_since: Option<Instant>,
+    /// Not tried again before this.
+    due: Instant,
+    /// This orphan's next pause while its record is absent.
+    pause: Duration,
+}
+
+/// The queue of one instance's orphans; its worker runs until the queue
+/// is closed (every handle dropped) and empty.
+#[derive(Clone)]
+pub struct Orphans {
+    queue: mpsc::Sender<Orphan>,
+    metrics: Arc<Metrics>,
+}
+
+impl Orphans {
+    /// Start the worker on `store`.
+    pub fn start(store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
+        let (queue, intake) = mpsc::channel(MAX_PENDING);
+        tokio::spawn(work(intake, store, metrics.clone()));
+        Self { queue, metrics }
+    }
+
+    /// The claim of `attempt` on `key` failed without an answer: pursue
+    /// the record it may have created.
+    pub fn report(&self, route: &str, key: RecordKey, attempt: AttemptId, lease: Duration) {
+        let now = Instant::now();
+        let orphan = Orphan {
+            route: route.to_string(),
+            key,
+            attempt,
+            lease,
+            since: now,
+            absent_since: None,
+            due: now,
+            pause: FIRST_PAUSE,
+        };
+        if self.queue.try_send(orphan).is_err() {
+            count(&self.metrics, route, "dropped");
+            tracing::warn!(
+                route,
+                attempt,
+                "too many lost claims pending: this one is not pursued; if it committed, its key stays in flight until its lease lapses"
+            );
+        }
+    }
+}
+
+fn count(metrics: &Metrics, route: &str, result: &'static str) {
+    metrics
+        .orphaned_claims
+        .get_or_create(&OrphanLabels {
+            route: route.to_string(),
+            result,
+        })
+        .inc();
+}
+
+/// The worker: take in orphans, try those due, one at a time.
+async fn work(mut intake: mpsc::Receiver<Orphan>, store: Arc<dyn Store>, metrics: Arc<Metrics>) {
+    let mut queue: VecDeque<Orphan> = VecDeque::new();
+    let mut open = true;
+    // While the store fails, every orphan waits this long between rounds.
+    let mut failing_pause = FIRST_PAUSE;
+    while open || !queue.is_empty() {
+        let next_due = queue.iter().map(|o| o.due).min();
+        tokio::select! {
+            received = intake.recv(), if open => match received {
+                Some(orphan) => queue.push_back(orphan),
+                None => open = false,
+            },
+            () = sleep_until(next_due), if next_due.is_some() => {}
+        }
+        let now = Instant::now();
+        let mut i = 0;
+        while i < queue.len() {
+            if queue[i].due > now {
+                i += 1;
+                continue;
+            }
+            let orphan = &mut queue[i];
+            let finished = match store.abandon(&orphan.key, orphan.attempt).await {
+                Ok(Cas::Applied) => Some("abandoned"),
+                Ok(Cas::Fenced) => {
+                    failing_pause = FIRST_PAUSE;
+                    let since = *orphan.absent_since.get_or_insert(now);
+                    if since.elapsed() >= orphan.lease {
+                        Some("absent")
+                    } else {
+                        orphan.due = Instant::now() + orphan.pause;
+                        orphan.pause = (orphan.pause * 2).min(LONGEST_PAUSE);
+                        None
+                    }
+                }
+                Err(_) if orphan.since.elapsed() >= PATIENCE => Some("gave_up"),
+                Err(_) => {
+                    // The store still fails: every due orphan waits a round.
+                    let later = Instant::now() + failing_pause;
+                    failing_pause = (failing_pause * 2).min(LONGEST_PAUSE);
+                    for waiting in queue.iter_mut() {
+                        waiting.due = waiting.due.max(later);
+                    }
+                    break;
+                }
+            };
+            if let Some(result) = finished {
+                let orphan = queue.remove(i).expect("index within the queue");
+                count(&metrics, &orphan.route, result);
+                let (route, attempt) = (orphan.route.as_str(), orphan.attempt);
+                match result {
+                    "abandoned" => tracing::info!(
+                        route,
+                        attempt,
+                        "removed the record of a claim whose answer was lost (never forwarded)"
+                    ),
+                    "gave_up" => tracing::warn!(
+                        route,
+                        attempt,
+                        "the store did not answer in time to remove a lost claim; if it committed, its key stays in flight until its lease lapses"
+                    ),
+                    _ => {}
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
+    }
+}
