@@ -22,6 +22,11 @@ pub enum KeyError {
     /// Contains a control character, a non-ASCII byte or (bare form) a space.
     #[error("the key may contain only visible ASCII characters")]
     BadCharacter,
+    /// A bare value with a comma: a structured-field list, not one key.
+    #[error(
+        "the key is a list (it contains ','); send one key, as a quoted string if it must contain a comma"
+    )]
+    List,
     /// Starts with `"` but is not a valid RFC 8941 sf-string.
     #[error("the key is not a valid structured-field string (RFC 8941 §3.3.3)")]
     BadString,
@@ -39,6 +44,10 @@ pub fn parse(value: &HeaderValue) -> Result<String, KeyError> {
         Some(_) => {
             if !bytes.iter().all(|b| (0x21..=0x7e).contains(b)) {
                 return Err(KeyError::BadCharacter);
+            }
+            // `a,b` is an RFC 8941 list of two items, never one key.
+            if bytes.contains(&b',') {
+                return Err(KeyError::List);
             }
             // Checked visible ASCII above, so this is valid UTF-8.
             String::from_utf8_lossy(bytes).into_owned()
@@ -99,6 +108,14 @@ mod tests {
         assert_eq!(p(b"\"abc-123\"").unwrap(), "abc-123");
         assert_eq!(p(b"abc-123").unwrap(), "abc-123");
         assert_eq!(p(b"  abc-123 ").unwrap(), "abc-123");
+    }
+
+    #[test]
+    fn a_bare_list_is_not_a_key_but_a_quoted_comma_is() {
+        assert_eq!(p(b"a,b"), Err(KeyError::List));
+        assert_eq!(p(b"a, b"), Err(KeyError::BadCharacter));
+        assert_eq!(p(b","), Err(KeyError::List));
+        assert_eq!(p(b"\"a,b\"").unwrap(), "a,b");
     }
 
     #[test]

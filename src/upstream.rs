@@ -35,12 +35,20 @@ const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host")
 
 /// Remove hop-by-hop headers and every header the `Connection` header names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    strip_hop_by_hop_except(headers, |_| false);
+}
+
+/// [`strip_hop_by_hop`], except that `Connection` cannot remove the headers
+/// `end_to_end` names (the idempotency key and scope travel unchanged to
+/// the upstream, whatever the client's `Connection` says).
+fn strip_hop_by_hop_except(headers: &mut HeaderMap, end_to_end: impl Fn(&HeaderName) -> bool) {
     let named: Vec<HeaderName> = headers
         .get_all(header::CONNECTION)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .filter(|name| !end_to_end(name))
         .collect();
     for name in named.iter().chain(HOP_BY_HOP.iter()) {
         headers.remove(name);
@@ -107,7 +115,17 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 /// the upstream URI, HTTP/1.1, hop-by-hop headers removed, `Host` set by the
 /// client to the upstream's authority, and `X-Forwarded-For/-Proto/-Host`.
 /// Every other header — the idempotency key included — passes through.
-pub fn prepare<B>(mut request: Request<B>, upstream: &Uri, client: SocketAddr) -> Request<B> {
+///
+/// A body of unknown length is sent chunked whatever the method: hyper would
+/// otherwise send a `GET` with no body at all.
+pub fn prepare<B: hyper::body::Body>(
+    mut request: Request<B>,
+    upstream: &Uri,
+    client: SocketAddr,
+    end_to_end: impl Fn(&HeaderName) -> bool,
+) -> Request<B> {
+    let body = request.body();
+    let streamed = !body.is_end_stream() && body.size_hint().exact().is_none();
     let original_host = request.headers().get(header::HOST).cloned().or_else(|| {
         request
             .uri()
@@ -117,8 +135,14 @@ pub fn prepare<B>(mut request: Request<B>, upstream: &Uri, client: SocketAddr) -
     *request.uri_mut() = upstream_uri(upstream, request.uri());
     *request.version_mut() = Version::HTTP_11;
     let headers = request.headers_mut();
-    strip_hop_by_hop(headers);
+    strip_hop_by_hop_except(headers, end_to_end);
     headers.remove(header::HOST);
+    if streamed && !headers.contains_key(header::CONTENT_LENGTH) {
+        headers.insert(
+            header::TRANSFER_ENCODING,
+            HeaderValue::from_static("chunked"),
+        );
+    }
     let ip = client.ip().to_string();
     // Every X-Forwarded-For line so far, in order, then this hop's client.
     let mut forwarded_for: Vec<&str> = headers
@@ -181,9 +205,9 @@ mod tests {
             .header("x-forwarded-for", "1.2.3.4")
             .header("x-forwarded-for", "5.6.7.8")
             .header("idempotency-key", "\"k\"")
-            .body(())
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
             .unwrap();
-        let out = prepare(req, &upstream, "127.0.0.9:5000".parse().unwrap());
+        let out = prepare(req, &upstream, "127.0.0.9:5000".parse().unwrap(), |_| false);
         assert_eq!(out.uri(), "http://10.0.0.1:9000/base/v1/pay?x=1");
         let h = out.headers();
         assert_eq!(h["x-forwarded-for"], "1.2.3.4, 5.6.7.8, 127.0.0.9");

@@ -178,6 +178,12 @@ impl Route {
     pub fn protects(&self, method: &Method) -> bool {
         self.methods.contains(method)
     }
+
+    /// Whether a request header must reach the upstream unchanged: the key
+    /// and scope headers, which a client's `Connection` cannot remove.
+    pub fn travels_end_to_end(&self, name: &HeaderName) -> bool {
+        *name == self.key_header || self.scope_header.as_ref() == Some(name)
+    }
 }
 
 #[cfg(test)]

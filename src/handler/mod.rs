@@ -290,6 +290,7 @@ impl Gateway {
                     Request::from_parts(parts, body::full(body)),
                     &route.upstream,
                     client,
+                    |name| route.travels_end_to_end(name),
                 );
                 let response = self.attempt(&route, &record_key, token, request).await?;
                 Ok((response, Outcome::Forwarded, Some(token)))
@@ -327,7 +328,8 @@ impl Gateway {
         request: Request<Body>,
         client: SocketAddr,
     ) -> Result<Response<Body>, GatewayError> {
-        let request = upstream::prepare(request, &route.upstream, client);
+        let end_to_end = |name: &http::HeaderName| route.travels_end_to_end(name);
+        let request = upstream::prepare(request, &route.upstream, client, end_to_end);
         let response = tokio::time::timeout(route.upstream_timeout, self.upstream.send(request))
             .await
             .map_err(|_| GatewayError::UpstreamTimeout {

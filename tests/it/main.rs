@@ -22,5 +22,6 @@ mod outage_redis;
 mod pipeline;
 mod postgres_races;
 mod replay_cache;
+mod request_hygiene;
 mod server;
 mod store_conformance;
