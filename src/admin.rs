@@ -5,7 +5,6 @@
 //! reaches a `memory://` store) for a caller with the `admin_token`, and is
 //! refused when no token is configured. Health and metrics stay open.
 
-use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -13,17 +12,16 @@ use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpListener;
 
 use crate::body::{Body, full};
 use crate::clock::Instant;
 use crate::config::Config;
 use crate::metrics::{Metrics, plain_result};
+use crate::server;
 use crate::store::{Store, StoreAdmin};
 
 /// Largest `POST /keys` body read.
@@ -42,28 +40,23 @@ pub struct Admin {
     pub config: Arc<Config>,
 }
 
-/// Serve the admin endpoints until `shutdown` resolves.
+/// Serve the admin endpoints until `shutdown` resolves: at most
+/// `admin_max_connections` at once, with the proxy's connection deadlines
+/// and protocol limits, and accept errors backed off.
 pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Future<Output = ()>) {
-    tokio::pin!(shutdown);
-    loop {
-        let (stream, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(_) => continue,
-            },
-            () = &mut shutdown => return,
-        };
-        let admin = admin.clone();
-        let service = service_fn(move |request| {
+    let builder = Arc::new(server::builder(&admin.config));
+    let deadlines = server::Deadlines::of(&admin.config);
+    let cap = admin.config.admin_max_connections;
+    let open = server::accept_until(listener, cap, shutdown, move |stream, _, stop| {
+        let (admin, builder) = (admin.clone(), builder.clone());
+        let handle = move |request| {
             let admin = admin.clone();
-            async move { Ok::<_, Infallible>(answer(request, &admin).await) }
-        });
-        tokio::spawn(async move {
-            let _ = auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+            async move { answer(request, &admin).await }
+        };
+        async move { server::serve_connection(&builder, stream, handle, deadlines, stop).await }
+    })
+    .await;
+    open.stop.cancel();
 }
 
 /// `GET http://{addr}{path}` with a deadline; the status, or why there is none.

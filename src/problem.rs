@@ -61,6 +61,10 @@ pub enum GatewayError {
     /// The key is held.
     #[error("key held: {}", .0.as_str())]
     Held(HeldReason),
+    /// A configured budget is spent (buffered bodies, forwards in flight):
+    /// nothing was claimed or forwarded.
+    #[error("overloaded: {0} is spent")]
+    Overloaded(&'static str),
     /// The store is unreachable and the route fails closed.
     #[error("store unavailable: {0}")]
     StoreUnavailable(StoreError),
@@ -171,6 +175,14 @@ impl GatewayError {
                 "store-corrupt",
                 "Idempotency record unreadable",
             ),
+            E::Overloaded(_) => Kind {
+                retry_after: Some(Duration::from_secs(1)),
+                ..k(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "overloaded",
+                    "Gateway overloaded",
+                )
+            },
             E::StoreUnavailable(_) => Kind {
                 retry_after: Some(Duration::from_secs(1)),
                 ..k(
@@ -239,6 +251,7 @@ impl GatewayError {
             E::Held(reason) => format!("A previous request with this key may or may not have been processed ({}); idemgate will not forward it again. Check the result with the API, ask the operator to release the key, or use a new key.", reason.as_str()),
             E::StoreUnavailable(StoreError::Corrupt(_)) => "The stored record for this key cannot be read by this version of idemgate, so the request was not forwarded. The operator should inspect the key (idemgate keys show).".to_string(),
             E::StoreUnavailable(StoreError::Full(_)) => "The gateway's in-memory idempotency store is full, so this request was not forwarded. Retry with the same key later; the operator should raise [store] max_records or use PostgreSQL.".to_string(),
+            E::Overloaded(what) => format!("The gateway's {what} is spent, so this request was not claimed or forwarded. Retry with the same key shortly."),
             E::StoreUnavailable(_) => "The idempotency store cannot be reached, so this request was not forwarded. Retry with the same key shortly.".to_string(),
             E::UpstreamUnreachable(e) => format!("The upstream could not be reached ({e}); the request was not sent and the key was released. Retry with the same key."),
             E::UpstreamFailed { detail, held } => format!("The upstream exchange failed ({detail}). {}", unknown(*held)),

@@ -17,6 +17,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -41,54 +42,26 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let builder = Arc::new(builder(config));
-    let deadlines = Deadlines {
-        first_head: config.header_read_timeout,
-        idle: config.idle_timeout,
-    };
-    let stop = CancellationToken::new();
-    let connections = TaskTracker::new();
-    let slots = Arc::new(Semaphore::new(config.max_connections));
-    tokio::pin!(shutdown);
-
-    loop {
-        // Past the cap, connections wait in the kernel's backlog.
-        let permit = tokio::select! {
-            permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
-            () = &mut shutdown => break,
-        };
-        let (stream, client) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!(%error, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let _ = stream.set_nodelay(true);
+    let deadlines = Deadlines::of(config);
+    let open = accept_until(listener, config.max_connections, shutdown, {
         let gateway = gateway.clone();
-        let builder = builder.clone();
-        let stop = stop.clone();
-        connections.spawn(async move {
+        move |stream, client, stop| {
+            let (gateway, builder) = (gateway.clone(), builder.clone());
             let handle = move |request| {
                 let gateway = gateway.clone();
                 async move { gateway.handle(request, client).await }
             };
-            serve_connection(&builder, stream, handle, deadlines, stop).await;
-            drop(permit);
-        });
-    }
+            async move { serve_connection(&builder, stream, handle, deadlines, stop).await }
+        }
+    })
+    .await;
 
-    drop(listener);
     tracing::info!("shutting down: finishing open requests and forwards");
     // One deadline for both phases: `shutdown_timeout` is the longest wait.
     let deadline = Instant::now() + config.shutdown_timeout;
-    stop.cancel();
-    connections.close();
-    if tokio::time::timeout_at(deadline, connections.wait())
+    open.stop.cancel();
+    open.tracker.close();
+    if tokio::time::timeout_at(deadline, open.tracker.wait())
         .await
         .is_err()
     {
@@ -103,25 +76,84 @@ pub async fn serve(
     }
 }
 
-/// The protocol settings of every connection.
-fn builder(config: &Config) -> auto::Builder<TokioExecutor> {
+/// The connections an accept loop left open when it stopped.
+pub(crate) struct OpenConnections {
+    /// Their tasks.
+    pub(crate) tracker: TaskTracker,
+    /// Cancelled: each closes gracefully.
+    pub(crate) stop: CancellationToken,
+}
+
+/// Accept connections on `listener` until `shutdown` resolves, at most
+/// `cap` at once (past the cap, connections wait in the kernel's backlog),
+/// each served by `serve(stream, peer, stop)` in a task of its own. Accept
+/// errors (EMFILE and friends) back off instead of spinning.
+pub(crate) async fn accept_until<S, F>(
+    listener: TcpListener,
+    cap: usize,
+    shutdown: impl Future<Output = ()>,
+    serve: S,
+) -> OpenConnections
+where
+    S: Fn(TcpStream, SocketAddr, CancellationToken) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let open = OpenConnections {
+        tracker: TaskTracker::new(),
+        stop: CancellationToken::new(),
+    };
+    let slots = Arc::new(Semaphore::new(cap));
+    tokio::pin!(shutdown);
+    loop {
+        let permit = tokio::select! {
+            permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = serve(stream, peer, open.stop.clone());
+        open.tracker.spawn(async move {
+            connection.await;
+            drop(permit);
+        });
+    }
+    open
+}
+
+/// The protocol settings of every connection (proxy and admin alike).
+pub(crate) fn builder(config: &Config) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout);
+        .header_read_timeout(config.header_read_timeout)
+        .max_buf_size(config.max_header_bytes);
     builder
         .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(config.http2_keep_alive_interval)
         .keep_alive_timeout(config.http2_keep_alive_timeout)
-        .max_concurrent_streams(config.http2_max_concurrent_streams);
+        .max_concurrent_streams(config.http2_max_concurrent_streams)
+        .initial_stream_window_size(config.http2_stream_window)
+        .initial_connection_window_size(config.http2_connection_window)
+        .adaptive_window(false)
+        .max_header_list_size(u32::try_from(config.max_header_bytes).unwrap_or(u32::MAX));
     builder
 }
 
 /// A connection's deadlines.
 #[derive(Debug, Clone, Copy)]
-struct Deadlines {
+pub(crate) struct Deadlines {
     /// From the accept to the first request head.
     first_head: Duration,
     /// With no request in progress.
@@ -140,6 +172,16 @@ struct Activity {
     last_answered_ms: AtomicU64,
     /// Signalled when a request is answered.
     answered: Notify,
+}
+
+impl Deadlines {
+    /// The configured ones.
+    pub(crate) fn of(config: &Config) -> Self {
+        Self {
+            first_head: config.header_read_timeout,
+            idle: config.idle_timeout,
+        }
+    }
 }
 
 impl Activity {
@@ -197,7 +239,7 @@ impl Drop for RequestGuard {
 
 /// Serve one connection until it ends, its deadlines pass, or `stop`
 /// (graceful shutdown) is cancelled.
-async fn serve_connection<H, F>(
+pub(crate) async fn serve_connection<H, F>(
     builder: &auto::Builder<TokioExecutor>,
     stream: TcpStream,
     handle: H,

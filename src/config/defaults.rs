@@ -14,7 +14,8 @@ use super::route::{Concurrent, LogFormat, OnStoreError};
 use crate::fingerprint::BodyMode;
 use crate::store::UnknownOutcome;
 
-const MIB: usize = 1024 * 1024;
+const KIB: usize = 1024;
+const MIB: usize = 1024 * KIB;
 const HOUR: u64 = 3600;
 const DAY: u64 = 24 * HOUR;
 
@@ -44,6 +45,23 @@ pub const DEFAULT_HTTP2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(20);
 pub const DEFAULT_HTTP2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// `http2_max_concurrent_streams`: requests one HTTP/2 connection may have open.
 pub const DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS: u32 = 100;
+/// `http2_stream_window`: request body bytes one HTTP/2 stream may have in
+/// flight before the gateway reads them.
+pub const DEFAULT_HTTP2_STREAM_WINDOW: usize = 256 * KIB;
+/// `http2_connection_window`: the same for all streams of one connection.
+pub const DEFAULT_HTTP2_CONNECTION_WINDOW: usize = MIB;
+/// `max_buffered_request_bytes`: protected request bodies held in memory at
+/// once, across all connections (each reserves its route's
+/// `max_request_body`, or its smaller `Content-Length`, before it is read).
+pub const DEFAULT_MAX_BUFFERED_REQUEST_BYTES: usize = 256 * MIB;
+/// `max_forwards_in_flight`: claimed forwards at once (each may buffer up
+/// to its route's `max_recorded_response`).
+pub const DEFAULT_MAX_FORWARDS_IN_FLIGHT: usize = 1024;
+/// `max_header_bytes`: the request head's size limit (HTTP/1.1 read buffer,
+/// HTTP/2 header list).
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * KIB;
+/// `admin_max_connections`: connections the admin listener serves at once.
+pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
 /// `header_read_timeout`: time a client has to send each request's headers,
 /// counted from the accept for the first one (the HTTP/2 preface included).
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);

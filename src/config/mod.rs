@@ -96,6 +96,18 @@ pub struct Config {
     pub http2_keep_alive_timeout: Duration,
     /// Requests one HTTP/2 connection may have open at once.
     pub http2_max_concurrent_streams: u32,
+    /// Unread request body bytes one HTTP/2 stream may have in flight.
+    pub http2_stream_window: u32,
+    /// The same for all streams of one HTTP/2 connection.
+    pub http2_connection_window: u32,
+    /// Protected request bodies held in memory at once, in bytes.
+    pub max_buffered_request_bytes: usize,
+    /// Claimed forwards at once.
+    pub max_forwards_in_flight: usize,
+    /// Connections the admin listener serves at once.
+    pub admin_max_connections: usize,
+    /// A request head's size limit, in bytes.
+    pub max_header_bytes: usize,
     /// The longest a graceful shutdown waits, in all, for open connections
     /// and in-flight forwards.
     pub shutdown_timeout: Duration,

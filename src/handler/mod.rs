@@ -21,7 +21,7 @@ use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
-use tokio::sync::oneshot;
+use tokio::sync::{Semaphore, oneshot};
 use tokio_util::task::TaskTracker;
 
 use crate::body::{self, Body, Collected, collect_up_to};
@@ -58,6 +58,10 @@ pub struct Gateway {
     tasks: TaskTracker,
     docs_url: Option<String>,
     body_read_timeout: Duration,
+    /// Bytes of protected request bodies held at once.
+    body_budget: Arc<Semaphore>,
+    /// Claimed forwards at once.
+    forward_slots: Arc<Semaphore>,
     metrics: Arc<Metrics>,
     orphans: Orphans,
 }
@@ -73,6 +77,8 @@ impl Gateway {
             tasks: TaskTracker::new(),
             docs_url: config.docs_url.clone(),
             body_read_timeout: config.body_read_timeout,
+            body_budget: Arc::new(Semaphore::new(config.max_buffered_request_bytes)),
+            forward_slots: Arc::new(Semaphore::new(config.max_forwards_in_flight)),
             metrics,
         }
     }
@@ -190,6 +196,15 @@ impl Gateway {
         if declared.is_some_and(|n| n > limit as u64) {
             return Err(too_large);
         }
+        // Memory for the body is reserved before a byte of it is read, and
+        // held until its forward ends: beyond the budget, 503 at once.
+        let reserve = declared.map_or(limit, |n| (n as usize).min(limit));
+        let body_reservation = u32::try_from(reserve)
+            .ok()
+            .and_then(|n| self.body_budget.clone().try_acquire_many_owned(n).ok())
+            .ok_or(GatewayError::Overloaded(
+                "budget for buffered request bodies (max_buffered_request_bytes)",
+            ))?;
         let mut fingerprinter = Fingerprinter::new(&route.fingerprint, &parts);
         let timeout = self.body_read_timeout;
         let read = collect_up_to(incoming, limit, |chunk| fingerprinter.update(chunk));
@@ -219,12 +234,21 @@ impl Gateway {
         // 5–7 in a task of its own (G6): from the claim on, a client that
         // goes away changes nothing — a committed claim is always forwarded
         // and settled, never left to lapse into `held`.
+        let forward_slot = self
+            .forward_slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                GatewayError::Overloaded("budget for forwards in flight (max_forwards_in_flight)")
+            })?;
         let (reply, answer) = oneshot::channel();
         let gateway = self.clone();
         self.tasks.spawn(async move {
             let result = gateway
                 .claim_and_forward(route, record_key, fingerprint, parts, body, client)
                 .await;
+            // The body and the response are no longer buffered here.
+            drop((body_reservation, forward_slot));
             let _ = reply.send(result);
         });
         let (response, outcome, token) = answer.await.map_err(|_| {

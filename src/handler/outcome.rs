@@ -24,6 +24,8 @@ pub enum Outcome {
     Held,
     /// The store failed and the route fails closed.
     StoreError,
+    /// `503`: a configured budget is spent; nothing was claimed or forwarded.
+    Overloaded,
     /// The store failed and the route fails open: forwarded without idempotency.
     FailOpen,
     /// Any other problem (no route, body too large, upstream failures).
@@ -43,6 +45,7 @@ impl Outcome {
             Self::Passthrough => "passthrough",
             Self::Held => "held",
             Self::StoreError => "store_error",
+            Self::Overloaded => "overloaded",
             Self::FailOpen => "fail_open",
             Self::Rejected => "rejected",
         }
@@ -58,6 +61,7 @@ impl Outcome {
             GatewayError::InvalidKey { .. } => Self::InvalidKey,
             GatewayError::Held(_) => Self::Held,
             GatewayError::StoreUnavailable(_) => Self::StoreError,
+            GatewayError::Overloaded(_) => Self::Overloaded,
             GatewayError::NoRoute { .. }
             | GatewayError::BodyTooLarge { .. }
             | GatewayError::BodyRead(_)

@@ -216,3 +216,106 @@ async fn a_protected_body_that_never_finishes_is_timed_out() {
     assert!(answer.contains("body-timeout"), "{answer}");
     assert_eq!(upstream.total(), 0, "nothing was forwarded");
 }
+
+/// A keyed POST that declares `len` body bytes and sends only `{`.
+async fn unfinished_post(gateway: &Gateway, key: &str, len: usize) -> TcpStream {
+    let mut tcp = TcpStream::connect(gateway.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/payments HTTP/1.1\r\nHost: t\r\nIdempotency-Key: {key}\r\n\
+         Content-Length: {len}\r\n\r\n{{"
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp
+}
+
+#[tokio::test]
+async fn buffered_bodies_beyond_the_budget_get_503_at_once() {
+    let db = TestDb::new().await;
+    let upstream = Upstream::start().await;
+    let config = TestConfig::new(&db.url, &upstream.url())
+        .top(|t| {
+            t.set("max_buffered_request_bytes", "2KiB");
+        })
+        .route(|r| {
+            r.set("max_request_body", "1KiB");
+        });
+    let gateway = Gateway::start(&config).await;
+    // Two unfinished 1000-byte bodies hold 2000 of the 2048 bytes.
+    let mut first = unfinished_post(&gateway, "budget-1", 1000).await;
+    let _second = unfinished_post(&gateway, "budget-2", 1000).await;
+    let c = crate::support::client();
+    let url = gateway.url("/v1/payments");
+    let body = format!("\"{}\"", "x".repeat(998));
+    let over = crate::support::eventually(Duration::from_secs(10), || async {
+        let reply = crate::support::post(&c, &url, "budget-3", &body).await;
+        (reply.status == StatusCode::SERVICE_UNAVAILABLE).then_some(reply)
+    })
+    .await
+    .expect("a third body beyond the budget is refused");
+    assert_eq!(over.problem_type(), "urn:idemgate:problem:overloaded");
+    assert!(over.header("retry-after").is_some());
+    assert_eq!(upstream.count("budget-3"), 0);
+    // A small body still fits in what is left.
+    let small = crate::support::post(&c, &url, "budget-small", "{}").await;
+    assert_eq!(small.status, StatusCode::CREATED);
+    // The first finishes: its reservation is returned, and the third fits.
+    first
+        .write_all(format!("{}}}", " ".repeat(998)).as_bytes())
+        .await
+        .unwrap();
+    assert!(read_answer(&mut first).await.starts_with("HTTP/1.1 201"));
+    let later = crate::support::post(&c, &url, "budget-3", &body).await;
+    assert_eq!(later.status, StatusCode::CREATED, "{later:?}");
+}
+
+#[tokio::test]
+async fn forwards_beyond_the_budget_get_503_and_are_not_claimed() {
+    let (_db, upstream, gateway) = start(|t| {
+        t.set("max_forwards_in_flight", 1);
+    })
+    .await;
+    let c = crate::support::client();
+    let slow = tokio::spawn({
+        let (c, url) = (c.clone(), gateway.url("/v1/slow/1500"));
+        async move { crate::support::post(&c, &url, "slot-1", "{}").await }
+    });
+    crate::support::eventually(Duration::from_secs(10), || async {
+        (upstream.count("slot-1") == 1).then_some(())
+    })
+    .await
+    .expect("the first forward reached the upstream");
+    let url = gateway.url("/v1/payments");
+    let refused = crate::support::post(&c, &url, "slot-2", "{}").await;
+    assert_eq!(refused.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.problem_type(), "urn:idemgate:problem:overloaded");
+    assert_eq!(slow.await.unwrap().status, StatusCode::CREATED);
+    // Not claimed: the same key is forwarded now, not answered 409.
+    let later = crate::support::post(&c, &url, "slot-2", "{}").await;
+    assert_eq!(later.status, StatusCode::CREATED, "{later:?}");
+    assert!(!later.is_replay());
+    assert_eq!(upstream.count("slot-2"), 1);
+}
+
+#[tokio::test]
+async fn the_admin_listener_has_a_cap_and_deadlines() {
+    let (_db, _upstream, gateway) = start(|t| {
+        t.set("admin_max_connections", 1)
+            .set("header_read_timeout", "3s");
+    })
+    .await;
+    // A silent connection takes the only slot until its deadline.
+    let mut silent = TcpStream::connect(gateway.admin).await.unwrap();
+    let mut probe = TcpStream::connect(gateway.admin).await.unwrap();
+    probe
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let early = tokio::time::timeout(Duration::from_millis(500), probe.read(&mut buf)).await;
+    assert!(early.is_err(), "served past admin_max_connections");
+    assert!(
+        read_answer(&mut probe).await.starts_with("HTTP/1.1 200"),
+        "served once the silent connection was cut off"
+    );
+    assert!(closed_within(&mut silent, Duration::from_secs(10)).await);
+}

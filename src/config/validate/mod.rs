@@ -17,13 +17,16 @@ mod timing;
 use std::collections::HashSet;
 
 use super::defaults::{
-    DEFAULT_ADMIN_LISTEN, DEFAULT_BODY_READ_TIMEOUT, DEFAULT_HEADER_READ_TIMEOUT,
+    DEFAULT_ADMIN_LISTEN, DEFAULT_ADMIN_MAX_CONNECTIONS, DEFAULT_BODY_READ_TIMEOUT,
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_HTTP2_CONNECTION_WINDOW,
     DEFAULT_HTTP2_KEEP_ALIVE_INTERVAL, DEFAULT_HTTP2_KEEP_ALIVE_TIMEOUT,
-    DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS, DEFAULT_IDLE_TIMEOUT, DEFAULT_LISTEN, DEFAULT_LOG_FORMAT,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_SHUTDOWN_TIMEOUT,
+    DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS, DEFAULT_HTTP2_STREAM_WINDOW, DEFAULT_IDLE_TIMEOUT,
+    DEFAULT_LISTEN, DEFAULT_LOG_FORMAT, DEFAULT_MAX_BUFFERED_REQUEST_BYTES,
+    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FORWARDS_IN_FLIGHT, DEFAULT_MAX_HEADER_BYTES,
+    DEFAULT_SHUTDOWN_TIMEOUT,
 };
 use super::raw::{RawConfig, RawRoute};
-use super::values::{duration, socket_addr};
+use super::values::{duration, size, socket_addr};
 use super::{Config, ConfigError, Route, invalid};
 
 /// `at.name`: the dotted key of setting `name` in the table at `at`.
@@ -54,6 +57,45 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             "must be at least 1",
         ));
     }
+    let at_least_one = |key: &str, value: Option<usize>, default: usize| match value {
+        Some(0) => Err(invalid(key, "must be at least 1")),
+        value => Ok(value.unwrap_or(default)),
+    };
+    let max_forwards_in_flight = at_least_one(
+        "max_forwards_in_flight",
+        raw.max_forwards_in_flight,
+        DEFAULT_MAX_FORWARDS_IN_FLIGHT,
+    )?;
+    let admin_max_connections = at_least_one(
+        "admin_max_connections",
+        raw.admin_max_connections,
+        DEFAULT_ADMIN_MAX_CONNECTIONS,
+    )?;
+    let max_buffered_request_bytes = size(
+        "max_buffered_request_bytes",
+        raw.max_buffered_request_bytes.as_deref(),
+        DEFAULT_MAX_BUFFERED_REQUEST_BYTES,
+    )?;
+    if let Some(route) = routes
+        .iter()
+        .find(|r| r.max_request_body > max_buffered_request_bytes)
+    {
+        return Err(invalid(
+            "max_buffered_request_bytes",
+            format!(
+                "{max_buffered_request_bytes} bytes is less than route {:?}'s max_request_body ({} bytes): no request could be buffered",
+                route.name, route.max_request_body
+            ),
+        ));
+    }
+    let window = |key: &str, value: Option<&str>, default: usize| {
+        let bytes = size(key, value, default)?;
+        // RFC 9113 §6.9.2: at least the 65,535-byte default, at most 2^31 - 1.
+        match u32::try_from(bytes) {
+            Ok(w) if (65_535..=0x7fff_ffff).contains(&w) => Ok(w),
+            _ => Err(invalid(key, "must be between 65535 bytes and 2GiB - 1")),
+        }
+    };
     let deadline = |key: &str, value: Option<&str>, default| {
         let d = duration(key, value, default)?;
         if d.is_zero() {
@@ -99,6 +141,28 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             DEFAULT_HTTP2_KEEP_ALIVE_TIMEOUT,
         )?,
         http2_max_concurrent_streams: streams,
+        http2_stream_window: window(
+            "http2_stream_window",
+            raw.http2_stream_window.as_deref(),
+            DEFAULT_HTTP2_STREAM_WINDOW,
+        )?,
+        http2_connection_window: window(
+            "http2_connection_window",
+            raw.http2_connection_window.as_deref(),
+            DEFAULT_HTTP2_CONNECTION_WINDOW,
+        )?,
+        max_buffered_request_bytes,
+        max_forwards_in_flight,
+        admin_max_connections,
+        max_header_bytes: match size(
+            "max_header_bytes",
+            raw.max_header_bytes.as_deref(),
+            DEFAULT_MAX_HEADER_BYTES,
+        )? {
+            // hyper's HTTP/1.1 read buffer cannot be smaller.
+            n if n < 8192 => return Err(invalid("max_header_bytes", "must be at least 8KiB")),
+            n => n,
+        },
         shutdown_timeout: duration(
             "shutdown_timeout",
             raw.shutdown_timeout.as_deref(),
@@ -233,5 +297,32 @@ mod tests {
         }
         let e = error(&format!("http2_max_concurrent_streams = 0\n{MINIMAL}"));
         assert!(e.contains("http2_max_concurrent_streams"), "{e}");
+        for key in ["max_forwards_in_flight", "admin_max_connections"] {
+            let e = error(&format!("{key} = 0\n{MINIMAL}"));
+            assert!(e.contains(key), "{e}");
+        }
+        let e = error(&format!("http2_stream_window = \"1KiB\"\n{MINIMAL}"));
+        assert!(e.contains("http2_stream_window"), "{e}");
+    }
+
+    #[test]
+    fn the_body_budget_holds_at_least_one_body_of_every_route() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(
+            c.max_buffered_request_bytes,
+            DEFAULT_MAX_BUFFERED_REQUEST_BYTES
+        );
+        assert_eq!(c.max_forwards_in_flight, DEFAULT_MAX_FORWARDS_IN_FLIGHT);
+        assert_eq!(c.admin_max_connections, DEFAULT_ADMIN_MAX_CONNECTIONS);
+        assert_eq!(c.max_header_bytes, DEFAULT_MAX_HEADER_BYTES);
+        assert_eq!(c.http2_stream_window as usize, DEFAULT_HTTP2_STREAM_WINDOW);
+        assert_eq!(
+            c.http2_connection_window as usize,
+            DEFAULT_HTTP2_CONNECTION_WINDOW
+        );
+        let e = error(&format!(
+            "max_buffered_request_bytes = \"512KiB\"\n{MINIMAL}"
+        ));
+        assert!(e.contains("max_request_body"), "{e}");
     }
 }
