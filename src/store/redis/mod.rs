@@ -1,21 +1,27 @@
 //! The Redis store (`redis://`), on deadpool-redis. Every transition is one
-//! Lua script, so it is atomic on the server; each is fenced by the same
-//! token rules as the PostgreSQL store, and reads the clock with Redis's own
-//! `TIME`, so every gateway instance agrees on leases.
+//! Lua script ([`scripts`]), so it is atomic on the server; each is fenced
+//! by the same token rules as the PostgreSQL store, and reads the clock with
+//! Redis's own `TIME`, so every gateway instance agrees on leases.
+//! Operations go over a few shared multiplexed connections ([`lanes`]).
 //!
 //! A record is one hash, `{prefix}rec:{len(route)}:{route}:{hex(scope)}:{key}`,
 //! whose TTL is the retention; the lease is a field, separate from the TTL.
 //! Tokens come from one counter, `{prefix}token`. Durability is whatever the
 //! server's persistence gives: see the README's "Choosing a store".
 
+mod lanes;
+mod scripts;
+
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{LazyLock, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use deadpool_redis::redis::aio::MultiplexedConnection;
 use deadpool_redis::redis::{self, Script, Value};
+
+use self::lanes::Lanes;
+use self::scripts::{ABANDON, CLAIM, CLEAR, COMPLETE, HOLD, INSPECT, RELEASE, RENEW};
 use deadpool_redis::{Config as PoolSettings, Connection, Pool, PoolConfig, Runtime, Timeouts};
 use http::StatusCode;
 
@@ -26,233 +32,12 @@ use super::{
 };
 use super::{StoreConfig, UnknownOutcome};
 
-/// Milliseconds since the epoch by the server's clock, as `now`.
-const NOW: &str =
-    "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)\n";
-
-/// The claim: KEYS = record, token counter; ARGV = fingerprint, lease ms,
-/// retention ms, release-lapsed (1/0), attempt id. Implements `transitions::claim`
-/// (the record expires by its TTL, which a live lease extends: `transitions::expired`).
-static CLAIM: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{NOW}{}",
-        r#"
-local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'held_reason', 'status', 'headers', 'body')
-if not r[2] then
-  local token = redis.call('INCR', KEYS[2])
-  redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'state', 'in_flight', 'token', token, 'attempt', ARGV[5],
-             'lease_until', now + tonumber(ARGV[2]), 'created_at', now, 'updated_at', now)
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {'claimed', token}
-end
-if r[1] ~= ARGV[1] then return {'mismatch'} end
-if r[2] == 'completed' then return {'replay', tonumber(r[3]), tonumber(r[6]), r[7], r[8]} end
-if r[2] == 'held' then return {'held', tonumber(r[3]), r[5]} end
-local left = tonumber(r[4]) - now
-if left > 0 then return {'in_flight', tonumber(r[3]), left} end
-if ARGV[4] == '1' then
-  local token = redis.call('INCR', KEYS[2])
-  redis.call('HSET', KEYS[1], 'token', token, 'attempt', ARGV[5], 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
-  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-  return {'takeover', token}
-end
-redis.call('HSET', KEYS[1], 'state', 'held', 'held_reason', 'lease_lapsed', 'updated_at', now)
-redis.call('HDEL', KEYS[1], 'lease_until')
-return {'held', tonumber(r[3]), 'lease_lapsed'}
-"#
-    ))
-});
-
-/// KEYS = record; ARGV = token, lease ms. `transitions::write_applies(Renew)`.
-static RENEW: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{NOW}{}",
-        r#"
-local r = redis.call('HMGET', KEYS[1], 'token', 'state')
-if r[1] ~= ARGV[1] or r[2] ~= 'in_flight' then return 0 end
-redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
--- A live lease outlives retention: the key must not expire under it.
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 1
-"#
-    ))
-});
-
-/// KEYS = record; ARGV = token, status, headers, body, retention ms.
-/// `transitions::write_applies(Complete)`.
-static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{NOW}{}",
-        r#"
-local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'held_reason')
-if r[1] ~= ARGV[1] then return 0 end
-if not (r[2] == 'in_flight' or r[2] == 'completed' or (r[2] == 'held' and r[3] == 'lease_lapsed')) then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'completed', 'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'updated_at', now)
-redis.call('HDEL', KEYS[1], 'lease_until', 'held_reason')
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return 1
-"#
-    ))
-});
-
-/// KEYS = record; ARGV = token. `transitions::write_applies(Release)`.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local r = redis.call('HMGET', KEYS[1], 'token', 'state')
-if r[1] ~= ARGV[1] or r[2] ~= 'in_flight' then return 0 end
-redis.call('DEL', KEYS[1])
-return 1
-"#,
-    )
-});
-
-/// KEYS = record; ARGV = attempt id. `transitions::abandon_applies`.
-static ABANDON: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local r = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'held_reason')
-if r[1] ~= ARGV[1] then return 0 end
-if not (r[2] == 'in_flight' or (r[2] == 'held' and r[3] == 'lease_lapsed')) then return 0 end
-redis.call('DEL', KEYS[1])
-return 1
-"#,
-    )
-});
-
-/// KEYS = record; ARGV = token, reason, retention ms. `transitions::write_applies(Hold)`.
-static HOLD: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{NOW}{}",
-        r#"
-local r = redis.call('HMGET', KEYS[1], 'token', 'state')
-if r[1] ~= ARGV[1] or not (r[2] == 'in_flight' or r[2] == 'held') then return 0 end
-redis.call('HSET', KEYS[1], 'state', 'held', 'held_reason', ARGV[2], 'updated_at', now)
-redis.call('HDEL', KEYS[1], 'lease_until')
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 1
-"#
-    ))
-});
-
-/// KEYS = record. Read-only: the fields key administration shows, the
-/// body's length, and the expiry as server time (ms).
-static INSPECT: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{NOW}{}",
-        r#"
-local r = redis.call('HMGET', KEYS[1], 'state', 'held_reason', 'token', 'created_at', 'updated_at', 'lease_until', 'status')
-if not r[1] then return false end
-local ttl = redis.call('PTTL', KEYS[1])
-return {r[1], r[2] or '', r[3], r[4] or '0', r[5] or '0', r[6] or '', r[7] or '', redis.call('HSTRLEN', KEYS[1], 'body'), now + math.max(ttl, 0)}
-"#
-    ))
-});
-
-/// KEYS = record; ARGV = force (1/0), whether completed records go too (1/0).
-/// Deletes a held record, an in-flight one whose lease lapsed (or any
-/// in-flight one with force), and a completed one if asked:
-/// `transitions::clearable` (completed: 0) and `transitions::deletable` (1).
-static CLEAR: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{NOW}{}",
-        r#"
-local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until')
-if not r[1] then return 0 end
-if r[1] == 'in_flight' and ARGV[1] ~= '1' and tonumber(r[2]) > now then return 0 end
-if r[1] == 'completed' and ARGV[2] ~= '1' then return 0 end
-return redis.call('DEL', KEYS[1])
-"#
-    ))
-});
-
 /// A Redis-backed [`Store`].
 pub struct RedisStore {
     pool: Pool,
     lanes: Lanes,
     prefix: String,
     timeout: Duration,
-}
-
-/// `pool_size` multiplexed connections, each carrying many concurrent
-/// operations (pipelined by the redis crate), used round-robin.
-///
-/// deadpool-redis recycles a connection on every `get()` with an `UNWATCH` +
-/// `PING` round trip, which doubled the round trips of every operation. A
-/// lane instead keeps its connection (made by the pool, then taken out of
-/// it) until an operation fails at the transport or times out; then every
-/// lane forgets its connection, and the next operation on a lane makes a
-/// new one.
-struct Lanes {
-    /// Each lane's connection and the generation it was opened in.
-    slots: Vec<Mutex<Option<(MultiplexedConnection, u64)>>>,
-    /// Bumped by each reset; a failure resets only if its connection is of
-    /// the current generation, so the late failures of connections already
-    /// forgotten cannot throw away their replacements.
-    generation: AtomicU64,
-    /// One connect at a time per lane: after a reset, the operations that
-    /// find a lane empty wait for its one new connection instead of each
-    /// opening their own (at most `pool_size` connects, however many
-    /// requests are in flight).
-    connecting: Vec<tokio::sync::Mutex<()>>,
-    next: AtomicUsize,
-}
-
-impl Lanes {
-    fn new(count: usize) -> Self {
-        let count = count.max(1);
-        Self {
-            slots: (0..count).map(|_| Mutex::new(None)).collect(),
-            connecting: (0..count).map(|_| tokio::sync::Mutex::new(())).collect(),
-            generation: AtomicU64::new(0),
-            next: AtomicUsize::new(0),
-        }
-    }
-
-    /// The next lane, its connection if it has one, and the generation an
-    /// operation on it belongs to.
-    fn pick(&self) -> (usize, Option<MultiplexedConnection>, u64) {
-        let lane = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
-        match self.slot(lane).clone() {
-            Some((conn, generation)) => (lane, Some(conn), generation),
-            None => (lane, None, self.generation.load(Ordering::SeqCst)),
-        }
-    }
-
-    fn slot(&self, lane: usize) -> std::sync::MutexGuard<'_, Option<(MultiplexedConnection, u64)>> {
-        // A panic while holding this lock cannot leave the Option invalid.
-        self.slots[lane]
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Forget every lane's connection: when one breaks at the transport
-    /// (the server restarted, the network dropped), the others almost
-    /// certainly did too, and each would otherwise fail one operation before
-    /// being replaced.
-    fn reset(&self, failed: u64) {
-        let current = self.generation.load(Ordering::SeqCst);
-        if failed != current
-            || self
-                .generation
-                .compare_exchange(current, current + 1, Ordering::SeqCst, Ordering::SeqCst)
-                .is_err()
-        {
-            return; // already reset since that connection was opened
-        }
-        for lane in 0..self.slots.len() {
-            let mut slot = self.slot(lane);
-            if slot.as_ref().is_some_and(|(_, g)| *g <= current) {
-                *slot = None;
-            }
-        }
-    }
-
-    fn open(&self) -> usize {
-        (0..self.slots.len())
-            .filter(|&lane| self.slot(lane).is_some())
-            .count()
-    }
 }
 
 fn millis(d: Duration) -> u64 {

@@ -1,0 +1,148 @@
+//! The Lua scripts of the Redis store: every transition is one script, so
+//! it is atomic on the server. Each implements a rule of
+//! `store::transitions` (named in its doc) and reads the clock with Redis's
+//! own `TIME`, so every gateway instance agrees on leases.
+
+use std::sync::LazyLock;
+
+use deadpool_redis::redis::Script;
+
+/// Milliseconds since the epoch by the server's clock, as `now`.
+const NOW: &str =
+    "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)\n";
+
+/// The claim: KEYS = record, token counter; ARGV = fingerprint, lease ms,
+/// retention ms, release-lapsed (1/0), attempt id. Implements `transitions::claim`
+/// (the record expires by its TTL, which a live lease extends: `transitions::expired`).
+pub(super) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{NOW}{}",
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'held_reason', 'status', 'headers', 'body')
+if not r[2] then
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'state', 'in_flight', 'token', token, 'attempt', ARGV[5],
+             'lease_until', now + tonumber(ARGV[2]), 'created_at', now, 'updated_at', now)
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  return {'claimed', token}
+end
+if r[1] ~= ARGV[1] then return {'mismatch'} end
+if r[2] == 'completed' then return {'replay', tonumber(r[3]), tonumber(r[6]), r[7], r[8]} end
+if r[2] == 'held' then return {'held', tonumber(r[3]), r[5]} end
+local left = tonumber(r[4]) - now
+if left > 0 then return {'in_flight', tonumber(r[3]), left} end
+if ARGV[4] == '1' then
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('HSET', KEYS[1], 'token', token, 'attempt', ARGV[5], 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+  return {'takeover', token}
+end
+redis.call('HSET', KEYS[1], 'state', 'held', 'held_reason', 'lease_lapsed', 'updated_at', now)
+redis.call('HDEL', KEYS[1], 'lease_until')
+return {'held', tonumber(r[3]), 'lease_lapsed'}
+"#
+    ))
+});
+
+/// KEYS = record; ARGV = token, lease ms. `transitions::write_applies(Renew)`.
+pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{NOW}{}",
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'token', 'state')
+if r[1] ~= ARGV[1] or r[2] ~= 'in_flight' then return 0 end
+redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
+-- A live lease outlives retention: the key must not expire under it.
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 1
+"#
+    ))
+});
+
+/// KEYS = record; ARGV = token, status, headers, body, retention ms.
+/// `transitions::write_applies(Complete)`.
+pub(super) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{NOW}{}",
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'held_reason')
+if r[1] ~= ARGV[1] then return 0 end
+if not (r[2] == 'in_flight' or r[2] == 'completed' or (r[2] == 'held' and r[3] == 'lease_lapsed')) then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'completed', 'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'updated_at', now)
+redis.call('HDEL', KEYS[1], 'lease_until', 'held_reason')
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+"#
+    ))
+});
+
+/// KEYS = record; ARGV = token. `transitions::write_applies(Release)`.
+pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'token', 'state')
+if r[1] ~= ARGV[1] or r[2] ~= 'in_flight' then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+"#,
+    )
+});
+
+/// KEYS = record; ARGV = attempt id. `transitions::abandon_applies`.
+pub(super) static ABANDON: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'held_reason')
+if r[1] ~= ARGV[1] then return 0 end
+if not (r[2] == 'in_flight' or (r[2] == 'held' and r[3] == 'lease_lapsed')) then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+"#,
+    )
+});
+
+/// KEYS = record; ARGV = token, reason, retention ms. `transitions::write_applies(Hold)`.
+pub(super) static HOLD: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{NOW}{}",
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'token', 'state')
+if r[1] ~= ARGV[1] or not (r[2] == 'in_flight' or r[2] == 'held') then return 0 end
+redis.call('HSET', KEYS[1], 'state', 'held', 'held_reason', ARGV[2], 'updated_at', now)
+redis.call('HDEL', KEYS[1], 'lease_until')
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"#
+    ))
+});
+
+/// KEYS = record. Read-only: the fields key administration shows, the
+/// body's length, and the expiry as server time (ms).
+pub(super) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{NOW}{}",
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'state', 'held_reason', 'token', 'created_at', 'updated_at', 'lease_until', 'status')
+if not r[1] then return false end
+local ttl = redis.call('PTTL', KEYS[1])
+return {r[1], r[2] or '', r[3], r[4] or '0', r[5] or '0', r[6] or '', r[7] or '', redis.call('HSTRLEN', KEYS[1], 'body'), now + math.max(ttl, 0)}
+"#
+    ))
+});
+
+/// KEYS = record; ARGV = force (1/0), whether completed records go too (1/0).
+/// Deletes a held record, an in-flight one whose lease lapsed (or any
+/// in-flight one with force), and a completed one if asked:
+/// `transitions::clearable` (completed: 0) and `transitions::deletable` (1).
+pub(super) static CLEAR: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{NOW}{}",
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until')
+if not r[1] then return 0 end
+if r[1] == 'in_flight' and ARGV[1] ~= '1' and tonumber(r[2]) > now then return 0 end
+if r[1] == 'completed' and ARGV[2] ~= '1' then return 0 end
+return redis.call('DEL', KEYS[1])
+"#
+    ))
+});
