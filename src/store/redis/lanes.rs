@@ -50,7 +50,10 @@ impl Lanes {
         }
     }
 
-    pub(super) fn slot(&self, lane: usize) -> std::sync::MutexGuard<'_, Option<(MultiplexedConnection, u64)>> {
+    pub(super) fn slot(
+        &self,
+        lane: usize,
+    ) -> std::sync::MutexGuard<'_, Option<(MultiplexedConnection, u64)>> {
         // A panic while holding this lock cannot leave the Option invalid.
         self.slots[lane]
             .lock()

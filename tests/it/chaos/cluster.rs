@@ -21,12 +21,14 @@ pub enum ChaosStore {
 }
 
 impl ChaosStore {
-    pub async fn start(kind: Backend) -> Self {
+    /// A private store of `kind`. Redis is durable (the README's
+    /// recommended settings: a restart loses nothing that was
+    /// acknowledged) unless `durable` is false, for the negative control.
+    pub async fn start(kind: Backend, durable: bool) -> Self {
         match kind {
             Backend::Postgres => ChaosStore::Postgres(PgCluster::new().await),
-            // The README's recommended settings: a restart loses nothing
-            // that was acknowledged.
-            Backend::Redis => ChaosStore::Redis(PrivateRedis::start_durable()),
+            Backend::Redis if durable => ChaosStore::Redis(PrivateRedis::start_durable()),
+            Backend::Redis => ChaosStore::Redis(PrivateRedis::start()),
             Backend::Memory => unreachable!("gateway processes cannot share memory://"),
         }
     }

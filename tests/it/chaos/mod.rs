@@ -6,6 +6,10 @@
 //! cleared, each key is probed once more, and a checker reads the whole
 //! history (see `checker.rs` for the properties).
 //!
+//! A negative control runs too: the same harness on a Redis without
+//! persistence, restarted by SIGKILL, must be caught with duplicate
+//! executions (a checker that cannot fail proves nothing).
+//!
 //! Short mode (the default, part of `cargo test`): about 30 s of chaos per
 //! store, each run alone (no other test runs meanwhile: see
 //! `support::serial`). Long mode, for the record in `bench/results/`:
@@ -89,19 +93,92 @@ impl Settings {
 
 #[test]
 fn postgres() {
-    serial::alone(|| chaos(Backend::Postgres));
+    serial::alone(|| async { passes(chaos(Backend::Postgres, Variant::Normal).await) });
 }
 
 #[test]
 fn redis() {
-    serial::alone(|| chaos(Backend::Redis));
+    serial::alone(|| async { passes(chaos(Backend::Redis, Variant::Normal).await) });
 }
 
-async fn chaos(kind: Backend) {
-    let settings = Settings::from_env(kind);
-    println!("chaos {}: seed {}", kind.name(), settings.seed);
+/// The negative control: a checker that cannot fail proves nothing. A
+/// Redis that keeps nothing on disk, SIGKILLed and restarted during the
+/// run, forgets completed records, so their retries execute again; the
+/// checker must report those duplicate executions.
+#[test]
+fn negative_control_redis_without_persistence_is_caught() {
+    serial::alone(|| async {
+        let run = chaos(Backend::Redis, Variant::RedisWithoutPersistence).await;
+        assert!(
+            run.verdict.duplicates_hold > 0
+                && run
+                    .verdict
+                    .violations
+                    .iter()
+                    .any(|v| v.starts_with("property 1")),
+            "the checker missed the records a non-durable Redis lost:\n{}",
+            run.report
+        );
+    });
+}
+
+/// What a run is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// The real thing: every fault, durable stores; no violation allowed.
+    Normal,
+    /// The negative control: Redis without persistence, restarted by
+    /// SIGKILL, and nothing else.
+    RedisWithoutPersistence,
+}
+
+/// A finished run.
+struct Run {
+    kind: Backend,
+    seed: u64,
+    verdict: Verdict,
+    report: String,
+    history: std::path::PathBuf,
+    logs: String,
+}
+
+/// Panic with everything needed to diagnose, if the run found violations.
+fn passes(run: Run) {
+    if !run.verdict.violations.is_empty() {
+        panic!(
+            "chaos {} found {} violation(s) (seed {}; history in {}):\n{}\n{}",
+            run.kind.name(),
+            run.verdict.violations.len(),
+            run.seed,
+            run.history.display(),
+            run.verdict.violations.join("\n"),
+            run.logs
+        );
+    }
+}
+
+async fn chaos(kind: Backend, variant: Variant) -> Run {
+    let mut settings = Settings::from_env(kind);
+    let (durable, faults_drawn, label) = match variant {
+        Variant::Normal => (true, nemesis::Faults::All, kind.name().to_string()),
+        Variant::RedisWithoutPersistence => {
+            settings.requests = None;
+            settings.duration = Duration::from_secs(
+                std::env::var("CHAOS_CONTROL_SECONDS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(8),
+            );
+            (
+                false,
+                nemesis::Faults::StoreRestarts,
+                "redis-control".to_string(),
+            )
+        }
+    };
+    println!("chaos {label}: seed {}", settings.seed);
     let epoch = Instant::now();
-    let store = ChaosStore::start(kind).await;
+    let store = ChaosStore::start(kind, durable).await;
     let upstream = Upstream::start().await;
     let rates = Rates {
         reset_before: 0.003,
@@ -136,6 +213,7 @@ async fn chaos(kind: Backend) {
         store,
         proxy.clone(),
         settings.seed.wrapping_mul(31),
+        faults_drawn,
     ));
     while !settings.done(&workload, started) {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -182,20 +260,22 @@ async fn chaos(kind: Backend) {
     );
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("chaos");
     std::fs::create_dir_all(&dir).unwrap();
-    let history_path = dir.join(format!("{}-history.jsonl", kind.name()));
-    workload.history.write(&history_path).unwrap();
-    std::fs::write(dir.join(format!("{}-report.md", kind.name())), &report).unwrap();
+    let history = dir.join(format!("{label}-history.jsonl"));
+    workload.history.write(&history).unwrap();
+    std::fs::write(dir.join(format!("{label}-report.md")), &report).unwrap();
     println!("{report}");
-    if !verdict.violations.is_empty() {
-        panic!(
-            "chaos {} found {} violation(s) (seed {}; history in {}):\n{}\n{}",
-            kind.name(),
-            verdict.violations.len(),
-            settings.seed,
-            history_path.display(),
-            verdict.violations.join("\n"),
-            gateways.logs().await
-        );
+    let logs = if verdict.violations.is_empty() {
+        String::new()
+    } else {
+        gateways.logs().await
+    };
+    Run {
+        kind,
+        seed: settings.seed,
+        verdict,
+        report,
+        history,
+        logs,
     }
 }
 

@@ -30,12 +30,24 @@ pub struct FaultRecord {
     pub store: bool,
 }
 
+/// Which faults the nemesis draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Faults {
+    /// Gateway kills, store stops and freezes, upstream hangs and resets.
+    All,
+    /// Only store restarts (SIGKILL for Redis): with a Redis that keeps
+    /// nothing on disk, each one loses every record, which the checker must
+    /// report (the negative control).
+    StoreRestarts,
+}
+
 /// Inject faults until the workload stops; return what was done.
 pub async fn run(
     workload: Arc<Workload>,
     mut store: ChaosStore,
     proxy: Arc<FaultProxy>,
     seed: u64,
+    faults_drawn: Faults,
 ) -> (Vec<FaultRecord>, ChaosStore) {
     let mut rng = fastrand::Rng::with_seed(seed);
     let mut faults = Vec::new();
@@ -48,7 +60,11 @@ pub async fn run(
             break;
         }
         let start = workload.elapsed();
-        let (name, store_fault) = match rng.u32(..4) {
+        let draw = match faults_drawn {
+            Faults::All => rng.u32(..4),
+            Faults::StoreRestarts => 1,
+        };
+        let (name, store_fault) = match draw {
             0 => {
                 let instance = rng.usize(..workload.gateways.len());
                 workload.gateways.kill(instance).await;
@@ -63,7 +79,7 @@ pub async fn run(
                     pg.start().await;
                     ("PostgreSQL stop -m immediate + start", true)
                 }
-                ChaosStore::Redis(redis) if rng.bool() => {
+                ChaosStore::Redis(redis) if faults_drawn == Faults::All && rng.bool() => {
                     redis.signal("-STOP");
                     pause(&mut rng, 1_000, 3_000).await;
                     redis.signal("-CONT");
@@ -73,7 +89,11 @@ pub async fn run(
                     redis.kill();
                     pause(&mut rng, 500, 2_000).await;
                     redis.restart();
-                    ("Redis SIGKILL + restart (AOF always)", true)
+                    let name = match faults_drawn {
+                        Faults::All => "Redis SIGKILL + restart (AOF always)",
+                        Faults::StoreRestarts => "Redis SIGKILL + restart (no persistence)",
+                    };
+                    (name, true)
                 }
             },
             2 => {
