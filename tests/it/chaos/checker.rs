@@ -156,6 +156,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
         }
         check_identical_2xx(&mut verdict, key, ops, &executions);
         check_in_flight(&mut verdict, key, ops, input);
+        check_durable_after_2xx(&mut verdict, key, ops);
         check_fingerprints(&mut verdict, key, ops, &executions);
     }
     for key in executions_by_key.keys() {
@@ -223,6 +224,31 @@ fn check_identical_2xx(verdict: &mut Verdict, key: &str, ops: &[&Op], executions
         if !sent.contains(answer) {
             verdict.violation(format!(
                 "property 2: key {key} got a 2xx answer no execution of it sent"
+            ));
+        }
+    }
+}
+
+/// G5, as it happens: a 2xx reaches a client only after its record is
+/// durable, so a request invoked after a 2xx for the key reached a client
+/// can be replayed or refused `422`, never answered `409 in-flight` nor
+/// `502 outcome-unknown` (which would mean the record was lost or never
+/// written). A `409 response-not-retained` stays possible: an over-cap
+/// response is sent once, then held.
+fn check_durable_after_2xx(verdict: &mut Verdict, key: &str, ops: &[&Op]) {
+    let Some(first_2xx) = ops
+        .iter()
+        .filter(|op| op.is_2xx())
+        .map(|op| op.complete)
+        .min()
+    else {
+        return;
+    };
+    for op in ops.iter().filter(|op| op.invoke > first_2xx) {
+        if let Some(problem @ ("in-flight" | "outcome-unknown")) = op.problem() {
+            verdict.violation(format!(
+                "G5: op {} on {key} got {problem} at {:?}, after a 2xx reached a client at {:?}",
+                op.id, op.invoke, first_2xx
             ));
         }
     }
@@ -451,6 +477,15 @@ mod tests {
             &verdict(&ops, &executions, &resolved()),
             "nothing forwarded",
         );
+    }
+
+    #[test]
+    fn g5_a_409_or_a_held_answer_after_a_2xx_reached_a_client() {
+        for (status, problem) in [(409, "in-flight"), (502, "outcome-unknown")] {
+            let (mut ops, executions) = clean();
+            ops.push(op(5, "A", 400, 5, answer(status, Some(problem), "p")));
+            assert_flags(&verdict(&ops, &executions, &resolved()), "G5");
+        }
     }
 
     #[test]

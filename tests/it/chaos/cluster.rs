@@ -129,6 +129,20 @@ impl Gateways {
         }
     }
 
+    /// Stop every instance gracefully (SIGTERM: its forwards settle first)
+    /// and start it again, so that what follows is answered from the store,
+    /// not from an instance's replay cache.
+    pub async fn restart_all(&self) {
+        for instance in 0..self.len() {
+            let stopped = self.processes[instance].lock().await.take();
+            if let Some(mut process) = stopped {
+                process.terminate();
+                let _ = process.wait(Duration::from_secs(15)).await;
+            }
+            self.restart(instance).await;
+        }
+    }
+
     /// Wait until every instance answers `/readyz` 200 (its store is back).
     pub async fn ready(&self, limit: Duration) -> bool {
         let http = client();

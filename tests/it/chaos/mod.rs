@@ -3,8 +3,10 @@
 //! TCP fault proxy; client tasks send new keys, retries, reused keys and
 //! same-key storms while a nemesis kills gateways, stops or freezes the
 //! store and makes the upstream hang or reset. Afterwards, with every fault
-//! cleared, each key is probed once more, and a checker reads the whole
-//! history (see `checker.rs` for the properties).
+//! cleared and both gateways restarted (no replay cache), each key is probed
+//! once more, and a checker reads the whole history (see `checker.rs` for
+//! the properties, G5 among them as it happens: once a 2xx reached a
+//! client, no later 409 or held answer).
 //!
 //! A negative control runs too: the same harness on a Redis without
 //! persistence, restarted by SIGKILL, must be caught with duplicate
@@ -227,6 +229,8 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
 
     // Faults cleared: every key must now answer as its policy says.
     proxy.set_mode(Mode::Calm);
+    // Fresh processes: no replay cache answers the final check.
+    gateways.restart_all().await;
     let healed = workload.elapsed();
     let ready = gateways.ready(Duration::from_secs(30)).await;
     tokio::time::sleep(LEASE + Duration::from_millis(500)).await;
