@@ -299,13 +299,29 @@ fn check_fingerprints(verdict: &mut Verdict, key: &str, ops: &[&Op], executions:
                 Some("in-flight" | "outcome-unknown" | "response-not-retained")
             )
     };
+    // An attempt whose upstream could not be reached released the key
+    // (nothing was sent): until then its fingerprint owned the record, and
+    // afterwards another body may own it.
+    let mut released_until: HashMap<&str, Duration> = HashMap::new();
+    for op in ops
+        .iter()
+        .filter(|op| op.problem() == Some("upstream-unreachable"))
+    {
+        let until = released_until.entry(op.body.as_str()).or_default();
+        *until = (*until).max(op.complete);
+    }
+    let owned_then_by_released =
+        |body: &str, at: Duration| released_until.get(body).is_some_and(|until| at <= *until);
     let consistent = |f: &str| {
         executions.iter().all(|e| e.body == f)
             && ops.iter().all(|op| {
                 if op.problem() == Some("key-reused") {
                     op.body != f
+                        || released_until
+                            .iter()
+                            .any(|(g, until)| *g != f && op.invoke <= *until)
                 } else if about_record(op) {
-                    op.body == f
+                    op.body == f || owned_then_by_released(&op.body, op.invoke)
                 } else {
                     true
                 }
@@ -486,6 +502,33 @@ mod tests {
             ops.push(op(5, "A", 400, 5, answer(status, Some(problem), "p")));
             assert_flags(&verdict(&ops, &executions, &resolved()), "G5");
         }
+    }
+
+    #[test]
+    fn property_4_a_released_attempt_hands_the_key_to_another_body() {
+        // B's attempt could not reach the upstream: B's 409 came while it
+        // held the key; after its release, A owns the key.
+        let ops = vec![
+            op(
+                1,
+                "B",
+                0,
+                50,
+                answer(502, Some("upstream-unreachable"), "p"),
+            ),
+            op(2, "B", 10, 5, answer(409, Some("in-flight"), "p")),
+            op(3, "A", 20, 5, answer(422, Some("key-reused"), "p")),
+            op(4, "A", 100, 100, answer(201, None, "r1")),
+            op(5, "A", 300, 5, answer(201, None, "r1")),
+            op(6, "B", 400, 5, answer(422, Some("key-reused"), "p")),
+        ];
+        let executions = vec![execution(1, 4, "A", "r1")];
+        let clean = verdict(&ops, &executions, &resolved());
+        assert!(clean.violations.is_empty(), "{:?}", clean.violations);
+        // The same B 409 after the release has no owner to explain it.
+        let mut late = ops.clone();
+        late.push(op(7, "B", 500, 5, answer(409, Some("in-flight"), "p")));
+        assert_flags(&verdict(&late, &executions, &resolved()), "property 4");
     }
 
     #[test]

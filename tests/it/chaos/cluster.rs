@@ -118,6 +118,18 @@ impl Gateways {
         }
     }
 
+    /// Send a signal (`-STOP`, `-CONT`) to a running instance.
+    pub async fn signal(&self, instance: usize, signal: &str) {
+        if let Some(process) = self.processes[instance].lock().await.as_ref() {
+            let pid = process.pid().to_string();
+            let status = std::process::Command::new("kill")
+                .args([signal, &pid])
+                .status()
+                .unwrap();
+            assert!(status.success(), "kill {signal} {pid}");
+        }
+    }
+
     /// Start a killed instance again (on new ports) and wait until it is
     /// live.
     pub async fn restart(&self, instance: usize) {

@@ -1,8 +1,10 @@
 //! The nemesis: while the clients run, it injects one fault at a time —
-//! SIGKILL and restart of a gateway, a store stopped (PostgreSQL `-m
-//! immediate`, Redis SIGKILL) or frozen (Redis SIGSTOP) and brought back,
-//! an upstream that hangs or resets everything — and after each, measures
-//! how long until a new key goes through again.
+//! SIGKILL and restart of a gateway, a gateway frozen (SIGSTOP) past its
+//! lease and resumed (a stalled lease holder coming back after a takeover
+//! or a hold), a store stopped (PostgreSQL `-m immediate`, Redis SIGKILL)
+//! or frozen (Redis SIGSTOP) and brought back, an upstream that hangs,
+//! resets everything or refuses connections — and after each, measures how
+//! long until a new key goes through again.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -61,7 +63,7 @@ pub async fn run(
         }
         let start = workload.elapsed();
         let draw = match faults_drawn {
-            Faults::All => rng.u32(..4),
+            Faults::All => rng.u32(..6),
             Faults::StoreRestarts => 1,
         };
         let (name, store_fault) = match draw {
@@ -96,6 +98,19 @@ pub async fn run(
                     (name, true)
                 }
             },
+            4 => {
+                let instance = rng.usize(..workload.gateways.len());
+                workload.gateways.signal(instance, "-STOP").await;
+                pause(&mut rng, 1_000, 3_500).await;
+                workload.gateways.signal(instance, "-CONT").await;
+                ("gateway SIGSTOP + SIGCONT", false)
+            }
+            5 => {
+                proxy.set_mode(Mode::Refuse);
+                pause(&mut rng, 500, 1_500).await;
+                proxy.set_mode(Mode::Normal);
+                ("upstream refuses connections", false)
+            }
             2 => {
                 proxy.set_mode(Mode::HangAll);
                 pause(&mut rng, 1_000, 2_000).await;

@@ -30,6 +30,10 @@ pub enum Mode {
     ResetAll = 2,
     /// No faults at all (faults cleared, for the final check).
     Calm = 3,
+    /// Refuse new connections (the listening socket is closed) and reset
+    /// open ones: an upstream that is down, so nothing is sent (the
+    /// gateway releases the key).
+    Refuse = 4,
 }
 
 /// Random fault rates per chunk in [`Mode::Normal`].
@@ -79,8 +83,27 @@ impl FaultProxy {
         });
         let state = shared.clone();
         let task = tokio::spawn(async move {
+            let mut listener = Some(listener);
             loop {
-                let Ok((client, _)) = listener.accept().await else {
+                if state.mode() == Mode::Refuse {
+                    // Closed: connects are refused until the mode changes.
+                    listener = None;
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    continue;
+                }
+                let open = match &listener {
+                    Some(open) => open,
+                    None => match TcpListener::bind(addr).await {
+                        Ok(open) => listener.insert(open),
+                        Err(_) => {
+                            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                            continue;
+                        }
+                    },
+                };
+                let accepted =
+                    tokio::time::timeout(std::time::Duration::from_millis(50), open.accept()).await;
+                let Ok(Ok((client, _))) = accepted else {
                     continue;
                 };
                 state.counters.connections.fetch_add(1, Ordering::Relaxed);
@@ -118,6 +141,7 @@ impl Shared {
             1 => Mode::HangAll,
             2 => Mode::ResetAll,
             3 => Mode::Calm,
+            4 => Mode::Refuse,
             _ => Mode::Normal,
         }
     }
@@ -126,7 +150,7 @@ impl Shared {
     fn decide(&self, request: bool) -> Fault {
         let (reset, hang) = match self.mode() {
             Mode::HangAll => (0.0, 1.0),
-            Mode::ResetAll => (1.0, 0.0),
+            Mode::ResetAll | Mode::Refuse => (1.0, 0.0),
             Mode::Calm => return Fault::None,
             Mode::Normal if request => (self.rates.reset_before, self.rates.hang_before),
             Mode::Normal => (self.rates.reset_after, self.rates.hang_after),
