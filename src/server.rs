@@ -67,6 +67,7 @@ pub async fn serve(
     {
         tracing::warn!(timeout = ?config.shutdown_timeout, "connections still open at the shutdown deadline");
     }
+    gateway.finish();
     gateway.tasks().close();
     if tokio::time::timeout_at(deadline, gateway.tasks().wait())
         .await

@@ -69,12 +69,13 @@ pub struct Gateway {
 impl Gateway {
     /// Build a gateway over an opened store.
     pub fn new(config: &Config, store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
+        let tasks = TaskTracker::new();
         Self {
             routes: config.routes.iter().cloned().map(Arc::new).collect(),
-            orphans: Orphans::start(store.clone(), metrics.clone()),
+            orphans: Orphans::start(store.clone(), metrics.clone(), &tasks),
             store,
             upstream: Upstream::new(connect_timeout(config)),
-            tasks: TaskTracker::new(),
+            tasks,
             docs_url: config.docs_url.clone(),
             body_read_timeout: config.body_read_timeout,
             body_budget: Arc::new(Semaphore::new(config.max_buffered_request_bytes)),
@@ -83,9 +84,15 @@ impl Gateway {
         }
     }
 
-    /// The forward tasks; graceful shutdown waits for them.
+    /// The forward tasks (and the lost-claim worker); graceful shutdown
+    /// waits for them, after [`Gateway::finish`].
     pub fn tasks(&self) -> &TaskTracker {
         &self.tasks
+    }
+
+    /// Shutting down: background work ends once it has nothing pending.
+    pub fn finish(&self) {
+        self.orphans.finish();
     }
 
     /// The store (readiness checks).

@@ -11,14 +11,18 @@
 //! fails, and gives each orphan up after [`PATIENCE`] of failures. A record
 //! that is not there once the store answers is looked for again for one
 //! lease, since a claim delayed by the stall can commit just after the
-//! store resumes. An instance that dies before the store answers leaves its
-//! orphans to lapse: the one residual case, stated in the README.
+//! store resumes. A graceful shutdown lets the worker finish its queue
+//! (within `shutdown_timeout`). An instance that dies before the store
+//! answers leaves its orphans to lapse: the one residual case, stated in the
+//! README.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::clock::Instant;
 use crate::metrics::{Metrics, OrphanLabels};
@@ -32,7 +36,7 @@ const PATIENCE: Duration = Duration::from_secs(600);
 
 /// The first and the longest pause between tries.
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
-const LONGEST_PAUSE: Duration = Duration::from_secs(5);
+const LONGEST_PAUSE: Duration = Duration::from_secs(1);
 
 /// One claim whose answer was lost.
 struct Orphan {
@@ -56,14 +60,27 @@ struct Orphan {
 pub struct Orphans {
     queue: mpsc::Sender<Orphan>,
     metrics: Arc<Metrics>,
+    /// Cancelled at shutdown: the worker ends once its queue is empty.
+    finishing: CancellationToken,
 }
 
 impl Orphans {
-    /// Start the worker on `store`.
-    pub fn start(store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
+    /// Start the worker on `store`, as a task of `tasks` (graceful
+    /// shutdown waits for it, after [`Orphans::finish`]).
+    pub fn start(store: Arc<dyn Store>, metrics: Arc<Metrics>, tasks: &TaskTracker) -> Self {
         let (queue, intake) = mpsc::channel(MAX_PENDING);
-        tokio::spawn(work(intake, store, metrics.clone()));
-        Self { queue, metrics }
+        let finishing = CancellationToken::new();
+        tasks.spawn(work(intake, store, metrics.clone(), finishing.clone()));
+        Self {
+            queue,
+            metrics,
+            finishing,
+        }
+    }
+
+    /// Shutting down: the worker ends as soon as no orphan is pending.
+    pub fn finish(&self) {
+        self.finishing.cancel();
     }
 
     /// The claim of `attempt` on `key` failed without an answer: pursue
@@ -102,7 +119,12 @@ fn count(metrics: &Metrics, route: &str, result: &'static str) {
 }
 
 /// The worker: take in orphans, try those due, one at a time.
-async fn work(mut intake: mpsc::Receiver<Orphan>, store: Arc<dyn Store>, metrics: Arc<Metrics>) {
+async fn work(
+    mut intake: mpsc::Receiver<Orphan>,
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+    finishing: CancellationToken,
+) {
     let mut queue: VecDeque<Orphan> = VecDeque::new();
     let mut open = true;
     // While the store fails, every orphan waits this long between rounds.
@@ -115,6 +137,7 @@ async fn work(mut intake: mpsc::Receiver<Orphan>, store: Arc<dyn Store>, metrics
                 None => open = false,
             },
             () = sleep_until(next_due), if next_due.is_some() => {}
+            () = finishing.cancelled(), if open && queue.is_empty() => return,
         }
         let now = Instant::now();
         let mut i = 0;

@@ -51,6 +51,9 @@ pub struct Verdict {
     pub keys_release: usize,
     pub duplicates_hold: usize,
     pub reexecutions_release: usize,
+    /// Hold keys that end held with no execution (each must be explained
+    /// by an attempt whose outcome was unknown).
+    pub held_unexecuted: usize,
     pub by_answer: BTreeMap<String, u64>,
     pub by_kind: BTreeMap<&'static str, u64>,
 }
@@ -167,6 +170,29 @@ pub fn check(input: &Input<'_>) -> Verdict {
         }
     }
 
+    // 6. A key whose request was never forwarded never ends held.
+    for probe in input.finals {
+        let held = probe.last.contains("outcome-unknown");
+        let executed = executions_by_key.contains_key(probe.key.as_str());
+        if probe.route != Route::Hold || !held || executed {
+            continue;
+        }
+        verdict.held_unexecuted += 1;
+        let ops = ops_by_key
+            .get(&(probe.route, probe.key.as_str()))
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        if !ops.iter().any(|op| may_be_unknown(op)) {
+            verdict.violation(format!(
+                "property 6: hold key {} ends held with no execution, and no attempt on it had an unknown outcome (answers: {:?})",
+                probe.key,
+                ops.iter()
+                    .map(|op| (op.id, op.status(), op.problem()))
+                    .collect::<Vec<_>>()
+            ));
+        }
+    }
+
     // 5. Nothing stays blocked beyond its policy.
     for probe in input.finals {
         if probe.resolved_after.is_none() {
@@ -189,6 +215,18 @@ pub fn check(input: &Input<'_>) -> Verdict {
         }
     }
     verdict
+}
+
+/// Whether the gateway could not know the outcome of this request's
+/// attempt: the exchange failed or timed out after it was sent, the lease
+/// was lost, the record could not be written, or no answer came back (the
+/// gateway died or froze, or the client gave up).
+fn may_be_unknown(op: &Op) -> bool {
+    op.status().is_none()
+        || matches!(
+            op.problem(),
+            Some("upstream-failed" | "upstream-timeout" | "lease-lost" | "record-failed")
+        )
 }
 
 fn is_replay(op: &Op) -> bool {
@@ -247,7 +285,7 @@ fn check_durable_after_2xx(verdict: &mut Verdict, key: &str, ops: &[&Op]) {
     for op in ops.iter().filter(|op| op.invoke > first_2xx) {
         if let Some(problem @ ("in-flight" | "outcome-unknown")) = op.problem() {
             verdict.violation(format!(
-                "G5: op {} on {key} got {problem} at {:?}, after a 2xx reached a client at {:?}",
+                "property 7 (G5): op {} on {key} got {problem} at {:?}, after a 2xx reached a client at {:?}",
                 op.id, op.invoke, first_2xx
             ));
         }
@@ -529,6 +567,34 @@ mod tests {
         let mut late = ops.clone();
         late.push(op(7, "B", 500, 5, answer(409, Some("in-flight"), "p")));
         assert_flags(&verdict(&late, &executions, &resolved()), "property 4");
+    }
+
+    #[test]
+    fn property_6_held_without_an_execution_or_an_unknown_outcome() {
+        // Only refusals (503 store-unavailable) and then a held answer: the
+        // key never reached the upstream, so it must not be held.
+        let ops = vec![
+            op(1, "A", 0, 500, answer(503, Some("store-unavailable"), "p")),
+            op(2, "A", 5_000, 5, answer(502, Some("outcome-unknown"), "p")),
+        ];
+        let mut finals = resolved();
+        finals[0].last = "502 outcome-unknown".into();
+        assert_flags(&verdict(&ops, &[], &finals), "property 6");
+        // An attempt that timed out at the upstream explains it.
+        let mut explained = ops.clone();
+        explained.push(op(
+            3,
+            "A",
+            100,
+            1_000,
+            answer(504, Some("upstream-timeout"), "p"),
+        ));
+        let v = verdict(&explained, &[], &finals);
+        assert!(
+            !v.violations.iter().any(|x| x.starts_with("property 6")),
+            "{:?}",
+            v.violations
+        );
     }
 
     #[test]

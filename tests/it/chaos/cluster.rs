@@ -2,6 +2,7 @@
 //! (a private PostgreSQL cluster or a private, durable Redis), each of which
 //! can be killed and restarted while clients keep sending.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
@@ -38,6 +39,21 @@ impl ChaosStore {
             ChaosStore::Postgres(pg) => pg.url(),
             ChaosStore::Redis(redis) => redis.url(),
         }
+    }
+
+    /// Where the store listens.
+    pub fn addr(&self) -> SocketAddr {
+        let url = url::Url::parse(&self.url()).expect("a store URL");
+        let host = url.host_str().expect("a host");
+        format!("{host}:{}", url.port().expect("a port"))
+            .parse()
+            .expect("an IP address")
+    }
+
+    /// The store's URL, reached through `proxy` (a [`super::proxy::FaultProxy`]).
+    pub fn url_through(&self, proxy: SocketAddr) -> String {
+        self.url()
+            .replacen(&self.addr().to_string(), &proxy.to_string(), 1)
     }
 }
 

@@ -43,6 +43,9 @@ pub struct Rates {
     pub reset_after: f64,
     pub hang_before: f64,
     pub hang_after: f64,
+    /// Chunks each connection carries untouched first (its handshake: a
+    /// gateway starting up is not what the faults are about).
+    pub grace_chunks: u32,
 }
 
 /// How many faults the proxy injected.
@@ -192,6 +195,7 @@ async fn pump(mut client: TcpStream, shared: Arc<Shared>) {
     };
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
+    let mut chunks = 0u32;
     let mut from_client = vec![0u8; 16 * 1024];
     let mut from_upstream = vec![0u8; 16 * 1024];
     loop {
@@ -203,7 +207,13 @@ async fn pump(mut client: TcpStream, shared: Arc<Shared>) {
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
-        match shared.decide(request) {
+        chunks += 1;
+        let fault = if chunks <= shared.rates.grace_chunks {
+            Fault::None
+        } else {
+            shared.decide(request)
+        };
+        match fault {
             Fault::None => {
                 let written = if request {
                     upstream.write_all(&from_client[..n]).await
