@@ -4,7 +4,7 @@
 Usage (from the repository root, after `cargo build --release --locked` and
 `cargo build --release --example demo_upstream`; `pip install h2`):
 
-    nice -n 10 python3 bench/memory.py [--only idle-h1,idle-h1-long,idle-h1-8k,idle-h2,attack-1,attack-2,attack-10,attack-repeat]
+    nice -n 10 python3 bench/memory.py [--only idle-h1,idle-h1-long,idle-h1-8k,idle-tcp,idle-h2,attack-1,attack-2,attack-10,attack-repeat]
 
 It starts the demo upstream and, per scenario, a fresh gateway on free
 loopback ports with `[store] url = "memory://"`, and reads VmRSS from
@@ -163,6 +163,11 @@ def h1_request(port):
     return s, status
 
 
+def tcp_only(port):
+    """Connected, nothing sent: what an accepted connection costs before hyper reads a request."""
+    return socket.create_connection(("127.0.0.1", port), timeout=10), "none"
+
+
 def h2_request(port):
     import h2.config
     import h2.connection
@@ -202,7 +207,7 @@ def idle(upstream_port, proto, label, **overrides):
         base_socks = sockets(gw.proc.pid)
         rows.append((0, base, None, base_socks, 0))
         raw = lambda: [c[0] if proto == "h2" else c for c in conns]  # noqa: E731
-        fn = h1_request if proto == "h1" else h2_request
+        fn = {"h1": h1_request, "h2": h2_request, "tcp": tcp_only}[proto]
         for n in STEPS:
             t = time.time()
             while len(conns) < n:
@@ -443,7 +448,7 @@ def print_attacks(results):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="idle-h1,idle-h1-long,idle-h1-8k,idle-h2,attack-1,attack-2,attack-10,attack-repeat")
+    ap.add_argument("--only", default="idle-h1,idle-h1-long,idle-h1-8k,idle-tcp,idle-h2,attack-1,attack-2,attack-10,attack-repeat")
     args = ap.parse_args()
     only = args.only.split(",")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -462,6 +467,9 @@ def main():
         if "idle-h1-8k" in only:
             idle(up_port, "h1", "Idle HTTP/1.1 connections, header_read_timeout = 10m, max_header_bytes = 8KiB",
                  header_read_timeout='"10m"', max_header_bytes='"8KiB"')
+        if "idle-tcp" in only:
+            idle(up_port, "tcp", "Connections that sent nothing yet, header_read_timeout = 10m",
+                 header_read_timeout='"10m"')
         if "idle-h2" in only:
             idle(up_port, "h2", "Idle HTTP/2 (prior-knowledge h2c) connections, one GET each; keep-alive pings pushed out to 10m so unanswered pings do not close them",
                  http2_keep_alive_interval='"10m"', http2_keep_alive_timeout='"10m"')
