@@ -217,6 +217,33 @@ mod tests {
         );
     }
 
+    /// Fuzz (fuzz/fuzz_targets/fingerprint.rs, "same JSON value, different
+    /// fingerprint"): with serde_json's `arbitrary_precision`, an object whose
+    /// first key is `$serde_json::private::Number` is read as a number, so the
+    /// same object with its keys in another order stops parsing and is hashed
+    /// raw. (Also: `{"$serde_json::private::Number":"1"}` and `1` hash alike.)
+    #[test]
+    #[ignore = "fuzz crash: key order changes the JSON fingerprint when an object has the key $serde_json::private::Number (serde_json arbitrary_precision token)"]
+    fn json_mode_key_order_with_the_serde_json_number_token() {
+        let s = spec(BodyMode::Json, &[]);
+        assert_eq!(
+            fp(
+                &s,
+                "POST",
+                "/a",
+                "j",
+                br#"{"":1,"$serde_json::private::Number":"1"}"#
+            ),
+            fp(
+                &s,
+                "POST",
+                "/a",
+                "j",
+                br#"{"$serde_json::private::Number":"1","":1}"#
+            )
+        );
+    }
+
     #[test]
     fn ignore_mode_skips_the_body() {
         let s = spec(BodyMode::Ignore, &[]);
