@@ -298,8 +298,10 @@ pub(crate) async fn serve_connection<H, F>(
                     _ => {}
                 }
             }
-            // Requests in progress: the idle deadline starts when one ends.
-            () = activity.answered.notified(), if due.is_none() && !closing => {}
+            // A request ended: the idle deadline starts now (the first
+            // head's deadline, or none while requests are open, no longer
+            // applies). A notification sent while not waiting is kept.
+            () = activity.answered.notified(), if !closing => {}
         }
     }
 }

@@ -166,8 +166,10 @@ async fn partial_http2_prefaces_are_cut_off_at_the_first_head_deadline() {
 
 #[tokio::test]
 async fn idle_connections_are_closed_http1_and_http2() {
+    // A long head deadline, so that only the idle deadline can close them.
     let (_db, _upstream, gateway) = start(|t| {
-        t.set("idle_timeout", "1s");
+        t.set("idle_timeout", "1s")
+            .set("header_read_timeout", "30s");
     })
     .await;
     // HTTP/1.1 keep-alive, idle after one answer.
