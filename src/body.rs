@@ -1,14 +1,16 @@
 //! The body type the gateway serves and forwards, and bounded reading of
-//! bodies into memory (request bodies up to `max_request_body`, upstream
-//! responses up to `max_recorded_response`).
+//! bodies into memory (request bodies up to `max_request_body` and within
+//! the shared budget, upstream responses up to `max_recorded_response`).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// A boxed error crossing a body.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -172,5 +174,81 @@ mod tests {
                 assert_eq!(&all[..], b"abcdef");
             }
         }
+    }
+}
+
+/// A request body paid for from a shared budget as it arrives: each data
+/// frame reserves its length (the permits gather in `reserved`, which the
+/// caller holds as long as the bytes stay in memory), and a frame the budget
+/// cannot cover ends the body with [`BudgetedError::Spent`]. A client that
+/// declares a large body and sends little holds only what it sent.
+pub struct Budgeted<'a, B> {
+    inner: B,
+    budget: &'a Arc<Semaphore>,
+    reserved: &'a mut Option<OwnedSemaphorePermit>,
+}
+
+impl<'a, B> Budgeted<'a, B> {
+    /// Read `inner`, paying from `budget` into `reserved`.
+    pub fn new(
+        inner: B,
+        budget: &'a Arc<Semaphore>,
+        reserved: &'a mut Option<OwnedSemaphorePermit>,
+    ) -> Self {
+        Self {
+            inner,
+            budget,
+            reserved,
+        }
+    }
+}
+
+/// Why a [`Budgeted`] body ended early.
+#[derive(Debug, thiserror::Error)]
+pub enum BudgetedError<E> {
+    /// The body itself failed.
+    #[error(transparent)]
+    Body(E),
+    /// The budget could not cover the next frame.
+    #[error("the budget for buffered request bodies is spent")]
+    Spent,
+}
+
+impl<B> HttpBody for Budgeted<'_, B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = BudgetedError<B::Error>;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        let frame = match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            None => return Poll::Ready(None),
+            Some(Err(error)) => return Poll::Ready(Some(Err(BudgetedError::Body(error)))),
+            Some(Ok(frame)) => frame,
+        };
+        if let Some(data) = frame.data_ref() {
+            let paid = u32::try_from(data.len())
+                .ok()
+                .and_then(|n| this.budget.clone().try_acquire_many_owned(n).ok());
+            match (paid, this.reserved.as_mut()) {
+                (None, _) => return Poll::Ready(Some(Err(BudgetedError::Spent))),
+                (Some(paid), Some(held)) => held.merge(paid),
+                (Some(paid), None) => *this.reserved = Some(paid),
+            }
+        }
+        Poll::Ready(Some(Ok(frame)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
     }
 }

@@ -51,8 +51,8 @@ pub const DEFAULT_HTTP2_STREAM_WINDOW: usize = 256 * KIB;
 /// `http2_connection_window`: the same for all streams of one connection.
 pub const DEFAULT_HTTP2_CONNECTION_WINDOW: usize = MIB;
 /// `max_buffered_request_bytes`: protected request bodies held in memory at
-/// once, across all connections (each reserves its route's
-/// `max_request_body`, or its smaller `Content-Length`, before it is read).
+/// once, across all connections (each body's bytes are paid for as they
+/// arrive, and held until its forward ends).
 pub const DEFAULT_MAX_BUFFERED_REQUEST_BYTES: usize = 256 * MIB;
 /// `max_forwards_in_flight`: claimed forwards at once (each may buffer up
 /// to its route's `max_recorded_response`).

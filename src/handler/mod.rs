@@ -24,7 +24,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{Semaphore, oneshot};
 use tokio_util::task::TaskTracker;
 
-use crate::body::{self, Body, Collected, collect_up_to};
+use crate::body::{self, Body, Budgeted, BudgetedError, Collected, collect_up_to};
 use crate::clock::Instant;
 use crate::config::{Config, OnStoreError, Route};
 use crate::fingerprint::Fingerprinter;
@@ -203,22 +203,23 @@ impl Gateway {
         if declared.is_some_and(|n| n > limit as u64) {
             return Err(too_large);
         }
-        // Memory for the body is reserved before a byte of it is read, and
-        // held until its forward ends: beyond the budget, 503 at once.
-        let reserve = declared.map_or(limit, |n| (n as usize).min(limit));
-        let body_reservation = u32::try_from(reserve)
-            .ok()
-            .and_then(|n| self.body_budget.clone().try_acquire_many_owned(n).ok())
-            .ok_or(GatewayError::Overloaded(
-                "budget for buffered request bodies (max_buffered_request_bytes)",
-            ))?;
+        // The body's bytes are paid for from the shared budget as they
+        // arrive, and the payment is held until its forward ends: a body the
+        // budget cannot cover gets 503 before anything is claimed.
+        let mut body_reservation = None;
         let mut fingerprinter = Fingerprinter::new(&route.fingerprint, &parts);
         let timeout = self.body_read_timeout;
-        let read = collect_up_to(incoming, limit, |chunk| fingerprinter.update(chunk));
+        let budgeted = Budgeted::new(incoming, &self.body_budget, &mut body_reservation);
+        let read = collect_up_to(budgeted, limit, |chunk| fingerprinter.update(chunk));
         let body = match tokio::time::timeout(timeout, read).await {
             Ok(Ok(Collected::Complete(bytes))) => bytes,
             Ok(Ok(Collected::Over { .. })) => return Err(too_large),
-            Ok(Err(e)) => return Err(GatewayError::BodyRead(e.to_string())),
+            Ok(Err(BudgetedError::Spent)) => {
+                return Err(GatewayError::Overloaded(
+                    "budget for buffered request bodies (max_buffered_request_bytes)",
+                ));
+            }
+            Ok(Err(BudgetedError::Body(e))) => return Err(GatewayError::BodyRead(e.to_string())),
             Err(_elapsed) => return Err(GatewayError::BodyTimeout { timeout }),
         };
         let fingerprint = fingerprinter.finish(&body);

@@ -219,12 +219,14 @@ async fn a_protected_body_that_never_finishes_is_timed_out() {
     assert_eq!(upstream.total(), 0, "nothing was forwarded");
 }
 
-/// A keyed POST that declares `len` body bytes and sends only `{`.
-async fn unfinished_post(gateway: &Gateway, key: &str, len: usize) -> TcpStream {
+/// A keyed POST that declares `len` body bytes and sends `sent` of them
+/// (a JSON string, unfinished).
+async fn unfinished_post(gateway: &Gateway, key: &str, len: usize, sent: usize) -> TcpStream {
     let mut tcp = TcpStream::connect(gateway.addr).await.unwrap();
     let head = format!(
         "POST /v1/payments HTTP/1.1\r\nHost: t\r\nIdempotency-Key: {key}\r\n\
-         Content-Length: {len}\r\n\r\n{{"
+         Content-Length: {len}\r\n\r\n\"{}",
+        "x".repeat(sent - 1)
     );
     tcp.write_all(head.as_bytes()).await.unwrap();
     tcp
@@ -242,32 +244,43 @@ async fn buffered_bodies_beyond_the_budget_get_503_at_once() {
             r.set("max_request_body", "1KiB");
         });
     let gateway = Gateway::start(&config).await;
-    // Two unfinished 1000-byte bodies hold 2000 of the 2048 bytes.
-    let mut first = unfinished_post(&gateway, "budget-1", 1000).await;
-    let _second = unfinished_post(&gateway, "budget-2", 1000).await;
     let c = crate::support::client();
     let url = gateway.url("/v1/payments");
     let body = format!("\"{}\"", "x".repeat(998));
-    let over = crate::support::eventually(Duration::from_secs(10), || async {
-        let reply = crate::support::post(&c, &url, "budget-3", &body).await;
-        (reply.status == StatusCode::SERVICE_UNAVAILABLE).then_some(reply)
+    // Declaring a large body costs nothing: only bytes that arrived are paid.
+    let _declared_a = unfinished_post(&gateway, "declared-a", 1000, 1).await;
+    let _declared_b = unfinished_post(&gateway, "declared-b", 1000, 1).await;
+    let fits = crate::support::post(&c, &url, "declared-fits", &body).await;
+    assert_eq!(fits.status, StatusCode::CREATED, "{fits:?}");
+    // Two unfinished bodies that sent 999 bytes each hold 1998 of the 2048.
+    let mut first = unfinished_post(&gateway, "budget-1", 1000, 999).await;
+    let _second = unfinished_post(&gateway, "budget-2", 1000, 999).await;
+    // A new key per try: a try that came before the gateway had read those
+    // bytes is simply forwarded.
+    let mut tries = 0;
+    let (key, over) = crate::support::eventually(Duration::from_secs(10), || {
+        tries += 1;
+        let (c, url, body) = (c.clone(), url.clone(), body.clone());
+        async move {
+            let key = format!("budget-3-{tries}");
+            let reply = crate::support::post(&c, &url, &key, &body).await;
+            (reply.status == StatusCode::SERVICE_UNAVAILABLE).then_some((key, reply))
+        }
     })
     .await
     .expect("a third body beyond the budget is refused");
     assert_eq!(over.problem_type(), "urn:idemgate:problem:overloaded");
     assert!(over.header("retry-after").is_some());
-    assert_eq!(upstream.count("budget-3"), 0);
+    assert_eq!(upstream.count(&key), 0);
     // A small body still fits in what is left.
     let small = crate::support::post(&c, &url, "budget-small", "{}").await;
     assert_eq!(small.status, StatusCode::CREATED);
-    // The first finishes: its reservation is returned, and the third fits.
-    first
-        .write_all(format!("{}}}", " ".repeat(998)).as_bytes())
-        .await
-        .unwrap();
+    // The first finishes: its bytes are paid back, and the third fits.
+    first.write_all(b"\"").await.unwrap();
     assert!(read_answer(&mut first).await.starts_with("HTTP/1.1 201"));
-    let later = crate::support::post(&c, &url, "budget-3", &body).await;
+    let later = crate::support::post(&c, &url, &key, &body).await;
     assert_eq!(later.status, StatusCode::CREATED, "{later:?}");
+    assert!(!later.is_replay(), "the refused attempt was never claimed");
 }
 
 #[tokio::test]
