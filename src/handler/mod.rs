@@ -36,7 +36,7 @@ use crate::store::{
 };
 use crate::upstream::{self, Upstream, UpstreamError, strip_hop_by_hop};
 
-pub use orphans::{MAX_PENDING as MAX_PENDING_ORPHANS, Orphans};
+use orphans::Orphans;
 pub use outcome::Outcome;
 
 /// The header marking a replayed response.
@@ -93,11 +93,6 @@ impl Gateway {
     /// Shutting down: background work ends once it has nothing pending.
     pub fn finish(&self) {
         self.orphans.finish();
-    }
-
-    /// The store (readiness checks).
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
     }
 
     fn route_for(&self, path: &str) -> Option<&Arc<Route>> {

@@ -29,7 +29,7 @@ use crate::metrics::{Metrics, OrphanLabels};
 use crate::store::{AttemptId, Cas, RecordKey, Store};
 
 /// Orphans queued at once by one instance.
-pub const MAX_PENDING: usize = 10_000;
+pub(super) const MAX_PENDING: usize = 10_000;
 
 /// How long an orphan is retried while the store keeps failing.
 const PATIENCE: Duration = Duration::from_secs(600);
@@ -57,7 +57,7 @@ struct Orphan {
 /// The queue of one instance's orphans; its worker runs until the queue
 /// is closed (every handle dropped) and empty.
 #[derive(Clone)]
-pub struct Orphans {
+pub(super) struct Orphans {
     queue: mpsc::Sender<Orphan>,
     metrics: Arc<Metrics>,
     /// Cancelled at shutdown: the worker ends once its queue is empty.
@@ -67,7 +67,7 @@ pub struct Orphans {
 impl Orphans {
     /// Start the worker on `store`, as a task of `tasks` (graceful
     /// shutdown waits for it, after [`Orphans::finish`]).
-    pub fn start(store: Arc<dyn Store>, metrics: Arc<Metrics>, tasks: &TaskTracker) -> Self {
+    pub(super) fn start(store: Arc<dyn Store>, metrics: Arc<Metrics>, tasks: &TaskTracker) -> Self {
         let (queue, intake) = mpsc::channel(MAX_PENDING);
         let finishing = CancellationToken::new();
         tasks.spawn(work(intake, store, metrics.clone(), finishing.clone()));
@@ -79,13 +79,13 @@ impl Orphans {
     }
 
     /// Shutting down: the worker ends as soon as no orphan is pending.
-    pub fn finish(&self) {
+    pub(super) fn finish(&self) {
         self.finishing.cancel();
     }
 
     /// The claim of `attempt` on `key` failed without an answer: pursue
     /// the record it may have created.
-    pub fn report(&self, route: &str, key: RecordKey, attempt: AttemptId, lease: Duration) {
+    pub(super) fn report(&self, route: &str, key: RecordKey, attempt: AttemptId, lease: Duration) {
         let now = Instant::now();
         let orphan = Orphan {
             route: route.to_string(),

@@ -250,6 +250,10 @@ async fn buffered_bodies_beyond_the_budget_get_503_at_once() {
     // Declaring a large body costs nothing: only bytes that arrived are paid.
     let _declared_a = unfinished_post(&gateway, "declared-a", 1000, 1).await;
     let _declared_b = unfinished_post(&gateway, "declared-b", 1000, 1).await;
+    // Let the gateway read both heads (were it to reserve declared lengths,
+    // 2000 of the 2048 bytes would now be gone). A slow machine can only
+    // make this check pass for the wrong reason, never fail.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let fits = crate::support::post(&c, &url, "declared-fits", &body).await;
     assert_eq!(fits.status, StatusCode::CREATED, "{fits:?}");
     // Two unfinished bodies that sent 999 bytes each hold 1998 of the 2048.

@@ -11,7 +11,7 @@ use toml::{Table, Value};
 
 use crate::support::http::get_status;
 use crate::support::process::GatewayProcess;
-use crate::support::servers::{PgCluster, PrivateRedis};
+use crate::support::servers::{PgCluster, PrivateRedis, kill};
 use crate::support::store::Backend;
 use crate::support::{Set, TestConfig, client, eventually};
 
@@ -137,12 +137,7 @@ impl Gateways {
     /// Send a signal (`-STOP`, `-CONT`) to a running instance.
     pub async fn signal(&self, instance: usize, signal: &str) {
         if let Some(process) = self.processes[instance].lock().await.as_ref() {
-            let pid = process.pid().to_string();
-            let status = std::process::Command::new("kill")
-                .args([signal, &pid])
-                .status()
-                .unwrap();
-            assert!(status.success(), "kill {signal} {pid}");
+            kill(signal, &process.pid().to_string());
         }
     }
 

@@ -382,7 +382,7 @@ impl Drop for PrivateRedis {
 }
 
 /// `kill SIGNAL PID`, which must succeed.
-fn kill(signal: &str, pid: &str) {
+pub fn kill(signal: &str, pid: &str) {
     let status = Command::new("kill").args([signal, pid]).status().unwrap();
     assert!(status.success(), "kill {signal} {pid}: {status}");
 }
