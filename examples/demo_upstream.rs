@@ -5,7 +5,9 @@
 //! `Location` header, echoing the request's `amount` when the body is JSON.
 //! `GET /v1/payments/{id}` returns a payment or `404`. A `?delay_ms=N` query
 //! parameter (at most 60000) makes the answer wait, so a duplicate can arrive
-//! while the first request is still in flight.
+//! while the first request is still in flight. `POST /v1/events` is a
+//! webhook receiver: it processes every delivery it gets (`200`, with the
+//! count of events processed so far).
 //!
 //! Every request prints one line to stdout with the `Idempotency-Key` it
 //! carried, so you can watch the upstream being hit exactly once per key.
@@ -43,6 +45,7 @@ struct Args {
 #[derive(Default)]
 struct Payments {
     next_id: u64,
+    events: u64,
     by_id: HashMap<String, Value>,
 }
 
@@ -112,6 +115,19 @@ async fn handle(req: Request<Incoming>, state: State) -> Result<Response<Full<By
                 payment,
                 Some(location),
                 format!("created {id}"),
+            )
+        }
+        Method::POST if path == "/v1/events" => {
+            let events = {
+                let mut state = state.lock().expect("lock");
+                state.events += 1;
+                state.events
+            };
+            (
+                StatusCode::OK,
+                json!({"processed": events}),
+                None,
+                format!("processed event #{events}"),
             )
         }
         Method::GET if path.starts_with("/v1/payments/") => {

@@ -30,9 +30,15 @@ pub enum KeyError {
     /// Starts with `"` but is not a valid RFC 8941 sf-string.
     #[error("the key is not a valid structured-field string (RFC 8941 §3.3.3)")]
     BadString,
-    /// The header appears more than once.
-    #[error("the key header appears more than once")]
+    /// The header (or query parameter) appears more than once.
+    #[error("it appears more than once")]
     Repeated,
+    /// A `json:` part, and the body is not JSON.
+    #[error("the request body is not JSON")]
+    NotJson,
+    /// A `json:` part names a value that is not a string or an integer.
+    #[error("the value there is {0}, not a string or an integer")]
+    NotKeyValue(&'static str),
 }
 
 /// Parse one key header value into the key it names.
@@ -60,6 +66,22 @@ pub fn parse(value: &HeaderValue) -> Result<String, KeyError> {
         return Err(KeyError::TooLong);
     }
     Ok(key)
+}
+
+/// Check a key taken from a query parameter or a JSON value: 1 to
+/// [`MAX_KEY_LEN`] printable ASCII characters (spaces and commas allowed:
+/// there is no header syntax to respect).
+pub fn plain(text: &str) -> Result<String, KeyError> {
+    if text.is_empty() {
+        return Err(KeyError::Empty);
+    }
+    if !text.bytes().all(|b| (0x20..=0x7e).contains(&b)) {
+        return Err(KeyError::BadCharacter);
+    }
+    if text.len() > MAX_KEY_LEN {
+        return Err(KeyError::TooLong);
+    }
+    Ok(text.to_string())
 }
 
 fn trim_ows(mut b: &[u8]) -> &[u8] {
@@ -137,5 +159,15 @@ mod tests {
         assert_eq!(p("é".as_bytes()), Err(KeyError::BadCharacter));
         assert_eq!(p(&[b'k'; 255]).unwrap().len(), 255);
         assert_eq!(p(&[b'k'; 256]), Err(KeyError::TooLong));
+    }
+
+    #[test]
+    fn plain_keys_allow_spaces_and_commas_but_not_controls() {
+        assert_eq!(plain("a b,c").unwrap(), "a b,c");
+        assert_eq!(plain(""), Err(KeyError::Empty));
+        assert_eq!(plain("a\nb"), Err(KeyError::BadCharacter));
+        assert_eq!(plain("a\tb"), Err(KeyError::BadCharacter));
+        assert_eq!(plain("é"), Err(KeyError::BadCharacter));
+        assert_eq!(plain(&"k".repeat(256)), Err(KeyError::TooLong));
     }
 }

@@ -10,12 +10,11 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use http::HeaderValue;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::idempotency_key::{self, KeyError};
-use crate::store::{self, RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreError};
+use crate::key_source::{self, KeyOfValuesError};
+use crate::store::{RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreError};
 
 /// A key administration command, as `POST /keys` carries it (JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,12 +36,17 @@ pub enum KeyCommand {
 pub struct KeyTarget {
     /// The route's name.
     pub route: String,
-    /// The scope header's value on routes with a `scope_header`; `None`:
-    /// the anonymous scope.
+    /// The scope: one value per `scope_from` part, in order (the
+    /// `scope_header` value); none: the anonymous scope.
     #[serde(default)]
-    pub scope: Option<String>,
-    /// The key, bare or quoted as clients send it.
-    pub key: String,
+    pub scope: Vec<String>,
+    /// The key, bare or quoted as clients send it, on a route that reads
+    /// its key from one part.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// The key as one value per `key_from` part, in order (a composite key).
+    #[serde(default)]
+    pub parts: Vec<String>,
     /// Answer with JSON instead of text.
     #[serde(default)]
     pub json: bool,
@@ -72,12 +76,21 @@ pub enum KeysError {
     /// The route is not in the configuration.
     #[error("no route named {0:?} in the configuration")]
     NoRoute(String),
-    /// `--scope` on a route without `scope_header`.
-    #[error("route {0:?} has no scope_header, so --scope does not apply")]
+    /// `--scope` on a route without `scope_from` (or `scope_header`).
+    #[error("route {0:?} has no scope_from or scope_header, so --scope does not apply")]
     NoScope(String),
     /// The key is not a valid idempotency key.
     #[error("invalid key: {0}")]
-    InvalidKey(#[from] KeyError),
+    InvalidKey(#[from] KeyOfValuesError),
+    /// A key given as one value on a route that reads several parts, or
+    /// neither or both of the two forms.
+    #[error("route {route:?} reads its key from {parts}: give one --part per part, in that order")]
+    KeyParts {
+        /// The route.
+        route: String,
+        /// Its parts, listed.
+        parts: String,
+    },
     /// No record for the key.
     #[error(
         "no record for key {key:?} on route {route:?} (never seen, released, deleted or expired)"
@@ -128,7 +141,7 @@ impl KeysError {
         use http::StatusCode as S;
         match self {
             Self::NoRoute(_) | Self::NotFound { .. } => S::NOT_FOUND,
-            Self::NoScope(_) | Self::InvalidKey(_) => S::BAD_REQUEST,
+            Self::NoScope(_) | Self::InvalidKey(_) | Self::KeyParts { .. } => S::BAD_REQUEST,
             Self::LiveLease { .. } | Self::Completed(_) | Self::Changed { .. } => S::CONFLICT,
             Self::Store(_) | Self::Admin(_) => S::SERVICE_UNAVAILABLE,
         }
@@ -235,16 +248,27 @@ fn record_key(config: &Config, args: &KeyTarget) -> Result<RecordKey, KeysError>
         .iter()
         .find(|r| r.name == args.route)
         .ok_or_else(|| KeysError::NoRoute(args.route.clone()))?;
-    let scope = match (&route.scope_header, &args.scope) {
-        (Some(_), value) => store::scope_digest(value.iter().map(|v| v.as_bytes())),
-        (None, Some(_)) => return Err(KeysError::NoScope(route.name.clone())),
-        (None, None) => Vec::new(),
+    if route.scope_from.is_empty() && !args.scope.is_empty() {
+        return Err(KeysError::NoScope(route.name.clone()));
+    }
+    let scope = key_source::scope_of_values(&route.scope_from, &args.scope)?;
+    let key = match (&args.key, args.parts.as_slice()) {
+        (Some(key), []) if route.key_from.len() == 1 => {
+            key_source::key_of_values(&route.key_from, std::slice::from_ref(key))?
+        }
+        (None, parts) if !parts.is_empty() => key_source::key_of_values(&route.key_from, parts)?,
+        _ => {
+            let parts: Vec<String> = route.key_from.iter().map(ToString::to_string).collect();
+            return Err(KeysError::KeyParts {
+                route: route.name.clone(),
+                parts: parts.join(", "),
+            });
+        }
     };
-    let value = HeaderValue::from_str(&args.key).map_err(|_| KeyError::BadCharacter)?;
     Ok(RecordKey {
         route: route.name.clone(),
         scope,
-        key: idempotency_key::parse(&value)?,
+        key,
     })
 }
 
@@ -393,15 +417,16 @@ mod tests {
     #[test]
     fn the_wire_format_is_stable() {
         let show: KeyCommand = serde_json::from_str(
-            r#"{"show": {"route": "payments", "scope": null, "key": "k1", "json": true, "force": false}}"#,
+            r#"{"show": {"route": "payments", "scope": [], "key": "k1", "json": true, "force": false}}"#,
         )
         .unwrap();
         assert_eq!(
             show,
             KeyCommand::Show(KeyTarget {
                 route: "payments".into(),
-                scope: None,
-                key: "k1".into(),
+                scope: Vec::new(),
+                key: Some("k1".into()),
+                parts: Vec::new(),
                 json: true,
                 force: false,
             })

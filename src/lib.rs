@@ -9,7 +9,9 @@
 //! - [`config`]: the TOML file → a validated [`Config`].
 //! - [`server`]: accept loop, connection cap, graceful shutdown.
 //! - [`handler`]: the request pipeline (route, key, body, claim, forward, record).
-//! - [`idempotency_key`], [`fingerprint`]: key parsing and the request fingerprint.
+//! - [`idempotency_key`], [`key_source`], [`json_body`], [`fingerprint`]: the
+//!   key (its syntax, where a route reads it, the JSON body it may come
+//!   from) and the request fingerprint.
 //! - [`store`]: the request-path [`store::Store`] and [`store::StoreAdmin`]
 //!   traits, the state machine ([`store::transitions`]), and the PostgreSQL,
 //!   Redis and in-memory stores.
@@ -35,7 +37,9 @@ pub mod config;
 pub mod fingerprint;
 pub mod handler;
 pub mod idempotency_key;
+pub mod json_body;
 pub mod key_admin;
+pub mod key_source;
 pub mod metrics;
 pub mod problem;
 pub mod server;

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::body::{Body, full};
 use crate::idempotency_key::KeyError;
+use crate::key_source::KeyPart;
 use crate::store::{HeldReason, StoreError};
 
 /// Every way the gateway answers instead of (or after) the upstream.
@@ -20,17 +21,17 @@ pub enum GatewayError {
         /// The request path.
         path: String,
     },
-    /// The route requires a key and the request has none.
-    #[error("missing {header} header")]
+    /// The route requires a key and the request lacks one of its parts.
+    #[error("missing key part {part}")]
     MissingKey {
-        /// The key header's name.
-        header: String,
+        /// The first absent part.
+        part: KeyPart,
     },
-    /// The key header is malformed.
-    #[error("invalid {header} header: {reason}")]
+    /// A key or scope part's value is not usable.
+    #[error("invalid key part {part}: {reason}")]
     InvalidKey {
-        /// The key header's name.
-        header: String,
+        /// The part.
+        part: KeyPart,
         /// What is wrong with it.
         reason: KeyError,
     },
@@ -240,8 +241,10 @@ impl GatewayError {
         };
         match self {
             E::NoRoute { path } => format!("No configured route matches {path}. Check the URL, or the gateway's [[routes]] configuration."),
-            E::MissingKey { header } => format!("This endpoint requires an {header} header. Send a unique key (e.g. a UUID) per operation and reuse it when you retry."),
-            E::InvalidKey { header, reason } => format!("The {header} header is invalid: {reason}. Send 1 to 255 visible ASCII characters, bare or as a quoted string (\"key\")."),
+            E::MissingKey { part: KeyPart::Header(header) } => format!("This endpoint requires an {header} header. Send a unique key (e.g. a UUID) per operation and reuse it when you retry."),
+            E::MissingKey { part } => format!("This endpoint takes its idempotency key from {part}, which this request lacks. Send it, with the same value on every retry of one operation."),
+            E::InvalidKey { part: KeyPart::Header(header), reason } => format!("The {header} header is invalid: {reason}. Send 1 to 255 visible ASCII characters, bare or as a quoted string (\"key\")."),
+            E::InvalidKey { part, reason } => format!("This endpoint reads its idempotency key (or its scope) from {part}, and that is invalid: {reason}. Send a string (1 to 255 printable ASCII characters) or an integer there."),
             E::BodyTooLarge { limit } => format!("The request body exceeds this endpoint's limit of {limit} bytes. Send a smaller body."),
             E::BodyRead(e) => format!("The request body could not be read ({e}). Retry the request."),
             E::BodyTimeout { timeout } => format!("The request body did not arrive within {} seconds, so the request was not forwarded. Retry with the same key.", timeout.as_secs_f64()),

@@ -23,6 +23,7 @@ pub fn command(args: KeysCommand) -> KeyCommand {
         route: a.route,
         scope: a.scope,
         key: a.key,
+        parts: a.parts,
         json: a.json,
         force: a.force,
     };
@@ -125,8 +126,9 @@ mod tests {
         });
         let command = KeyCommand::Show(KeyTarget {
             route: "r".into(),
-            scope: None,
-            key: "k".into(),
+            scope: Vec::new(),
+            key: Some("k".into()),
+            parts: Vec::new(),
             json: false,
             force: false,
         });

@@ -138,12 +138,20 @@ pub struct KeyArgs {
     /// The route's name.
     #[arg(long)]
     pub route: String,
-    /// The scope header's value (e.g. the `Authorization` value) on routes with
-    /// a `scope_header`; omitted: the anonymous scope.
+    /// The scope: the `scope_header` value (e.g. the `Authorization`
+    /// value), or one `--scope` per `scope_from` part, in order; omitted:
+    /// the anonymous scope.
     #[arg(long)]
-    pub scope: Option<String>,
-    /// The key, bare or quoted as clients send it.
-    pub key: String,
+    pub scope: Vec<String>,
+    /// The key, bare or quoted as clients send it (a route whose key has
+    /// one part).
+    #[arg(required_unless_present = "parts", conflicts_with = "parts")]
+    pub key: Option<String>,
+    /// A composite key: one `--part` per `key_from` part, in order (e.g.
+    /// `--part saga-7 --part 3` for `key_from = ["header:X-Saga-Id",
+    /// "json:/step"]`).
+    #[arg(long = "part", value_name = "VALUE")]
+    pub parts: Vec<String>,
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,

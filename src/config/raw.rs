@@ -66,8 +66,10 @@ pub(super) struct RawRoute {
     pub(super) upstream: Option<String>,
     pub(super) methods: Option<Vec<String>>,
     pub(super) key_header: Option<String>,
+    pub(super) key_from: Option<Vec<String>>,
     pub(super) key_required: Option<bool>,
     pub(super) scope_header: Option<String>,
+    pub(super) scope_from: Option<Vec<String>>,
     pub(super) retention: Option<String>,
     pub(super) lease: Option<String>,
     pub(super) upstream_timeout: Option<String>,
@@ -103,9 +105,11 @@ macro_rules! merge_fields {
 impl RawRoute {
     /// This route with every absent key taken from `d` (the `[defaults]`
     /// table); a key the route sets wins. Tables (`fingerprint`) are taken
-    /// whole, not merged key by key.
+    /// whole, not merged key by key. A route that names its key in either
+    /// form (`key_from`, `key_header`) takes neither from the defaults; the
+    /// scope likewise.
     pub(super) fn or_defaults(&self, d: &RawRoute) -> RawRoute {
-        merge_fields!(
+        let mut merged = merge_fields!(
             self,
             d,
             name,
@@ -113,8 +117,10 @@ impl RawRoute {
             upstream,
             methods,
             key_header,
+            key_from,
             key_required,
             scope_header,
+            scope_from,
             retention,
             lease,
             upstream_timeout,
@@ -127,7 +133,16 @@ impl RawRoute {
             record,
             replay_headers,
             fingerprint
-        )
+        );
+        if self.key_header.is_some() || self.key_from.is_some() {
+            merged.key_header.clone_from(&self.key_header);
+            merged.key_from.clone_from(&self.key_from);
+        }
+        if self.scope_header.is_some() || self.scope_from.is_some() {
+            merged.scope_header.clone_from(&self.scope_header);
+            merged.scope_from.clone_from(&self.scope_from);
+        }
+        merged
     }
 }
 

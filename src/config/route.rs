@@ -9,7 +9,8 @@ use http::{HeaderName, Method, StatusCode, Uri};
 use serde::Deserialize;
 
 use super::defaults::DEFAULT_RECORD;
-use crate::fingerprint::FingerprintSpec;
+use crate::fingerprint::{BodyMode, FingerprintSpec};
+use crate::key_source::KeyPart;
 use crate::store::UnknownOutcome;
 
 /// How a route's path is matched.
@@ -143,12 +144,13 @@ pub struct Route {
     pub upstream: Uri,
     /// Protected methods; the others pass through untouched.
     pub methods: Vec<Method>,
-    /// The header carrying the key.
-    pub key_header: HeaderName,
+    /// Where the key is read (`key_from`; `key_header` is its shorthand).
+    pub key_from: Vec<KeyPart>,
     /// Missing key: `400` if true, pass-through if false.
     pub key_required: bool,
-    /// The header whose SHA-256 digest scopes keys (per tenant).
-    pub scope_header: Option<HeaderName>,
+    /// Where the scope is read (`scope_from`, or `scope_header`); its
+    /// SHA-256 digest scopes keys (per tenant). Empty: unscoped.
+    pub scope_from: Vec<KeyPart>,
     /// How long a record (and a `held` key) is kept.
     pub retention: Duration,
     /// How long an attempt owns its key without renewing.
@@ -182,7 +184,25 @@ impl Route {
     /// Whether a request header must reach the upstream unchanged: the key
     /// and scope headers, which a client's `Connection` cannot remove.
     pub fn travels_end_to_end(&self, name: &HeaderName) -> bool {
-        *name == self.key_header || self.scope_header.as_ref() == Some(name)
+        self.key_from
+            .iter()
+            .chain(&self.scope_from)
+            .any(|part| part.header() == Some(name))
+    }
+
+    /// Whether the key or the scope is read from the body.
+    pub fn key_reads_body(&self) -> bool {
+        self.key_from.iter().any(KeyPart::reads_body)
+    }
+
+    /// Whether the body is parsed as JSON (for a key or scope part, or the
+    /// fingerprint).
+    pub fn parses_json(&self) -> bool {
+        self.key_from
+            .iter()
+            .chain(&self.scope_from)
+            .any(KeyPart::reads_body)
+            || self.fingerprint.body == BodyMode::Json
     }
 }
 

@@ -28,7 +28,8 @@ use crate::body::{self, Body, Budgeted, BudgetedError, Collected, collect_up_to}
 use crate::clock::Instant;
 use crate::config::{Config, OnStoreError, Route};
 use crate::fingerprint::Fingerprinter;
-use crate::idempotency_key as key;
+use crate::json_body::JsonBody;
+use crate::key_source::{self, Found, PartError};
 use crate::metrics::{Metrics, RouteLabels};
 use crate::problem::GatewayError;
 use crate::store::{
@@ -164,28 +165,27 @@ impl Gateway {
             return Ok((response, Outcome::Passthrough));
         }
 
-        // 3. The key.
+        // 3. The key, when the head carries it (a part in the body is read
+        // after the body, in 5).
         let (parts, incoming) = request.into_parts();
-        let mut values = parts.headers.get_all(&route.key_header).iter();
-        let key = match (values.next(), values.next()) {
-            (None, _) if route.key_required => {
-                return Err(GatewayError::MissingKey {
-                    header: route.key_header.to_string(),
-                });
+        let head_key = if route.key_reads_body() {
+            None
+        } else {
+            match key_source::key(&route.key_from, &parts, None).map_err(invalid_key)? {
+                Found::Key(key) => Some(key),
+                Found::Missing(part) if route.key_required => {
+                    return Err(GatewayError::MissingKey { part });
+                }
+                Found::Missing(_) => {
+                    let request = Request::from_parts(parts, body::boxed(incoming));
+                    let response = self.forward_plain(&route, request, client).await?;
+                    return Ok((response, Outcome::Passthrough));
+                }
             }
-            (None, _) => {
-                let request = Request::from_parts(parts, body::boxed(incoming));
-                let response = self.forward_plain(&route, request, client).await?;
-                return Ok((response, Outcome::Passthrough));
-            }
-            (Some(_), Some(_)) => Err(key::KeyError::Repeated),
-            (Some(value), None) => key::parse(value),
+        };
+        if let Some(key) = &head_key {
+            trace.key_digest = Some(key_digest(key));
         }
-        .map_err(|reason| GatewayError::InvalidKey {
-            header: route.key_header.to_string(),
-            reason,
-        })?;
-        trace.key_digest = Some(hex::encode(&Sha256::digest(key.as_bytes())[..6]));
 
         // 4. The body, fingerprinted as it streams, within the limit.
         let limit = route.max_request_body;
@@ -217,21 +217,42 @@ impl Gateway {
             Ok(Err(BudgetedError::Body(e))) => return Err(GatewayError::BodyRead(e.to_string())),
             Err(_elapsed) => return Err(GatewayError::BodyTimeout { timeout }),
         };
-        let fingerprint = fingerprinter.finish(&body);
+
+        // 4b. The key and scope parts in the body (parsed once, for them and
+        // for the fingerprint).
+        let json = if route.parses_json() {
+            JsonBody::parse(&body)
+        } else {
+            None
+        };
+        let key = match head_key {
+            Some(key) => key,
+            None => match key_source::key(&route.key_from, &parts, json.as_ref())
+                .map_err(invalid_key)?
+            {
+                Found::Key(key) => {
+                    trace.key_digest = Some(key_digest(&key));
+                    key
+                }
+                Found::Missing(part) if route.key_required => {
+                    return Err(GatewayError::MissingKey { part });
+                }
+                Found::Missing(_) => {
+                    let request = Request::from_parts(parts, body::full(body));
+                    let response = self.forward_plain(&route, request, client).await?;
+                    drop(body_reservation);
+                    return Ok((response, Outcome::Passthrough));
+                }
+            },
+        };
+        let scope =
+            key_source::scope(&route.scope_from, &parts, json.as_ref()).map_err(invalid_key)?;
+        let fingerprint = fingerprinter.finish(&body, json);
 
         // 5. Claim.
         let record_key = RecordKey {
             route: route.name.clone(),
-            scope: match &route.scope_header {
-                Some(name) => store::scope_digest(
-                    parts
-                        .headers
-                        .get_all(name)
-                        .iter()
-                        .map(HeaderValue::as_bytes),
-                ),
-                None => Vec::new(),
-            },
+            scope,
             key,
         };
         // 5–7 in a task of its own (G6): from the claim on, a client that
@@ -391,6 +412,18 @@ fn connect_timeout(config: &Config) -> Duration {
 pub(crate) fn to_client(parts: &mut http::response::Parts) {
     strip_hop_by_hop(&mut parts.headers);
     parts.version = http::Version::default();
+}
+
+/// A key as logs show it: the first 12 hex digits of its SHA-256.
+fn key_digest(key: &str) -> String {
+    hex::encode(&Sha256::digest(key.as_bytes())[..6])
+}
+
+fn invalid_key(error: PartError) -> GatewayError {
+    GatewayError::InvalidKey {
+        part: error.part,
+        reason: error.reason,
+    }
 }
 
 /// A recorded response, marked as a replay.

@@ -25,3 +25,4 @@ mod replay_cache;
 mod request_hygiene;
 mod server;
 mod store_conformance;
+mod webhooks;

@@ -184,10 +184,13 @@ fn routes(raw: &[RawRoute], defaults: &RawRoute) -> Result<Vec<Route>, ConfigErr
             "at least one [[routes]] table is required",
         ));
     }
+    keys::one_form("defaults", defaults)?;
     let mut names = HashSet::new();
     let mut routes = Vec::with_capacity(raw.len());
     for (i, own) in raw.iter().enumerate() {
-        let route = route::route(&format!("routes[{i}]"), &own.or_defaults(defaults))?;
+        let at = format!("routes[{i}]");
+        keys::one_form(&at, own)?;
+        let route = route::route(&at, &own.or_defaults(defaults))?;
         if !names.insert(route.name.clone()) {
             return Err(invalid(
                 format!("routes[{i}].name"),
@@ -226,7 +229,10 @@ mod tests {
         assert_eq!(c.store.migrate, DEFAULT_STORE_MIGRATE);
         let r = &c.routes[0];
         assert_eq!(r.methods, DEFAULT_METHODS);
-        assert_eq!(r.key_header, DEFAULT_KEY_HEADER);
+        assert_eq!(
+            r.key_from,
+            [crate::key_source::KeyPart::Header(DEFAULT_KEY_HEADER)]
+        );
         assert_eq!(r.key_required, DEFAULT_KEY_REQUIRED);
         assert_eq!(r.retention, DEFAULT_RETENTION);
         assert_eq!(r.lease, DEFAULT_LEASE);

@@ -18,7 +18,7 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
     let path = target::path(at, r)?;
     let upstream = target::upstream(at, r)?;
     let methods = target::methods(at, r)?;
-    let (key_header, scope_header) = keys::headers(at, r)?;
+    let (key_from, scope_from) = keys::sources(at, r)?;
     let timing = timing::timing(at, r)?;
     let concurrent = concurrent(at, r)?;
     let record = record::statuses(at, r)?;
@@ -30,9 +30,9 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
         path,
         upstream,
         methods,
-        key_header,
+        key_from,
         key_required: r.key_required.unwrap_or(DEFAULT_KEY_REQUIRED),
-        scope_header,
+        scope_from,
         retention: timing.retention,
         lease: timing.lease,
         upstream_timeout: timing.upstream_timeout,
