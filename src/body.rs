@@ -189,6 +189,11 @@ pub struct Budgeted<'a, B> {
 }
 
 impl<'a, B> Budgeted<'a, B> {
+    /// The body still unread (what was paid for stays reserved).
+    pub fn into_inner(self) -> B {
+        self.inner
+    }
+
     /// Read `inner`, paying from `budget` into `reserved`.
     pub fn new(
         inner: B,

@@ -56,6 +56,16 @@ pub struct OrphanLabels {
     pub result: &'static str,
 }
 
+/// What a route in shadow mode would have done.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShadowLabels {
+    /// The route's name.
+    pub route: String,
+    /// `forward`, `replay`, `conflict`, `mismatch`, `held`, `missing_key`
+    /// or `invalid_key`.
+    pub would: &'static str,
+}
+
 /// A store operation and its result.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StoreLabels {
@@ -87,6 +97,8 @@ pub struct Metrics {
     pub lease_takeovers: Family<RouteLabels, Counter>,
     /// `idemgate_orphaned_claims_total`.
     pub orphaned_claims: Family<OrphanLabels, Counter>,
+    /// `idemgate_shadow_total{route, would}`: what shadow routes would have done.
+    pub shadow: Family<ShadowLabels, Counter>,
     /// `idemgate_records_swept_total`.
     pub records_swept: Counter,
     /// `idemgate_replay_cache_hits_total`: claims answered from the replay cache.
@@ -151,6 +163,12 @@ impl Metrics {
             "Claims whose answer was lost (never forwarded), by what became of the record they may have created",
             orphaned_claims.clone(),
         );
+        let shadow = Family::<ShadowLabels, Counter>::default();
+        registry.register(
+            "shadow",
+            "Keyed requests on shadow-mode routes, by what enforcing would have done (all were forwarded)",
+            shadow.clone(),
+        );
         let records_swept = Counter::default();
         registry.register(
             "records_swept",
@@ -190,6 +208,7 @@ impl Metrics {
             lease_renewals,
             lease_takeovers,
             orphaned_claims,
+            shadow,
             records_swept,
             replay_cache_hits,
             pool_connections,

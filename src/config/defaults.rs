@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use http::{HeaderName, Method, header};
 
-use super::route::{Concurrent, LogFormat, OnStoreError};
+use super::route::{Concurrent, LogFormat, OnStoreError, RouteMode};
 use crate::fingerprint::BodyMode;
 use crate::store::UnknownOutcome;
 
@@ -120,6 +120,8 @@ pub const DEFAULT_ON_UNKNOWN_OUTCOME: UnknownOutcome = UnknownOutcome::Hold;
 pub const DEFAULT_ON_STORE_ERROR: OnStoreError = OnStoreError::FailClosed;
 /// `concurrent`: an in-flight duplicate gets `409`.
 pub const DEFAULT_CONCURRENT: Concurrent = Concurrent::Reject;
+/// `mode`: enforce idempotency.
+pub const DEFAULT_MODE: RouteMode = RouteMode::Enforce;
 /// `record` (docs/DESIGN.md §5): 2xx, 3xx and 4xx except 408, 409, 425 and 429.
 pub const DEFAULT_RECORD: &[&str] = &["2xx", "3xx", "4xx", "!408", "!409", "!425", "!429"];
 /// `replay_headers`: response headers never recorded nor replayed

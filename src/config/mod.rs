@@ -29,7 +29,7 @@ use std::time::Duration;
 
 pub use crate::store::{StoreConfig, UnknownOutcome};
 pub use defaults::*;
-pub use route::{Concurrent, LogFormat, OnStoreError, PathMatch, RecordPolicy, Route};
+pub use route::{Concurrent, LogFormat, OnStoreError, PathMatch, RecordPolicy, Route, RouteMode};
 pub use secret::AdminToken;
 
 /// A configuration problem, with the key it concerns.

@@ -5,7 +5,7 @@
 
 use serde::Deserialize;
 
-use super::route::{Concurrent, LogFormat, OnStoreError};
+use super::route::{Concurrent, LogFormat, OnStoreError, RouteMode};
 use crate::fingerprint::BodyMode;
 use crate::store::UnknownOutcome;
 
@@ -78,6 +78,7 @@ pub(super) struct RawRoute {
     pub(super) on_unknown_outcome: Option<UnknownOutcome>,
     pub(super) on_store_error: Option<OnStoreError>,
     pub(super) concurrent: Option<Concurrent>,
+    pub(super) mode: Option<RouteMode>,
     pub(super) wait_timeout: Option<String>,
     pub(super) record: Option<Vec<String>>,
     pub(super) replay_headers: Option<Vec<String>>,
@@ -129,6 +130,7 @@ impl RawRoute {
             on_unknown_outcome,
             on_store_error,
             concurrent,
+            mode,
             wait_timeout,
             record,
             replay_headers,

@@ -77,6 +77,17 @@ pub enum Concurrent {
     Wait,
 }
 
+/// Whether a route enforces idempotency or only reports what it would do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteMode {
+    /// Claim, record, replay, and answer `400`/`409`/`422` as designed.
+    Enforce,
+    /// Forward every request as if idemgate were absent; still claim and
+    /// record keyed requests, and count what enforcing would have done.
+    Shadow,
+}
+
 /// Which upstream statuses are recorded (the rest release the key).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordPolicy {
@@ -167,6 +178,8 @@ pub struct Route {
     pub on_store_error: OnStoreError,
     /// What an in-flight duplicate gets.
     pub concurrent: Concurrent,
+    /// Enforce, or shadow (forward everything, count what would happen).
+    pub mode: RouteMode,
     /// Which upstream statuses are recorded.
     pub record: RecordPolicy,
     /// Response headers never recorded nor replayed (hop-by-hop ones are always dropped).

@@ -11,6 +11,7 @@ mod attempt;
 mod orphans;
 mod outcome;
 mod renew;
+mod shadow;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::body::{self, Body, Budgeted, BudgetedError, Collected, collect_up_to};
 use crate::clock::Instant;
-use crate::config::{Config, OnStoreError, Route};
+use crate::config::{Config, OnStoreError, Route, RouteMode};
 use crate::fingerprint::Fingerprinter;
 use crate::json_body::JsonBody;
 use crate::key_source::{self, Found, PartError};
@@ -39,6 +40,7 @@ use crate::upstream::{self, Upstream, UpstreamError, strip_hop_by_hop};
 
 use orphans::Orphans;
 pub use outcome::Outcome;
+use shadow::Would;
 
 /// The header marking a replayed response.
 pub const REPLAYED: &str = "idempotent-replayed";
@@ -168,18 +170,16 @@ impl Gateway {
         // 3. The key, when the head carries it (a part in the body is read
         // after the body, in 5).
         let (parts, incoming) = request.into_parts();
+        let shadow = route.mode == RouteMode::Shadow;
         let head_key = if route.key_reads_body() {
             None
         } else {
-            match key_source::key(&route.key_from, &parts, None).map_err(invalid_key)? {
-                Found::Key(key) => Some(key),
-                Found::Missing(part) if route.key_required => {
-                    return Err(GatewayError::MissingKey { part });
-                }
-                Found::Missing(_) => {
+            let found = key_source::key(&route.key_from, &parts, None);
+            match self.key_or_forward(&route, found) {
+                Ok(key) => Some(key),
+                Err(answer) => {
                     let request = Request::from_parts(parts, body::boxed(incoming));
-                    let response = self.forward_plain(&route, request, client).await?;
-                    return Ok((response, Outcome::Passthrough));
+                    return self.answer(&route, answer, request, client).await;
                 }
             }
         };
@@ -196,6 +196,11 @@ impl Gateway {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > limit as u64) {
+            if shadow {
+                let request = Request::from_parts(parts, body::boxed(incoming));
+                let response = self.forward_plain(&route, request, client).await?;
+                return Ok((response, Outcome::Passthrough));
+            }
             return Err(too_large);
         }
         // The body's bytes are paid for from the shared budget as they
@@ -208,6 +213,13 @@ impl Gateway {
         let read = collect_up_to(budgeted, limit, |chunk| fingerprinter.update(chunk));
         let body = match tokio::time::timeout(timeout, read).await {
             Ok(Ok(Collected::Complete(bytes))) => bytes,
+            Ok(Ok(Collected::Over { prefix, rest })) if shadow => {
+                // Forwarded as it streams: the part read, then the rest.
+                let body = body::boxed(body::Prefixed::new(prefix, rest.into_inner()));
+                let request = Request::from_parts(parts, body);
+                let response = self.forward_plain(&route, request, client).await?;
+                return Ok((response, Outcome::Passthrough));
+            }
             Ok(Ok(Collected::Over { .. })) => return Err(too_large),
             Ok(Err(BudgetedError::Spent)) => {
                 return Err(GatewayError::Overloaded(
@@ -227,26 +239,32 @@ impl Gateway {
         };
         let key = match head_key {
             Some(key) => key,
-            None => match key_source::key(&route.key_from, &parts, json.as_ref())
-                .map_err(invalid_key)?
-            {
-                Found::Key(key) => {
-                    trace.key_digest = Some(key_digest(&key));
-                    key
+            None => {
+                let found = key_source::key(&route.key_from, &parts, json.as_ref());
+                match self.key_or_forward(&route, found) {
+                    Ok(key) => {
+                        trace.key_digest = Some(key_digest(&key));
+                        key
+                    }
+                    Err(answer) => {
+                        let request = Request::from_parts(parts, body::full(body));
+                        let answered = self.answer(&route, answer, request, client).await;
+                        drop(body_reservation);
+                        return answered;
+                    }
                 }
-                Found::Missing(part) if route.key_required => {
-                    return Err(GatewayError::MissingKey { part });
-                }
-                Found::Missing(_) => {
-                    let request = Request::from_parts(parts, body::full(body));
-                    let response = self.forward_plain(&route, request, client).await?;
-                    drop(body_reservation);
-                    return Ok((response, Outcome::Passthrough));
-                }
-            },
+            }
         };
-        let scope =
-            key_source::scope(&route.scope_from, &parts, json.as_ref()).map_err(invalid_key)?;
+        let scope = match key_source::scope(&route.scope_from, &parts, json.as_ref()) {
+            Ok(scope) => scope,
+            Err(error) => {
+                let answer = self.instead_of_invalid(&route, error);
+                let request = Request::from_parts(parts, body::full(body));
+                let answered = self.answer(&route, answer, request, client).await;
+                drop(body_reservation);
+                return answered;
+            }
+        };
         let fingerprint = fingerprinter.finish(&body, json);
 
         // 5. Claim.
@@ -313,12 +331,39 @@ impl Gateway {
                     self.orphans
                         .report(&route.name, record_key, attempt, route.lease);
                 }
+                if route.mode == RouteMode::Shadow {
+                    // A store error never blocks a shadow route.
+                    tracing::warn!(route = %route.name, error = %error, "store error on a shadow route: forwarded");
+                    let request = Request::from_parts(parts, body::full(body));
+                    let response = self.forward_plain(&route, request, client).await?;
+                    return Ok((response, Outcome::FailOpen, None));
+                }
                 let (response, outcome) = self
                     .on_store_error(&route, parts, body, client, error)
                     .await?;
                 return Ok((response, outcome, None));
             }
         };
+        if route.mode == RouteMode::Shadow {
+            let would = match &claim {
+                Claim::Claimed { .. } => Would::Forward,
+                Claim::Replay(_) => Would::Replay,
+                Claim::InFlight { .. } => Would::Conflict,
+                Claim::Mismatch => Would::Mismatch,
+                Claim::Held(_) => Would::Held,
+            };
+            shadow::report(
+                &self.metrics,
+                &route.name,
+                would,
+                Some(&key_digest(&record_key.key)),
+            );
+            if would != Would::Forward {
+                let request = Request::from_parts(parts, body::full(body));
+                let response = self.forward_plain(&route, request, client).await?;
+                return Ok((response, Outcome::Passthrough, None));
+            }
+        }
         match claim {
             Claim::Replay(stored) => Ok((replay(stored), Outcome::Replayed, None)),
             Claim::InFlight { retry_after } => Err(GatewayError::InFlight { retry_after }),
@@ -342,6 +387,65 @@ impl Gateway {
                 );
                 let response = self.attempt(&route, &record_key, token, request).await?;
                 Ok((response, Outcome::Forwarded, Some(token)))
+            }
+        }
+    }
+
+    /// The key, or what to do instead: a problem (enforce), or a forward
+    /// without idempotency (no key on a route that does not require one; in
+    /// shadow mode, any key problem, counted as what enforcing would do).
+    fn key_or_forward(
+        &self,
+        route: &Route,
+        found: Result<Found, PartError>,
+    ) -> Result<String, Instead> {
+        match found {
+            Ok(Found::Key(key)) => Ok(key),
+            Ok(Found::Missing(_)) if !route.key_required => Err(Instead::Forward),
+            Ok(Found::Missing(part)) => {
+                Err(
+                    self.instead(route, Would::MissingKey, || GatewayError::MissingKey {
+                        part,
+                    }),
+                )
+            }
+            Err(error) => Err(self.instead_of_invalid(route, error)),
+        }
+    }
+
+    /// What a key or scope part that is present but unusable gets.
+    fn instead_of_invalid(&self, route: &Route, error: PartError) -> Instead {
+        self.instead(route, Would::InvalidKey, || invalid_key(error))
+    }
+
+    /// `problem` when enforcing; a counted forward in shadow mode.
+    fn instead(
+        &self,
+        route: &Route,
+        would: Would,
+        problem: impl FnOnce() -> GatewayError,
+    ) -> Instead {
+        if route.mode == RouteMode::Shadow {
+            shadow::report(&self.metrics, &route.name, would, None);
+            Instead::Forward
+        } else {
+            Instead::Problem(problem())
+        }
+    }
+
+    /// Carry out an [`Instead`].
+    async fn answer(
+        &self,
+        route: &Route,
+        instead: Instead,
+        request: Request<Body>,
+        client: SocketAddr,
+    ) -> Result<(Response<Body>, Outcome), GatewayError> {
+        match instead {
+            Instead::Problem(error) => Err(error),
+            Instead::Forward => {
+                let response = self.forward_plain(route, request, client).await?;
+                Ok((response, Outcome::Passthrough))
             }
         }
     }
@@ -412,6 +516,14 @@ fn connect_timeout(config: &Config) -> Duration {
 pub(crate) fn to_client(parts: &mut http::response::Parts) {
     strip_hop_by_hop(&mut parts.headers);
     parts.version = http::Version::default();
+}
+
+/// What a request without a usable key gets instead of a claim.
+enum Instead {
+    /// This problem.
+    Problem(GatewayError),
+    /// Forwarded without idempotency.
+    Forward,
 }
 
 /// A key as logs show it: the first 12 hex digits of its SHA-256.

@@ -24,5 +24,6 @@ mod postgres_races;
 mod replay_cache;
 mod request_hygiene;
 mod server;
+mod shadow;
 mod store_conformance;
 mod webhooks;

@@ -5,8 +5,8 @@
 
 use super::{fingerprint, key, keys, record, target, timing};
 use crate::config::defaults::{
-    DEFAULT_CONCURRENT, DEFAULT_KEY_REQUIRED, DEFAULT_MAX_REQUEST_BODY, DEFAULT_ON_STORE_ERROR,
-    DEFAULT_ON_UNKNOWN_OUTCOME,
+    DEFAULT_CONCURRENT, DEFAULT_KEY_REQUIRED, DEFAULT_MAX_REQUEST_BODY, DEFAULT_MODE,
+    DEFAULT_ON_STORE_ERROR, DEFAULT_ON_UNKNOWN_OUTCOME,
 };
 use crate::config::raw::RawRoute;
 use crate::config::values::size;
@@ -45,6 +45,7 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
         on_unknown_outcome: r.on_unknown_outcome.unwrap_or(DEFAULT_ON_UNKNOWN_OUTCOME),
         on_store_error: r.on_store_error.unwrap_or(DEFAULT_ON_STORE_ERROR),
         concurrent,
+        mode: r.mode.unwrap_or(DEFAULT_MODE),
         record,
         replay_headers_deny,
         fingerprint,
