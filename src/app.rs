@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::handler::Gateway;
 use crate::metrics::{InstrumentedStore, Metrics, plain_result};
 use crate::store::{self, Backend, Store, StoreAdmin, StoreError};
+use crate::waiters::Waiters;
 use crate::{admin, server};
 
 /// Why the gateway could not run.
@@ -64,6 +65,11 @@ pub async fn run_with(
     }
     let metrics = Arc::new(Metrics::new());
     let records: Arc<dyn StoreAdmin> = backend.clone();
+    let waiters = Waiters::new();
+    let relay = tokio::spawn({
+        let (backend, waiters) = (backend.clone(), waiters.clone());
+        async move { backend.relay_wakeups(waiters).await }
+    });
     let path: Arc<dyn Store> = Arc::new(InstrumentedStore::new(backend, metrics.clone()));
     let path = store::with_replay_cache(path, &config.store, metrics.replay_cache_hits.clone());
     let stop_admin = CancellationToken::new();
@@ -84,9 +90,10 @@ pub async fn run_with(
         config.store.sweep_interval,
         config.store.sweep_batch,
     ));
-    let gateway = Arc::new(Gateway::new(&config, path, metrics));
+    let gateway = Arc::new(Gateway::new(&config, path, metrics, waiters));
     server::serve(listener, gateway, &config, shutdown).await;
     sweeper.abort();
+    relay.abort();
     stop_admin.cancel();
     let _ = admin_task.await;
 }

@@ -16,6 +16,7 @@
 //!   traits, the state machine ([`store::transitions`]), and the PostgreSQL,
 //!   Redis and in-memory stores.
 //! - [`upstream`]: the upstream client and header hygiene.
+//! - [`waiters`]: requests waiting for an in-flight key, woken by the store.
 //! - [`problem`]: every synthetic answer, as `application/problem+json`.
 //! - [`admin`]: metrics, health, readiness and `POST /keys` on the admin listener.
 //! - [`key_admin`]: key administration, shared by the CLI and the admin listener.
@@ -45,6 +46,7 @@ pub mod problem;
 pub mod server;
 pub mod store;
 pub mod upstream;
+pub mod waiters;
 
 pub use app::{RunError, run, run_with, sweep_once};
 pub use config::Config;

@@ -66,6 +66,14 @@ pub struct ShadowLabels {
     pub would: &'static str,
 }
 
+/// Why a waiting request claimed again.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WakeupLabels {
+    /// `store` (the store announced the key settled) or `poll` (the slow
+    /// poll, when no announcement came).
+    pub cause: &'static str,
+}
+
 /// A store operation and its result.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StoreLabels {
@@ -91,6 +99,10 @@ pub struct Metrics {
     pub store_seconds: Family<StoreLabels, Histogram, fn() -> Histogram>,
     /// `idemgate_forwards_in_flight`: claimed forwards running now.
     pub forwards_in_flight: Gauge,
+    /// `idemgate_waiting`: requests waiting for a key (`concurrent = "wait"`).
+    pub waiting: Gauge,
+    /// `idemgate_wait_wakeups_total{cause}`.
+    pub wait_wakeups: Family<WakeupLabels, Counter>,
     /// `idemgate_lease_renewals_total{route, result}`.
     pub lease_renewals: Family<RenewalLabels, Counter>,
     /// `idemgate_lease_takeovers_total{route}`: keys taken over after a lapsed lease.
@@ -144,6 +156,18 @@ impl Metrics {
             "forwards_in_flight",
             "Claimed forwards waiting for the upstream or their record",
             forwards_in_flight.clone(),
+        );
+        let waiting = Gauge::default();
+        registry.register(
+            "waiting",
+            "Requests waiting for an in-flight key to settle (concurrent = \"wait\")",
+            waiting.clone(),
+        );
+        let wait_wakeups = Family::<WakeupLabels, Counter>::default();
+        registry.register(
+            "wait_wakeups",
+            "Waiting requests woken to claim again, by cause (store announcement or slow poll)",
+            wait_wakeups.clone(),
         );
         let lease_renewals = Family::<RenewalLabels, Counter>::default();
         registry.register(
@@ -205,6 +229,8 @@ impl Metrics {
             upstream_seconds,
             store_seconds,
             forwards_in_flight,
+            waiting,
+            wait_wakeups,
             lease_renewals,
             lease_takeovers,
             orphaned_claims,

@@ -56,6 +56,14 @@ pub enum GatewayError {
         /// Time left on its lease.
         retry_after: Duration,
     },
+    /// `concurrent = "wait"`: waited `wait_timeout`, still in flight.
+    #[error("waited {waited:?} for a request with this key in flight")]
+    WaitTimeout {
+        /// How long this request waited.
+        waited: Duration,
+        /// Time left on the first attempt's lease.
+        retry_after: Duration,
+    },
     /// The key was used with a different request.
     #[error("key reused with a different request")]
     Mismatch,
@@ -146,7 +154,7 @@ impl GatewayError {
             ),
             // The lease bounds the wait; most requests finish far sooner, so
             // clients are asked to come back in a second, not at the bound.
-            E::InFlight { retry_after } => Kind {
+            E::InFlight { retry_after } | E::WaitTimeout { retry_after, .. } => Kind {
                 retry_after: Some((*retry_after).min(IN_FLIGHT_RETRY)),
                 ..k(
                     StatusCode::CONFLICT,
@@ -249,6 +257,7 @@ impl GatewayError {
             E::BodyRead(e) => format!("The request body could not be read ({e}). Retry the request."),
             E::BodyTimeout { timeout } => format!("The request body did not arrive within {} seconds, so the request was not forwarded. Retry with the same key.", timeout.as_secs_f64()),
             E::InFlight { retry_after } => format!("A request with this key is still being processed (its lease runs at most {} more seconds). Retry with the same key shortly to get its result.", retry_secs(*retry_after)),
+            E::WaitTimeout { waited, retry_after } => format!("A request with this key is still being processed: this request waited {:.1} seconds for its answer (the route's wait_timeout), and its lease runs at most {} more seconds. Retry with the same key to get its result.", waited.as_secs_f64(), retry_secs(*retry_after)),
             E::Mismatch => "This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend exactly the original request.".to_string(),
             E::Held(HeldReason::ResponseTooLarge) => "The first request with this key was processed, but its response was too large to record, so it cannot be replayed. Look up the result with the API, or use a new key.".to_string(),
             E::Held(reason) => format!("A previous request with this key may or may not have been processed ({}); idemgate will not forward it again. Check the result with the API, ask the operator to release the key, or use a new key.", reason.as_str()),

@@ -120,6 +120,11 @@ pub const DEFAULT_ON_UNKNOWN_OUTCOME: UnknownOutcome = UnknownOutcome::Hold;
 pub const DEFAULT_ON_STORE_ERROR: OnStoreError = OnStoreError::FailClosed;
 /// `concurrent`: an in-flight duplicate gets `409`.
 pub const DEFAULT_CONCURRENT: Concurrent = Concurrent::Reject;
+/// `wait_timeout`: how long an in-flight duplicate waits under
+/// `concurrent = "wait"` before it gets `409`.
+pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// `max_waiting`: requests that may wait for a key at once, per instance.
+pub const DEFAULT_MAX_WAITING: usize = 10_000;
 /// `mode`: enforce idempotency.
 pub const DEFAULT_MODE: RouteMode = RouteMode::Enforce;
 /// `record` (docs/DESIGN.md §5): 2xx, 3xx and 4xx except 408, 409, 425 and 429.

@@ -104,6 +104,8 @@ pub struct Config {
     pub max_buffered_request_bytes: usize,
     /// Claimed forwards at once.
     pub max_forwards_in_flight: usize,
+    /// Requests waiting for an in-flight key at once (`concurrent = "wait"`).
+    pub max_waiting: usize,
     /// Connections the admin listener serves at once.
     pub admin_max_connections: usize,
     /// A request head's size limit, in bytes.

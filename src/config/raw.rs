@@ -27,6 +27,7 @@ pub(super) struct RawConfig {
     pub(super) http2_connection_window: Option<String>,
     pub(super) max_buffered_request_bytes: Option<String>,
     pub(super) max_forwards_in_flight: Option<usize>,
+    pub(super) max_waiting: Option<usize>,
     pub(super) admin_max_connections: Option<usize>,
     pub(super) max_header_bytes: Option<String>,
     pub(super) shutdown_timeout: Option<String>,

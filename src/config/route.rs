@@ -73,7 +73,8 @@ pub enum OnStoreError {
 pub enum Concurrent {
     /// `409` with `Retry-After`.
     Reject,
-    /// Wait up to `wait_timeout`, then replay (not implemented yet; rejected by validation).
+    /// Wait up to `wait_timeout` for the first attempt's answer (woken by
+    /// the store), then `409`.
     Wait,
 }
 
@@ -178,6 +179,8 @@ pub struct Route {
     pub on_store_error: OnStoreError,
     /// What an in-flight duplicate gets.
     pub concurrent: Concurrent,
+    /// How long a duplicate waits under `concurrent = "wait"`.
+    pub wait_timeout: Duration,
     /// Enforce, or shadow (forward everything, count what would happen).
     pub mode: RouteMode,
     /// Which upstream statuses are recorded.

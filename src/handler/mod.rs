@@ -27,16 +27,17 @@ use tokio_util::task::TaskTracker;
 
 use crate::body::{self, Body, Budgeted, BudgetedError, Collected, collect_up_to};
 use crate::clock::Instant;
-use crate::config::{Config, OnStoreError, Route, RouteMode};
+use crate::config::{Concurrent, Config, OnStoreError, Route, RouteMode};
 use crate::fingerprint::Fingerprinter;
 use crate::json_body::JsonBody;
 use crate::key_source::{self, Found, PartError};
-use crate::metrics::{Metrics, RouteLabels};
+use crate::metrics::{Metrics, RouteLabels, WakeupLabels};
 use crate::problem::GatewayError;
 use crate::store::{
     self, Claim, ClaimRequest, RecordKey, Store, StoreError, StoredResponse, Token,
 };
 use crate::upstream::{self, Upstream, UpstreamError, strip_hop_by_hop};
+use crate::waiters::{Waiters, wake_id};
 
 use orphans::Orphans;
 pub use outcome::Outcome;
@@ -67,11 +68,21 @@ pub struct Gateway {
     forward_slots: Arc<Semaphore>,
     metrics: Arc<Metrics>,
     orphans: Orphans,
+    /// Requests waiting for a key (`concurrent = "wait"`), by key.
+    waiters: Arc<Waiters>,
+    /// Requests that may wait at once (`max_waiting`).
+    wait_slots: Arc<Semaphore>,
 }
 
 impl Gateway {
-    /// Build a gateway over an opened store.
-    pub fn new(config: &Config, store: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
+    /// Build a gateway over an opened store; `waiters` are woken by the
+    /// store's relay ([`crate::store::StoreAdmin::relay_wakeups`]).
+    pub fn new(
+        config: &Config,
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+        waiters: Arc<Waiters>,
+    ) -> Self {
         let tasks = TaskTracker::new();
         Self {
             routes: config.routes.iter().cloned().map(Arc::new).collect(),
@@ -84,6 +95,8 @@ impl Gateway {
             body_budget: Arc::new(Semaphore::new(config.max_buffered_request_bytes)),
             forward_slots: Arc::new(Semaphore::new(config.max_forwards_in_flight)),
             metrics,
+            waiters,
+            wait_slots: Arc::new(Semaphore::new(config.max_waiting)),
         }
     }
 
@@ -276,6 +289,32 @@ impl Gateway {
         // 5–7 in a task of its own (G6): from the claim on, a client that
         // goes away changes nothing — a committed claim is always forwarded
         // and settled, never left to lapse into `held`.
+        let claim = Claiming {
+            route,
+            record_key,
+            fingerprint,
+            parts,
+            body,
+            client,
+            // The body's bytes stay paid for until the last task using them ends.
+            reservation: Arc::new(body_reservation),
+        };
+        let waits =
+            claim.route.concurrent == Concurrent::Wait && claim.route.mode == RouteMode::Enforce;
+        let (response, outcome, token) = if waits {
+            self.claim_or_wait(claim).await?
+        } else {
+            self.claim_in_task(claim).await?
+        };
+        trace.token = token;
+        Ok((response, outcome))
+    }
+
+    /// Claim (and forward) in a task of its own.
+    async fn claim_in_task(
+        self: &Arc<Self>,
+        claim: Claiming,
+    ) -> Result<(Response<Body>, Outcome, Option<Token>), GatewayError> {
         let forward_slot = self
             .forward_slots
             .clone()
@@ -286,30 +325,80 @@ impl Gateway {
         let (reply, answer) = oneshot::channel();
         let gateway = self.clone();
         self.tasks.spawn(async move {
-            let result = gateway
-                .claim_and_forward(route, record_key, fingerprint, parts, body, client)
-                .await;
-            // The body and the response are no longer buffered here.
-            drop((body_reservation, forward_slot));
+            // The claim's body reservation ends with it.
+            let result = gateway.claim_and_forward(claim).await;
+            // The response is no longer buffered here.
+            drop(forward_slot);
             let _ = reply.send(result);
         });
-        let (response, outcome, token) = answer.await.map_err(|_| {
+        answer.await.map_err(|_| {
             GatewayError::Internal("the forward task ended without an answer".into())
-        })??;
-        trace.token = token;
-        Ok((response, outcome))
+        })?
+    }
+
+    /// `concurrent = "wait"`: while the key is in flight, wait (woken by
+    /// the store, or at the slow poll) and claim again, until the first
+    /// attempt's answer is there, this request wins a released key, or
+    /// `wait_timeout` passes (`409`). A client that goes away stops waiting.
+    async fn claim_or_wait(
+        self: &Arc<Self>,
+        claim: Claiming,
+    ) -> Result<(Response<Body>, Outcome, Option<Token>), GatewayError> {
+        let started = Instant::now();
+        let deadline = started + claim.route.wait_timeout;
+        let signal = self.waiters.register(wake_id(&claim.record_key));
+        let mut waiting: Option<Waiting> = None;
+        loop {
+            // Listening before the claim: a wake between its answer and the
+            // wait below is kept.
+            let notified = signal.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let result = self.claim_in_task(claim.clone()).await;
+            let retry_after = match result {
+                Err(GatewayError::InFlight { retry_after }) => retry_after,
+                Ok((response, Outcome::Replayed, token)) if waiting.is_some() => {
+                    return Ok((response, Outcome::WaitedReplay, token));
+                }
+                other => return other,
+            };
+            if waiting.is_none() {
+                waiting = Some(
+                    Waiting::start(&self.wait_slots, &self.metrics)
+                        .ok_or(GatewayError::InFlight { retry_after })?,
+                );
+            }
+            let cause = tokio::select! {
+                () = &mut notified => "store",
+                () = tokio::time::sleep(WAIT_POLL) => "poll",
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(GatewayError::WaitTimeout {
+                        waited: started.elapsed(),
+                        retry_after,
+                    });
+                }
+            };
+            self.metrics
+                .wait_wakeups
+                .get_or_create(&WakeupLabels { cause })
+                .inc();
+        }
     }
 
     /// Claim the key, then answer from the claim or forward and settle.
     async fn claim_and_forward(
         self: Arc<Self>,
-        route: Arc<Route>,
-        record_key: RecordKey,
-        fingerprint: crate::fingerprint::Fingerprint,
-        parts: Parts,
-        body: Bytes,
-        client: SocketAddr,
+        claim: Claiming,
     ) -> Result<(Response<Body>, Outcome, Option<Token>), GatewayError> {
+        let Claiming {
+            route,
+            record_key,
+            fingerprint,
+            parts,
+            body,
+            client,
+            reservation: _reservation,
+        } = claim;
         let attempt = store::new_attempt_id();
         let claim = self
             .store
@@ -516,6 +605,48 @@ fn connect_timeout(config: &Config) -> Duration {
 pub(crate) fn to_client(parts: &mut http::response::Parts) {
     strip_hop_by_hop(&mut parts.headers);
     parts.version = http::Version::default();
+}
+
+/// The longest a waiting request goes without claiming again when the store
+/// announces nothing (announcements lost while a relay reconnects are also
+/// covered by its wake-all).
+const WAIT_POLL: Duration = Duration::from_secs(5);
+
+/// Everything a claim (and its forward) needs; cheap to clone (the body is
+/// shared), so a waiting request can claim again.
+#[derive(Clone)]
+struct Claiming {
+    route: Arc<Route>,
+    record_key: RecordKey,
+    fingerprint: crate::fingerprint::Fingerprint,
+    parts: Parts,
+    body: Bytes,
+    client: SocketAddr,
+    reservation: Arc<Option<tokio::sync::OwnedSemaphorePermit>>,
+}
+
+/// A request counted as waiting (`idemgate_waiting`, `max_waiting`) while alive.
+struct Waiting {
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Waiting {
+    /// `None` when `max_waiting` requests already wait.
+    fn start(slots: &Arc<Semaphore>, metrics: &Metrics) -> Option<Self> {
+        let slot = slots.clone().try_acquire_owned().ok()?;
+        metrics.waiting.inc();
+        Some(Self {
+            _slot: slot,
+            gauge: metrics.waiting.clone(),
+        })
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
 }
 
 /// What a request without a usable key gets instead of a claim.

@@ -10,6 +10,10 @@ pub enum Outcome {
     Forwarded,
     /// Answered from the record.
     Replayed,
+    /// Waited (`concurrent = "wait"`) for the first attempt, then replayed it.
+    WaitedReplay,
+    /// Waited `wait_timeout` and the key was still in flight: `409`.
+    WaitTimeout,
     /// `409`: in flight elsewhere.
     Conflict,
     /// `422`: different fingerprint.
@@ -38,6 +42,8 @@ impl Outcome {
         match self {
             Self::Forwarded => "forwarded",
             Self::Replayed => "replayed",
+            Self::WaitedReplay => "waited_replay",
+            Self::WaitTimeout => "wait_timeout",
             Self::Conflict => "conflict",
             Self::Mismatch => "mismatch",
             Self::MissingKey => "missing_key",
@@ -56,6 +62,7 @@ impl Outcome {
     pub fn of(error: &GatewayError) -> Self {
         match error {
             GatewayError::InFlight { .. } => Self::Conflict,
+            GatewayError::WaitTimeout { .. } => Self::WaitTimeout,
             GatewayError::Mismatch => Self::Mismatch,
             GatewayError::MissingKey { .. } => Self::MissingKey,
             GatewayError::InvalidKey { .. } => Self::InvalidKey,

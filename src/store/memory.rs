@@ -9,7 +9,7 @@
 //! refused with [`StoreError::Full`] (a `503`), never grown without bound.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use tokio::time::Instant;
@@ -20,6 +20,7 @@ use super::{
     StoreAdmin, StoreError, StoredResponse, Token,
 };
 use crate::fingerprint::Fingerprint;
+use crate::waiters::{Waiters, wake_id};
 
 #[derive(Debug, Clone)]
 enum State {
@@ -125,6 +126,8 @@ impl Inner {
 pub struct MemoryStore {
     inner: Mutex<Inner>,
     max_records: usize,
+    /// Told of every record that leaves `in_flight` (`relay_wakeups`).
+    waiters: OnceLock<Arc<Waiters>>,
 }
 
 impl MemoryStore {
@@ -133,6 +136,14 @@ impl MemoryStore {
         Self {
             inner: Mutex::new(Inner::default()),
             max_records,
+            waiters: OnceLock::new(),
+        }
+    }
+
+    /// `key`'s record left `in_flight` (or may have): wake its waiters.
+    fn announce(&self, key: &RecordKey) {
+        if let Some(waiters) = self.waiters.get() {
+            waiters.wake(&wake_id(key));
         }
     }
 
@@ -167,6 +178,10 @@ impl MemoryStore {
             apply(record, now);
             record.updated_at = now;
         }
+        drop(inner);
+        if write != Write::Renew {
+            self.announce(key);
+        }
         Cas::Applied
     }
 
@@ -180,6 +195,8 @@ impl MemoryStore {
             .is_some_and(|r| allowed(r, r.phase(now)));
         if removable {
             inner.records.remove(key);
+            drop(inner);
+            self.announce(key);
         }
         removable
     }
@@ -247,6 +264,8 @@ impl Store for MemoryStore {
                 let entry = inner.records.get_mut(req.key).expect("read above");
                 entry.state = State::Held(HeldReason::LeaseLapsed);
                 entry.updated_at = now;
+                drop(inner);
+                self.announce(req.key);
                 Claim::Held(HeldReason::LeaseLapsed)
             }
         })
@@ -306,6 +325,11 @@ impl Store for MemoryStore {
 
 #[async_trait::async_trait]
 impl StoreAdmin for MemoryStore {
+    async fn relay_wakeups(&self, waiters: Arc<Waiters>) {
+        // Every change happens in this process: announced where it happens.
+        let _ = self.waiters.set(waiters);
+    }
+
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
         Ok(self.lock().sweep(Instant::now(), batch))
     }

@@ -17,6 +17,8 @@ pub mod redis;
 pub mod transitions;
 
 use std::sync::Arc;
+
+use crate::waiters::Waiters;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -243,6 +245,11 @@ pub trait Store: Send + Sync + 'static {
 /// request path; backends implement it, wrappers do not.
 #[async_trait::async_trait]
 pub trait StoreAdmin: Send + Sync + 'static {
+    /// Wake `waiters` for every record that leaves `in_flight` — completed,
+    /// held, released, abandoned or deleted, by any instance — until the
+    /// future is dropped (docs/DESIGN.md §11). A store that announces
+    /// changes where they happen (memory) returns at once.
+    async fn relay_wakeups(&self, waiters: Arc<Waiters>);
     /// One record, if present (an expired one until it is swept).
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError>;
     /// Up to `limit` records of a route in one state, least recently changed first.

@@ -19,6 +19,8 @@ use super::{
     StoreAdmin, StoreError, StoredResponse, Token, decode_headers, encode_headers, redact_url,
 };
 use super::{StoreConfig, UnknownOutcome};
+use crate::waiters::{self, Waiters, parse_wake_id};
+use std::sync::Arc;
 
 /// The migrations under `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -28,6 +30,8 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 pub struct PgStore {
     pool: PgPool,
     timeout: Duration,
+    /// For the wake-up listener's own connection.
+    options: PgConnectOptions,
 }
 
 #[derive(sqlx::FromRow)]
@@ -86,6 +90,9 @@ impl InfoRow {
     }
 }
 
+/// The channel of migration 0003's announcements.
+const WAKE_CHANNEL: &str = "idemgate_keys";
+
 fn unavailable(e: sqlx::Error) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
@@ -126,7 +133,7 @@ impl PgStore {
         let options = PgConnectOptions::from_str(&config.url)
             .map_err(|e| StoreError::Unavailable(format!("invalid store URL {shown}: {e}")))?
             .application_name("idemgate");
-        let pool = PgPool::new(options, config.pool_size as usize, config.timeout);
+        let pool = PgPool::new(options.clone(), config.pool_size as usize, config.timeout);
         // Connect now, so that a wrong URL or a database that is down is
         // reported at start, with what to do.
         let mut first = pool.get().await.map_err(|e| {
@@ -139,7 +146,27 @@ impl PgStore {
         Ok(Self {
             pool,
             timeout: config.timeout,
+            options,
         })
+    }
+
+    /// Listen on `idemgate_keys` and wake the waiters each notification
+    /// names, until the connection is lost (`Ok`) or cannot be made.
+    async fn listen(&self, waiters: &Waiters) -> Result<(), sqlx::Error> {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(self.timeout)
+            .connect_lazy_with(self.options.clone());
+        let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
+        listener.listen(WAKE_CHANNEL).await?;
+        // Anything announced before this connection listened is lost.
+        waiters.wake_all();
+        while let Some(notification) = listener.try_recv().await? {
+            if let Some(id) = parse_wake_id(notification.payload()) {
+                waiters.wake(&id);
+            }
+        }
+        Ok(())
     }
 
     /// Apply the embedded migrations (safe to run from many instances at once).
@@ -380,6 +407,10 @@ impl Store for PgStore {
 
 #[async_trait::async_trait]
 impl StoreAdmin for PgStore {
+    async fn relay_wakeups(&self, waiters: Arc<Waiters>) {
+        waiters::relay(&waiters, || self.listen(&waiters)).await;
+    }
+
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
         // transitions::expired. Bounded, and skipping rows other transactions hold: never a long lock.
         let done = self

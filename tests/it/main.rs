@@ -26,4 +26,5 @@ mod request_hygiene;
 mod server;
 mod shadow;
 mod store_conformance;
+mod wait;
 mod webhooks;

@@ -23,7 +23,7 @@ use super::defaults::{
     DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS, DEFAULT_HTTP2_STREAM_WINDOW, DEFAULT_IDLE_TIMEOUT,
     DEFAULT_LISTEN, DEFAULT_LOG_FORMAT, DEFAULT_MAX_BUFFERED_REQUEST_BYTES,
     DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FORWARDS_IN_FLIGHT, DEFAULT_MAX_HEADER_BYTES,
-    DEFAULT_SHUTDOWN_TIMEOUT,
+    DEFAULT_MAX_WAITING, DEFAULT_SHUTDOWN_TIMEOUT,
 };
 use super::raw::{RawConfig, RawRoute};
 use super::values::{duration, size, socket_addr};
@@ -66,6 +66,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         raw.max_forwards_in_flight,
         DEFAULT_MAX_FORWARDS_IN_FLIGHT,
     )?;
+    let max_waiting = at_least_one("max_waiting", raw.max_waiting, DEFAULT_MAX_WAITING)?;
     let admin_max_connections = at_least_one(
         "admin_max_connections",
         raw.admin_max_connections,
@@ -153,6 +154,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         )?,
         max_buffered_request_bytes,
         max_forwards_in_flight,
+        max_waiting,
         admin_max_connections,
         max_header_bytes: match size(
             "max_header_bytes",

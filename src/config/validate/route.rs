@@ -6,11 +6,12 @@
 use super::{fingerprint, key, keys, record, target, timing};
 use crate::config::defaults::{
     DEFAULT_CONCURRENT, DEFAULT_KEY_REQUIRED, DEFAULT_MAX_REQUEST_BODY, DEFAULT_MODE,
-    DEFAULT_ON_STORE_ERROR, DEFAULT_ON_UNKNOWN_OUTCOME,
+    DEFAULT_ON_STORE_ERROR, DEFAULT_ON_UNKNOWN_OUTCOME, DEFAULT_WAIT_TIMEOUT,
 };
 use crate::config::raw::RawRoute;
-use crate::config::values::size;
+use crate::config::values::{duration, size};
 use crate::config::{Concurrent, ConfigError, Route, invalid};
+use std::time::Duration;
 
 /// The route at dotted key `at` (`routes[0]`).
 pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
@@ -20,7 +21,7 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
     let methods = target::methods(at, r)?;
     let (key_from, scope_from) = keys::sources(at, r)?;
     let timing = timing::timing(at, r)?;
-    let concurrent = concurrent(at, r)?;
+    let (concurrent, wait_timeout) = concurrent(at, r, &timing)?;
     let record = record::statuses(at, r)?;
     let replay_headers_deny = record::replay_headers_deny(at, r)?;
     let fingerprint = fingerprint::fingerprint(at, r)?;
@@ -45,6 +46,7 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
         on_unknown_outcome: r.on_unknown_outcome.unwrap_or(DEFAULT_ON_UNKNOWN_OUTCOME),
         on_store_error: r.on_store_error.unwrap_or(DEFAULT_ON_STORE_ERROR),
         concurrent,
+        wait_timeout,
         mode: r.mode.unwrap_or(DEFAULT_MODE),
         record,
         replay_headers_deny,
@@ -52,22 +54,37 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
     })
 }
 
-/// `concurrent`, and `wait_timeout`, which only `"wait"` would use.
-fn concurrent(at: &str, r: &RawRoute) -> Result<Concurrent, ConfigError> {
+/// `concurrent`, and `wait_timeout`, which only `"wait"` uses: more than
+/// zero, and at most `upstream_timeout` + `lease` (by then the first attempt
+/// has answered or its lease has lapsed; waiting longer only holds a
+/// client).
+fn concurrent(
+    at: &str,
+    r: &RawRoute,
+    timing: &timing::Timing,
+) -> Result<(Concurrent, Duration), ConfigError> {
     let concurrent = r.concurrent.unwrap_or(DEFAULT_CONCURRENT);
-    if concurrent == Concurrent::Wait {
+    if concurrent != Concurrent::Wait {
+        if r.wait_timeout.is_some() {
+            return Err(invalid(
+                key(at, "wait_timeout"),
+                "only applies to concurrent = \"wait\"",
+            ));
+        }
+        return Ok((concurrent, DEFAULT_WAIT_TIMEOUT));
+    }
+    let at_key = key(at, "wait_timeout");
+    let wait = duration(&at_key, r.wait_timeout.as_deref(), DEFAULT_WAIT_TIMEOUT)?;
+    let bound = timing.upstream_timeout + timing.lease;
+    if wait.is_zero() || wait > bound {
         return Err(invalid(
-            key(at, "concurrent"),
-            "\"wait\" is not implemented yet; use \"reject\" (409 + Retry-After)",
+            at_key,
+            format!(
+                "{wait:?} must be more than zero and at most upstream_timeout + lease ({bound:?}): by then the first attempt has answered or lost its lease"
+            ),
         ));
     }
-    if r.wait_timeout.is_some() {
-        return Err(invalid(
-            key(at, "wait_timeout"),
-            "only applies to concurrent = \"wait\", which is not implemented yet",
-        ));
-    }
-    Ok(concurrent)
+    Ok((concurrent, wait))
 }
 
 #[cfg(test)]
@@ -81,11 +98,8 @@ mod tests {
         assert!(err.contains("on_unknown_outcome"), "{err}");
         let c = parse(&format!("{MINIMAL}\non_unknown_outcome = \"release\"\n")).unwrap();
         assert_eq!(c.routes[0].on_unknown_outcome, UnknownOutcome::Release);
-        let err = route_error("concurrent = \"wait\"");
-        assert!(
-            err.contains("concurrent") && err.contains("not implemented"),
-            "{err}"
-        );
+        let err = route_error("concurrent = \"queue\"");
+        assert!(err.contains("concurrent"), "{err}");
     }
 
     #[test]
@@ -96,6 +110,25 @@ mod tests {
         );
         let err = route_error("wait_timeout = \"1s\"");
         assert!(err.contains("routes[0].wait_timeout"), "{err}");
+    }
+
+    #[test]
+    fn wait_timeout_is_bounded_by_the_first_attempt() {
+        let c = parse(&format!("{MINIMAL}\nconcurrent = \"wait\"\n")).unwrap();
+        assert_eq!(c.routes[0].concurrent, crate::config::Concurrent::Wait);
+        assert_eq!(
+            c.routes[0].wait_timeout,
+            crate::config::DEFAULT_WAIT_TIMEOUT
+        );
+        for line in [
+            "concurrent = \"wait\"\nwait_timeout = \"0s\"",
+            "concurrent = \"wait\"\nlease = \"2s\"\nupstream_timeout = \"1s\"\nwait_timeout = \"4s\"",
+        ] {
+            let err = route_error(line);
+            assert!(err.contains("routes[0].wait_timeout"), "{line}: {err}");
+        }
+        let ok = "concurrent = \"wait\"\nlease = \"2s\"\nupstream_timeout = \"1s\"\nwait_timeout = \"3s\"";
+        assert!(parse(&format!("{MINIMAL}\n{ok}\n")).is_ok());
     }
 
     #[test]

@@ -19,6 +19,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use deadpool_redis::redis::aio::MultiplexedConnection;
 use deadpool_redis::redis::{self, Script, Value};
+use futures_util::StreamExt;
+use std::sync::Arc;
+
+use crate::waiters::{self, Waiters, parse_wake_id, wake_id};
 
 use self::lanes::Lanes;
 use self::scripts::{ABANDON, CLAIM, CLEAR, COMPLETE, HOLD, INSPECT, RELEASE, RENEW};
@@ -37,6 +41,8 @@ pub struct RedisStore {
     pool: Pool,
     lanes: Lanes,
     prefix: String,
+    /// For the wake-up subscriber's own connection.
+    url: String,
     timeout: Duration,
 }
 
@@ -96,6 +102,7 @@ impl RedisStore {
             lanes: Lanes::new(config.pool_size as usize),
             prefix: config.prefix.clone(),
             timeout: config.timeout,
+            url: config.url.clone(),
         };
         store.ping().await.map_err(|e| {
             StoreError::Unavailable(format!(
@@ -144,6 +151,8 @@ impl RedisStore {
         completed_too: bool,
     ) -> Result<bool, StoreError> {
         let record = self.record_key(key);
+        let wake = self.wake_args(key);
+        let wake = &wake;
         let flag = |b: bool| if b { "1" } else { "0" };
         let n: i64 = self
             .bounded(|mut conn| async move {
@@ -151,11 +160,47 @@ impl RedisStore {
                     .key(&record[..])
                     .arg(flag(force))
                     .arg(flag(completed_too))
+                    .arg(&wake.0)
+                    .arg(&wake.1)
                     .invoke_async(&mut conn)
                     .await
             })
             .await?;
         Ok(n == 1)
+    }
+
+    /// The wake-up channel and this key's wake id (hex), the last two
+    /// arguments of every script that can settle a record.
+    fn wake_args(&self, key: &RecordKey) -> (String, String) {
+        (self.wake_channel(), hex::encode(wake_id(key)))
+    }
+
+    /// `{prefix}keys`: where the scripts announce settled records.
+    fn wake_channel(&self) -> String {
+        format!("{}keys", self.prefix)
+    }
+
+    /// Subscribe to the wake-up channel and wake the waiters each message
+    /// names, until the connection is lost (`Ok`) or cannot be made.
+    async fn listen(&self, waiters: &Waiters) -> Result<(), redis::RedisError> {
+        let client = redis::Client::open(self.url.as_str())?;
+        let mut pubsub = tokio::time::timeout(self.timeout, client.get_async_pubsub())
+            .await
+            .map_err(|_| {
+                redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+            })??;
+        pubsub.subscribe(self.wake_channel()).await?;
+        // Anything announced before this subscription is lost.
+        waiters.wake_all();
+        let mut messages = pubsub.on_message();
+        while let Some(message) = messages.next().await {
+            if let Ok(text) = message.get_payload::<String>()
+                && let Some(id) = parse_wake_id(&text)
+            {
+                waiters.wake(&id);
+            }
+        }
+        Ok(())
     }
 
     fn token_key(&self) -> String {
@@ -226,12 +271,15 @@ impl RedisStore {
         args: &[&[u8]],
     ) -> Result<Cas, StoreError> {
         let record = self.record_key(key);
+        let wake = self.wake_args(key);
+        let wake = &wake;
         let n: i64 = self
             .bounded(|mut conn| async move {
                 let mut invocation = script.key(&record[..]);
                 for a in args {
                     invocation.arg(*a);
                 }
+                invocation.arg(&wake.0).arg(&wake.1);
                 invocation.invoke_async(&mut conn).await
             })
             .await?;
@@ -244,6 +292,8 @@ impl Store for RedisStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         let record = self.record_key(req.key);
         let token_key = self.token_key();
+        let wake = self.wake_args(req.key);
+        let wake = &wake;
         let release = if req.on_unknown_outcome == UnknownOutcome::Release {
             "1"
         } else {
@@ -259,6 +309,8 @@ impl Store for RedisStore {
                     .arg(millis(req.retention))
                     .arg(release)
                     .arg(req.attempt)
+                    .arg(&wake.0)
+                    .arg(&wake.1)
                     .invoke_async(&mut conn)
                     .await
             })
@@ -357,6 +409,10 @@ impl Store for RedisStore {
 
 #[async_trait::async_trait]
 impl StoreAdmin for RedisStore {
+    async fn relay_wakeups(&self, waiters: Arc<Waiters>) {
+        waiters::relay(&waiters, || self.listen(&waiters)).await;
+    }
+
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
         let record = self.record_key(key);
         let reply: Option<Vec<Value>> = self

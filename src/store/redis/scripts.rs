@@ -7,12 +7,16 @@ use std::sync::LazyLock;
 
 use deadpool_redis::redis::Script;
 
-/// Milliseconds since the epoch by the server's clock, as `now`.
-const NOW: &str =
-    "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)\n";
+/// Milliseconds since the epoch by the server's clock, as `now`; and
+/// `announce()`, which publishes the record's wake id (the last argument)
+/// on the wake-up channel (the one before it) when it leaves `in_flight`
+/// (docs/DESIGN.md §11). Every script that can take a record out of
+/// `in_flight` gets these two arguments last.
+const NOW: &str = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local function announce() redis.call('PUBLISH', ARGV[#ARGV - 1], ARGV[#ARGV]) end\n";
 
 /// The claim: KEYS = record, token counter; ARGV = fingerprint, lease ms,
-/// retention ms, release-lapsed (1/0), attempt id. Implements `transitions::claim`
+/// retention ms, release-lapsed (1/0), attempt id, wake-up channel, wake id. Implements `transitions::claim`
 /// (the record expires by its TTL, which a live lease extends: `transitions::expired`).
 pub(super) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
@@ -39,12 +43,14 @@ if ARGV[4] == '1' then
 end
 redis.call('HSET', KEYS[1], 'state', 'held', 'held_reason', 'lease_lapsed', 'updated_at', now)
 redis.call('HDEL', KEYS[1], 'lease_until')
+announce()
 return {'held', tonumber(r[3]), 'lease_lapsed'}
 "#
     ))
 });
 
-/// KEYS = record; ARGV = token, lease ms. `transitions::write_applies(Renew)`.
+/// KEYS = record; ARGV = token, lease ms (then the wake-up pair, unused).
+/// `transitions::write_applies(Renew)`.
 pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -59,7 +65,8 @@ return 1
     ))
 });
 
-/// KEYS = record; ARGV = token, status, headers, body, retention ms.
+/// KEYS = record; ARGV = token, status, headers, body, retention ms,
+/// wake-up channel, wake id.
 /// `transitions::write_applies(Complete)`.
 pub(super) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
@@ -71,37 +78,45 @@ if not (r[2] == 'in_flight' or r[2] == 'completed' or (r[2] == 'held' and r[3] =
 redis.call('HSET', KEYS[1], 'state', 'completed', 'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'updated_at', now)
 redis.call('HDEL', KEYS[1], 'lease_until', 'held_reason')
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
+if r[2] == 'in_flight' then announce() end
 return 1
 "#
     ))
 });
 
-/// KEYS = record; ARGV = token. `transitions::write_applies(Release)`.
+/// KEYS = record; ARGV = token, wake-up channel, wake id.
+/// `transitions::write_applies(Release)`.
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{NOW}{}",
         r#"
 local r = redis.call('HMGET', KEYS[1], 'token', 'state')
 if r[1] ~= ARGV[1] or r[2] ~= 'in_flight' then return 0 end
 redis.call('DEL', KEYS[1])
+announce()
 return 1
-"#,
-    )
+"#
+    ))
 });
 
-/// KEYS = record; ARGV = attempt id. `transitions::abandon_applies`.
+/// KEYS = record; ARGV = attempt id, wake-up channel, wake id.
+/// `transitions::abandon_applies`.
 pub(super) static ABANDON: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{NOW}{}",
         r#"
 local r = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'held_reason')
 if r[1] ~= ARGV[1] then return 0 end
 if not (r[2] == 'in_flight' or (r[2] == 'held' and r[3] == 'lease_lapsed')) then return 0 end
 redis.call('DEL', KEYS[1])
+if r[2] == 'in_flight' then announce() end
 return 1
-"#,
-    )
+"#
+    ))
 });
 
-/// KEYS = record; ARGV = token, reason, retention ms. `transitions::write_applies(Hold)`.
+/// KEYS = record; ARGV = token, reason, retention ms, wake-up channel,
+/// wake id. `transitions::write_applies(Hold)`.
 pub(super) static HOLD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -111,6 +126,7 @@ if r[1] ~= ARGV[1] or not (r[2] == 'in_flight' or r[2] == 'held') then return 0 
 redis.call('HSET', KEYS[1], 'state', 'held', 'held_reason', ARGV[2], 'updated_at', now)
 redis.call('HDEL', KEYS[1], 'lease_until')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if r[2] == 'in_flight' then announce() end
 return 1
 "#
     ))
@@ -130,7 +146,8 @@ return {r[1], r[2] or '', r[3], r[4] or '0', r[5] or '0', r[6] or '', r[7] or ''
     ))
 });
 
-/// KEYS = record; ARGV = force (1/0), whether completed records go too (1/0).
+/// KEYS = record; ARGV = force (1/0), whether completed records go too (1/0),
+/// wake-up channel, wake id.
 /// Deletes a held record, an in-flight one whose lease lapsed (or any
 /// in-flight one with force), and a completed one if asked:
 /// `transitions::clearable` (completed: 0) and `transitions::deletable` (1).
@@ -142,7 +159,9 @@ local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until')
 if not r[1] then return 0 end
 if r[1] == 'in_flight' and ARGV[1] ~= '1' and tonumber(r[2]) > now then return 0 end
 if r[1] == 'completed' and ARGV[2] ~= '1' then return 0 end
-return redis.call('DEL', KEYS[1])
+local n = redis.call('DEL', KEYS[1])
+if r[1] == 'in_flight' then announce() end
+return n
 "#
     ))
 });
