@@ -298,6 +298,7 @@ impl Gateway {
             client,
             // The body's bytes stay paid for until the last task using them ends.
             reservation: Arc::new(body_reservation),
+            after_waiting: false,
         };
         let waits =
             claim.route.concurrent == Concurrent::Wait && claim.route.mode == RouteMode::Enforce;
@@ -348,20 +349,27 @@ impl Gateway {
         let deadline = started + claim.route.wait_timeout;
         let signal = self.waiters.register(wake_id(&claim.record_key));
         let mut waiting: Option<Waiting> = None;
+        let mut claim = claim;
+        let mut retry_after = Duration::ZERO;
         loop {
             // Listening before the claim: a wake between its answer and the
             // wait below is kept.
             let notified = signal.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let result = self.claim_in_task(claim.clone()).await;
-            let retry_after = match result {
-                Err(GatewayError::InFlight { retry_after }) => retry_after,
+            claim.after_waiting = waiting.is_some();
+            match self.claim_in_task(claim.clone()).await {
+                Err(GatewayError::InFlight { retry_after: left }) => retry_after = left,
+                // The store is away while this request waits: the first
+                // attempt may still answer; wait on.
+                Err(GatewayError::StoreUnavailable(error)) if waiting.is_some() => {
+                    tracing::debug!(%error, "store error while waiting; waiting on");
+                }
                 Ok((response, Outcome::Replayed, token)) if waiting.is_some() => {
                     return Ok((response, Outcome::WaitedReplay, token));
                 }
                 other => return other,
-            };
+            }
             if waiting.is_none() {
                 waiting = Some(
                     Waiting::start(&self.wait_slots, &self.metrics)
@@ -398,6 +406,7 @@ impl Gateway {
             body,
             client,
             reservation: _reservation,
+            after_waiting,
         } = claim;
         let attempt = store::new_attempt_id();
         let claim = self
@@ -419,6 +428,9 @@ impl Gateway {
                     // this request is never forwarded under it.
                     self.orphans
                         .report(&route.name, record_key, attempt, route.lease);
+                }
+                if after_waiting {
+                    return Err(GatewayError::StoreUnavailable(error));
                 }
                 if route.mode == RouteMode::Shadow {
                     // A store error never blocks a shadow route.
@@ -623,6 +635,9 @@ struct Claiming {
     body: Bytes,
     client: SocketAddr,
     reservation: Arc<Option<tokio::sync::OwnedSemaphorePermit>>,
+    /// Claimed again by a request that waited: the key is known to be in
+    /// flight, so a store error is returned as such and never fails open.
+    after_waiting: bool,
 }
 
 /// A request counted as waiting (`idemgate_waiting`, `max_waiting`) while alive.

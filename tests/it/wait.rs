@@ -221,3 +221,49 @@ mod across_instances {
 
     per_backend!(only [postgres, redis]: a_waiter_on_another_instance_is_woken_by_the_store);
 }
+
+/// PostgreSQL restarts while a duplicate waits: the waiter waits on (its
+/// claims fail meanwhile), and the first attempt's answer still reaches it
+/// once the store is back and the listener has reconnected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_outlives_a_store_restart() {
+    let mut cluster = crate::support::servers::PgCluster::new().await;
+    let upstream = crate::support::Upstream::start().await;
+    let config = TestConfig::new(&cluster.url(), &upstream.url()).route(|r| {
+        r.set("concurrent", "wait")
+            .set("upstream_timeout", "8s")
+            .set("wait_timeout", "10s");
+    });
+    let gateway = Gateway::start(&config).await;
+    let http = crate::support::client();
+    let url = gateway.url("/v1/payments");
+    let first = {
+        let (http, url) = (http.clone(), url.clone());
+        tokio::spawn(async move {
+            send(
+                &http,
+                "POST",
+                &url,
+                &[("idempotency-key", "restart"), (DELAY_HEADER, "5000")],
+                "{}",
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let waiter = {
+        let (http, url) = (http.clone(), url.clone());
+        tokio::spawn(async move { post(&http, &url, "restart", "{}").await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.stop_immediate().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.start().await;
+    let first = first.await.unwrap();
+    let waiter = waiter.await.unwrap();
+    assert_eq!(first.status, StatusCode::CREATED, "{}", first.text());
+    assert_eq!(waiter.status, StatusCode::CREATED, "{}", waiter.text());
+    assert!(waiter.is_replay());
+    assert_eq!(waiter.body, first.body);
+    assert_eq!(upstream.count("restart"), 1);
+}
