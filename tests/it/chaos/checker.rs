@@ -6,13 +6,19 @@
 //! 3. `409 in-flight` only while a live lease can exist;
 //! 4. `422` exactly when the fingerprint differs from the key's record;
 //! 5. no key blocked beyond its policy once the faults are cleared;
+//! 6. a key never forwarded never ends held;
+//! 7. G5 as it happens: no 409 or held answer after a 2xx reached a client;
+//! 8. G1: two executions of a key never overlap at the upstream unless the
+//!    first attempt's gateway let go of it (its outcome unknown: it died,
+//!    timed out, failed) or a fault could have cost it its lease renewals
+//!    (a frozen gateway, a store outage, a lost store reply);
 //!
 //! plus: answers that promise nothing was forwarded (409, 422, 503,
 //! unreachable) really were not, the upstream never ran a request nobody
 //! sent, and no answer is a 500.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::history::{Kind, Op, Route};
 use super::nemesis::FaultRecord;
@@ -41,6 +47,12 @@ pub struct Input<'a> {
     pub faults: &'a [FaultRecord],
     pub finals: &'a [FinalProbe],
     pub lease: Duration,
+    /// The run's time zero (ops' `invoke` and `complete` count from it).
+    pub epoch: Instant,
+    /// When a store reply was lost (the store fault proxy), from `epoch`.
+    pub store_losses: &'a [Duration],
+    /// When a gateway instance died (SIGKILL or a kill window), from `epoch`.
+    pub deaths: &'a [(usize, Duration)],
 }
 
 /// The verdict: violations (empty = pass) and the numbers for the report.
@@ -51,6 +63,8 @@ pub struct Verdict {
     pub keys_release: usize,
     pub duplicates_hold: usize,
     pub reexecutions_release: usize,
+    /// Executions that began while another of the same key was running.
+    pub overlaps: usize,
     /// Hold keys that end held with no execution (each must be explained
     /// by an attempt whose outcome was unknown).
     pub held_unexecuted: usize,
@@ -139,24 +153,26 @@ pub fn check(input: &Input<'_>) -> Verdict {
 
     for ((route, key), ops) in &ops_by_key {
         let executions = executions_by_key.get(key).cloned().unwrap_or_default();
-        match route {
-            Route::Hold => verdict.keys_hold += 1,
-            Route::Release => verdict.keys_release += 1,
+        if route.holds() {
+            verdict.keys_hold += 1;
+        } else {
+            verdict.keys_release += 1;
         }
         // 1. At most one execution per key under hold.
         if executions.len() > 1 {
-            match route {
-                Route::Hold => {
-                    verdict.duplicates_hold += executions.len() - 1;
-                    verdict.violation(format!(
-                        "property 1: hold key {key} executed {} times (ops {:?})",
-                        executions.len(),
-                        executions.iter().map(|e| e.op).collect::<Vec<_>>()
-                    ));
-                }
-                Route::Release => verdict.reexecutions_release += executions.len() - 1,
+            if route.holds() {
+                verdict.duplicates_hold += executions.len() - 1;
+                verdict.violation(format!(
+                    "property 1: {} key {key} executed {} times (ops {:?})",
+                    route.name(),
+                    executions.len(),
+                    executions.iter().map(|e| e.op).collect::<Vec<_>>()
+                ));
+            } else {
+                verdict.reexecutions_release += executions.len() - 1;
             }
         }
+        check_overlaps(&mut verdict, key, &executions, &ops_by_id, input);
         check_identical_2xx(&mut verdict, key, ops, &executions);
         check_in_flight(&mut verdict, key, ops, input);
         check_durable_after_2xx(&mut verdict, key, ops);
@@ -174,7 +190,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
     for probe in input.finals {
         let held = probe.last.contains("outcome-unknown");
         let executed = executions_by_key.contains_key(probe.key.as_str());
-        if probe.route != Route::Hold || !held || executed {
+        if !probe.route.holds() || !held || executed {
             continue;
         }
         verdict.held_unexecuted += 1;
@@ -182,7 +198,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
             .get(&(probe.route, probe.key.as_str()))
             .map(Vec::as_slice)
             .unwrap_or_default();
-        if !ops.iter().any(|op| may_be_unknown(op)) {
+        if !ops.iter().any(|op| may_be_unknown(op, input.deaths)) {
             verdict.violation(format!(
                 "property 6: hold key {} ends held with no execution, and no attempt on it had an unknown outcome (answers: {:?})",
                 probe.key,
@@ -220,14 +236,25 @@ pub fn check(input: &Input<'_>) -> Verdict {
 /// Whether the gateway could not know the outcome of this request's
 /// attempt: the exchange failed or timed out after it was sent, the lease
 /// was lost, the record could not be written, or no answer came back (the
-/// gateway died or froze, or the client gave up).
-fn may_be_unknown(op: &Op) -> bool {
+/// gateway died or froze, or the client gave up). Or a claim whose reply
+/// was lost (`503 store-unavailable`) may have committed, and its gateway
+/// died before it could abandon the record (DESIGN.md §3: the one residual
+/// case), so the record lapses into `held`.
+fn may_be_unknown(op: &Op, deaths: &[(usize, Duration)]) -> bool {
     op.status().is_none()
         || matches!(
             op.problem(),
             Some("upstream-failed" | "upstream-timeout" | "lease-lost" | "record-failed")
         )
+        || (op.problem() == Some("store-unavailable")
+            && deaths.iter().any(|(instance, at)| {
+                *instance == op.instance && *at >= op.invoke && *at <= op.complete + ABANDON_GRACE
+            }))
 }
+
+/// How long after a lost claim reply its gateway may still be abandoning
+/// the record (the store may be down meanwhile: the abandon is retried).
+const ABANDON_GRACE: Duration = Duration::from_secs(10);
 
 fn is_replay(op: &Op) -> bool {
     matches!(
@@ -243,9 +270,82 @@ fn response_of(op: &Op) -> &str {
     }
 }
 
-/// Property 2: every 2xx for a key is byte-identical and came from an
-/// execution.
+/// Property 8 (G1): an execution that begins while another of the same key
+/// is still running at the upstream needs the first attempt to have been
+/// let go of: its client got no answer (its gateway died or froze) or an
+/// unknown outcome the route may release (the upstream failed or timed
+/// out, the record failed), or a fault that can cost lease renewals (a
+/// gateway frozen, the store stopped or frozen, a store reply lost) came
+/// between the first's start and the second's. A live gateway renews its
+/// lease, so no retry can take over from it.
+fn check_overlaps(
+    verdict: &mut Verdict,
+    key: &str,
+    executions: &[&Execution],
+    ops_by_id: &HashMap<u64, &Op>,
+    input: &Input<'_>,
+) {
+    let at = |instant: Instant| instant.saturating_duration_since(input.epoch);
+    let mut sorted = executions.to_vec();
+    sorted.sort_by_key(|e| e.arrived);
+    for (i, second) in sorted.iter().enumerate() {
+        let Some(first) = sorted[..i]
+            .iter()
+            .find(|first| first.until > second.arrived)
+        else {
+            continue;
+        };
+        verdict.overlaps += 1;
+        let let_go = ops_by_id.get(&first.op).is_some_and(|op| {
+            op.status().is_none()
+                || matches!(
+                    op.problem(),
+                    Some("upstream-failed" | "upstream-timeout" | "record-failed")
+                )
+        });
+        let (from, to) = (at(first.arrived), at(second.arrived));
+        let faulted = input.faults.iter().any(|f| {
+            (f.store || f.name.starts_with("gateway SIGSTOP")) && f.start <= to && f.end >= from
+        }) || input
+            .store_losses
+            .iter()
+            .any(|t| *t + input.lease >= from && *t <= to);
+        if !let_go && !faulted {
+            let answer = ops_by_id
+                .get(&first.op)
+                .map(|op| format!("{:?} {:?}", op.status(), op.problem()))
+                .unwrap_or_default();
+            verdict.violation(format!(
+                "property 8 (G1): key {key}: execution {} (op {}) began at {to:?} while execution {} (op {}, answered {answer}) still ran ({from:?} to {:?}), with no fault to explain a lost lease",
+                second.number,
+                second.op,
+                first.number,
+                first.op,
+                at(first.until)
+            ));
+        }
+    }
+}
+
+/// Property 2: every 2xx for a key is byte-identical (status, replayed
+/// headers, body) and came from an execution; a replay never carries a
+/// header the route does not replay.
 fn check_identical_2xx(verdict: &mut Verdict, key: &str, ops: &[&Op], executions: &[&Execution]) {
+    for op in ops.iter().filter(|op| {
+        matches!(
+            op.outcome,
+            super::history::Outcome::Answer {
+                replayed: true,
+                denied_header: true,
+                ..
+            }
+        )
+    }) {
+        verdict.violation(format!(
+            "property 2: op {} on {key}: a replay carried a header the route never replays",
+            op.id
+        ));
+    }
     let answers: HashSet<&str> = ops
         .iter()
         .filter(|op| op.is_2xx())
@@ -395,12 +495,16 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
     const LEASE: Duration = Duration::from_secs(2);
 
+    /// The hand-made histories' time zero.
+    static EPOCH: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+
     fn answer(status: u16, problem: Option<&str>, response: &str) -> Outcome {
         Outcome::Answer {
             status,
             problem: problem.map(str::to_string),
             replayed: false,
             response: response.into(),
+            denied_header: false,
         }
     }
 
@@ -419,13 +523,29 @@ mod tests {
         }
     }
 
+    /// An execution that runs from `number` × 10 s for 1 ms (never
+    /// overlapping another).
     fn execution(number: u64, op: u64, body: &str, response: &str) -> Execution {
+        let from = number * 10_000;
+        execution_at(number, op, body, response, (from, from + 1))
+    }
+
+    /// An execution running from `from` to `to` ms.
+    fn execution_at(
+        number: u64,
+        op: u64,
+        body: &str,
+        response: &str,
+        (from, to): (u64, u64),
+    ) -> Execution {
         Execution {
             number,
             op,
             key: "k1".into(),
             body: body.into(),
             response: response.into(),
+            arrived: *EPOCH + MS * from as u32,
+            until: *EPOCH + MS * to as u32,
         }
     }
 
@@ -439,12 +559,26 @@ mod tests {
     }
 
     fn verdict(ops: &[Op], executions: &[Execution], finals: &[FinalProbe]) -> Verdict {
+        verdict_with(ops, executions, finals, &[], &[], &[])
+    }
+
+    fn verdict_with(
+        ops: &[Op],
+        executions: &[Execution],
+        finals: &[FinalProbe],
+        faults: &[FaultRecord],
+        store_losses: &[Duration],
+        deaths: &[(usize, Duration)],
+    ) -> Verdict {
         check(&Input {
             ops,
             executions,
-            faults: &[],
+            faults,
             finals,
             lease: LEASE,
+            epoch: *EPOCH,
+            store_losses,
+            deaths,
         })
     }
 
@@ -595,6 +729,13 @@ mod tests {
             "{:?}",
             v.violations
         );
+        // So does the death of the gateway whose claim reply was lost (503),
+        // before it could abandon the record; another instance's does not.
+        for (instance, explains) in [(0, true), (1, false)] {
+            let v = verdict_with(&ops, &[], &finals, &[], &[], &[(instance, MS * 600)]);
+            let flagged = v.violations.iter().any(|x| x.starts_with("property 6"));
+            assert_eq!(flagged, !explains, "{:?}", v.violations);
+        }
     }
 
     #[test]
@@ -602,5 +743,81 @@ mod tests {
         let (mut ops, executions) = clean();
         ops.push(op(5, "A", 400, 5, answer(500, Some("internal"), "p")));
         assert_flags(&verdict(&ops, &executions, &resolved()), "got a 500");
+    }
+
+    #[test]
+    fn property_2_a_replay_with_other_headers_or_a_denied_one() {
+        use crate::support::upstream::response_digest;
+        // The digest tells answers apart by their replayed headers too.
+        let sent = response_digest(201, [("location", &b"/v1/things/1"[..])], b"{}");
+        let replayed = response_digest(201, [("location", &b"/v1/things/2"[..])], b"{}");
+        assert_ne!(sent, replayed);
+        let (mut ops, executions) = clean();
+        ops[2] = op(3, "A", 200, 5, answer(201, None, &replayed));
+        assert_flags(&verdict(&ops, &executions, &resolved()), "property 2");
+        // A replay carrying set-cookie.
+        let (mut ops, executions) = clean();
+        ops[2].outcome = Outcome::Answer {
+            status: 201,
+            problem: None,
+            replayed: true,
+            response: "r1".into(),
+            denied_header: true,
+        };
+        assert_flags(&verdict(&ops, &executions, &resolved()), "never replays");
+    }
+
+    #[test]
+    fn property_8_a_retry_executes_while_a_live_attempt_runs() {
+        // A release key: op 1 runs 0–2500 ms at the upstream and ends with
+        // its lease lost; op 2 took over at 1300 ms and executed beside it.
+        let release = |mut op: Op| {
+            op.route = Route::Release;
+            op
+        };
+        let ops = vec![
+            release(op(1, "A", 0, 2_600, answer(502, Some("lease-lost"), "p"))),
+            release(op(2, "A", 1_300, 200, answer(201, None, "r2"))),
+        ];
+        let executions = vec![
+            execution_at(1, 1, "A", "r1", (10, 2_500)),
+            execution_at(2, 2, "A", "r2", (1_310, 1_410)),
+        ];
+        let finals = vec![FinalProbe {
+            route: Route::Release,
+            key: "k1".into(),
+            resolved_after: Some(MS),
+            last: "201".into(),
+        }];
+        let flagged = verdict(&ops, &executions, &finals);
+        assert_flags(&flagged, "property 8");
+        assert_eq!(flagged.duplicates_hold, 0, "release keys may re-execute");
+        // Not an overlap: the second began after the first ended.
+        let apart = vec![
+            execution_at(1, 1, "A", "r1", (10, 1_200)),
+            execution_at(2, 2, "A", "r2", (1_310, 1_410)),
+        ];
+        let v = verdict(&ops, &apart, &finals);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        // Explained: the first's gateway died (no answer) …
+        let mut died = ops.clone();
+        died[0].outcome = Outcome::NoAnswer {
+            error: "reset".into(),
+            definite: false,
+        };
+        let v = verdict(&died, &executions, &finals);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        // … or a store reply was lost meanwhile, or the store stopped.
+        let v = verdict_with(&ops, &executions, &finals, &[], &[MS * 700], &[]);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        let outage = FaultRecord {
+            name: "PostgreSQL stop -m immediate + start",
+            start: MS * 500,
+            end: MS * 1_000,
+            recovery: Some(MS),
+            store: true,
+        };
+        let v = verdict_with(&ops, &executions, &finals, &[outage], &[], &[]);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
     }
 }

@@ -38,7 +38,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use checker::{FinalProbe, Input, Verdict};
-use cluster::{ChaosStore, Gateways, gateway_config};
+use cluster::{ChaosStore, Failpoints, Gateways, WINDOWS, gateway_config};
 use history::{Op, Route};
 use nemesis::FaultRecord;
 use proxy::{FaultProxy, Mode, Rates};
@@ -48,8 +48,16 @@ use crate::support::serial;
 use crate::support::store::Backend;
 use crate::support::upstream::{Execution, Upstream};
 
-/// The lease every route uses: short, so that lapses happen during the run.
+/// The lease of the `hold` and `release` routes: short, so that lapses
+/// happen during the run (and the longest lease of any route).
 const LEASE: Duration = Duration::from_secs(2);
+
+/// The lease of the slow routes, whose upstream takes 1.8–2.6 leases: their
+/// leases live only by renewal (every third of a lease).
+const SLOW_LEASE: Duration = Duration::from_secs(1);
+
+/// The slow routes' `upstream_timeout`, above their upstream's delay.
+const SLOW_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// How the run is sized.
 struct Settings {
@@ -58,6 +66,8 @@ struct Settings {
     /// … or after this long (short mode).
     duration: Duration,
     clients: usize,
+    /// Clients of the slow routes ([`Workload::slow_client`]).
+    slow_clients: usize,
     max_storm: usize,
     seed: u64,
 }
@@ -76,6 +86,7 @@ impl Settings {
             requests,
             duration: Duration::from_secs(var("CHAOS_SECONDS").unwrap_or(30)),
             clients: 12,
+            slow_clients: 2,
             max_storm: if requests.is_some() { 64 } else { 32 },
             seed,
         }
@@ -124,14 +135,48 @@ fn negative_control_redis_without_persistence_is_caught() {
     });
 }
 
+/// The second negative control: with lease renewal disabled (the
+/// `renew-skip` failpoint), a slow attempt's lease lapses while it still
+/// runs, and its retry on the `slow-release` route takes over and executes
+/// beside it; the checker must report the overlap (property 8), with no
+/// fault injected to excuse it.
+#[test]
+fn negative_control_renewal_disabled_is_caught() {
+    serial::alone(|| async {
+        let run = chaos(Backend::Redis, Variant::RenewalDisabled).await;
+        assert!(
+            run.verdict
+                .violations
+                .iter()
+                .any(|v| v.starts_with("property 8")),
+            "the checker missed executions overlapping after leases lapsed under live attempts:\n{}",
+            run.report
+        );
+    });
+}
+
 /// What a run is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Variant {
-    /// The real thing: every fault, durable stores; no violation allowed.
+    /// The real thing: every fault, durable stores, gateways killed in
+    /// every window; no violation allowed.
     Normal,
     /// The negative control: Redis without persistence, restarted by
     /// SIGKILL, and nothing else.
     RedisWithoutPersistence,
+    /// The negative control of lease renewal: no faults, renewal disabled,
+    /// only the slow `release` route.
+    RenewalDisabled,
+}
+
+/// `CHAOS_CONTROL_SECONDS`: how long a negative control runs.
+fn control_duration() -> Duration {
+    Duration::from_secs(
+        std::env::var("CHAOS_CONTROL_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(8),
+    )
 }
 
 /// A finished run.
@@ -161,20 +206,33 @@ fn passes(run: Run) {
 
 async fn chaos(kind: Backend, variant: Variant) -> Run {
     let mut settings = Settings::from_env(kind);
-    let (durable, faults_drawn, label) = match variant {
-        Variant::Normal => (true, nemesis::Faults::All, kind.name().to_string()),
+    let (durable, faults_drawn, failpoints, label) = match variant {
+        Variant::Normal => (
+            true,
+            Some(nemesis::Faults::All),
+            Failpoints::KillWindows,
+            kind.name().to_string(),
+        ),
         Variant::RedisWithoutPersistence => {
             settings.requests = None;
-            settings.duration = Duration::from_secs(
-                std::env::var("CHAOS_CONTROL_SECONDS")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(8),
-            );
+            settings.duration = control_duration();
             (
                 false,
-                nemesis::Faults::StoreRestarts,
+                Some(nemesis::Faults::StoreRestarts),
+                Failpoints::Off,
                 "redis-control".to_string(),
+            )
+        }
+        Variant::RenewalDisabled => {
+            settings.requests = None;
+            settings.duration = control_duration();
+            settings.clients = 0;
+            settings.slow_clients = 3;
+            (
+                true,
+                None,
+                Failpoints::RenewalDisabled,
+                "renewal-control".to_string(),
             )
         }
     };
@@ -206,7 +264,11 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         &format!("http://{}", proxy.addr),
         LEASE,
     );
-    let gateways = Arc::new(Gateways::start(config, 2).await);
+    if faults_drawn.is_none() {
+        proxy.set_mode(Mode::Calm);
+        store_proxy.set_mode(Mode::Calm);
+    }
+    let gateways = Arc::new(Gateways::start(config, 2, failpoints, settings.seed).await);
     let run = format!("{}{}", kind.name(), settings.seed % 1_000_000);
     let workload = Arc::new(Workload::new(
         gateways.clone(),
@@ -226,21 +288,56 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
             )
         })
         .collect();
-    let nemesis = tokio::spawn(nemesis::run(
-        workload.clone(),
-        store,
-        proxy.clone(),
-        settings.seed.wrapping_mul(31),
-        faults_drawn,
-    ));
+    let slow_routes: &'static [Route] = match variant {
+        Variant::RenewalDisabled => &[Route::SlowRelease],
+        _ => &[Route::SlowHold, Route::SlowRelease],
+    };
+    let slow_clients: Vec<_> = (0..settings.slow_clients)
+        .map(|i| {
+            let seed = settings.seed.wrapping_add(1_000 + i as u64);
+            tokio::spawn(workload.clone().slow_client(1_000 + i, seed, slow_routes))
+        })
+        .collect();
+    // The store lives as long as the run (the nemesis hands it back).
+    let (nemesis, _calm_store) = match faults_drawn {
+        Some(faults_drawn) => {
+            let nemesis = tokio::spawn(nemesis::run(
+                workload.clone(),
+                store,
+                proxy.clone(),
+                settings.seed.wrapping_mul(31),
+                faults_drawn,
+            ));
+            (Some(nemesis), None)
+        }
+        None => (None, Some(store)),
+    };
+    // Gateways a kill window took down are counted and started again.
+    let supervisor = tokio::spawn({
+        let workload = workload.clone();
+        async move {
+            while !workload.stop.load(Ordering::Relaxed) {
+                workload.gateways.reap().await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    });
     while !settings.done(&workload, started) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     workload.stop.store(true, Ordering::Relaxed);
-    for client in clients {
+    for client in clients.into_iter().chain(slow_clients) {
         client.await.unwrap();
     }
-    let (faults, _store) = nemesis.await.unwrap();
+    let (faults, _store) = match nemesis {
+        Some(nemesis) => {
+            let (faults, store) = nemesis.await.unwrap();
+            (faults, Some(store))
+        }
+        None => (Vec::new(), None),
+    };
+    supervisor.await.unwrap();
+    gateways.windows.disarm();
     let chaos_time = started.elapsed();
 
     // Faults cleared: every key must now answer as its policy says.
@@ -256,20 +353,51 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
 
     let ops = workload.history.ops();
     let executions = upstream.executions();
+    let store_losses: Vec<Duration> = store_proxy
+        .fault_times()
+        .into_iter()
+        .map(|t| t.saturating_duration_since(epoch))
+        .collect();
+    let deaths: Vec<(usize, Duration)> = gateways
+        .windows
+        .deaths
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(instance, t)| (*instance, t.saturating_duration_since(epoch)))
+        .collect();
     let mut verdict = checker::check(&Input {
         ops: &ops,
         executions: &executions,
         faults: &faults,
         finals: &finals,
         lease: LEASE,
+        epoch,
+        store_losses: &store_losses,
+        deaths: &deaths,
     });
+    for crash in gateways.windows.crashes.lock().unwrap().iter() {
+        verdict
+            .violations
+            .push(format!("a gateway crashed: {crash}"));
+    }
+    if failpoints == Failpoints::KillWindows {
+        for (w, (name, what)) in WINDOWS.iter().enumerate() {
+            if gateways.windows.hits[w].load(Ordering::SeqCst) == 0 {
+                verdict.violations.push(format!(
+                    "kill window {name} {what} was never hit (armed {} times): are the failpoints compiled in (the `fail` dev-dependency's `failpoints` feature)?",
+                    gateways.windows.armed[w].load(Ordering::SeqCst)
+                ));
+            }
+        }
+    }
     if !ready {
         verdict
             .violations
             .push("property 5: a gateway was not ready 30 s after the faults cleared".into());
     }
     let report = report(
-        kind,
+        &label,
         &settings,
         chaos_time,
         &ops,
@@ -279,6 +407,7 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         &verdict,
         &proxy,
         &store_proxy,
+        &gateways.windows,
     );
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("chaos");
     std::fs::create_dir_all(&dir).unwrap();
@@ -352,7 +481,7 @@ async fn probe(
             .request(usize::MAX - 1, instance, info, body.clone(), 0, true)
             .await;
         let resolved = op.is_2xx()
-            || (info.route == Route::Hold
+            || (info.route.holds()
                 && matches!(
                     op.problem(),
                     Some("outcome-unknown" | "response-not-retained" | "key-reused")
@@ -393,7 +522,7 @@ fn millis(d: Duration) -> String {
 
 #[allow(clippy::too_many_arguments)]
 fn report(
-    kind: Backend,
+    label: &str,
     settings: &Settings,
     chaos_time: Duration,
     ops: &[Op],
@@ -403,6 +532,7 @@ fn report(
     verdict: &Verdict,
     proxy: &FaultProxy,
     store_proxy: &FaultProxy,
+    windows: &cluster::Windows,
 ) -> String {
     let mut out = String::new();
     let mode = match settings.requests {
@@ -410,32 +540,44 @@ fn report(
         None => format!("short mode ({} s)", settings.duration.as_secs()),
     };
     let chaos_ops = ops.iter().filter(|op| !op.last_phase).count();
+    let _ = writeln!(out, "## chaos {label}: {mode}, seed {}\n", settings.seed);
+    let hits: Vec<String> = WINDOWS
+        .iter()
+        .enumerate()
+        .map(|(w, (name, _))| format!("{name} {}", windows.hits[w].load(Ordering::SeqCst)))
+        .collect();
     let _ = writeln!(
         out,
-        "## chaos on {}: {mode}, seed {}\n",
-        kind.name(),
-        settings.seed
+        "- **{executions} upstream executions of {} keys** ({} on `hold` routes, {} on `release` routes); **duplicate executions on `hold`: {}**; re-executions on `release` (allowed by policy): {}; executions that began while another of their key ran: {} ({} unexplained: property 8)",
+        verdict.keys_hold + verdict.keys_release,
+        verdict.keys_hold,
+        verdict.keys_release,
+        verdict.duplicates_hold,
+        verdict.reexecutions_release,
+        verdict.overlaps,
+        verdict
+            .violations
+            .iter()
+            .filter(|v| v.starts_with("property 8"))
+            .count(),
     );
     let _ = writeln!(
         out,
-        "- {} requests during {:.0} s of faults ({:.0}/s), {} more in the final check; {} upstream executions",
+        "- **gateways killed in a window**: {} (armed {} times)",
+        hits.join(", "),
+        windows
+            .armed
+            .iter()
+            .map(|a| a.load(Ordering::SeqCst))
+            .sum::<u64>()
+    );
+    let _ = writeln!(
+        out,
+        "- {} requests during {:.0} s of faults ({:.0}/s), {} more in the final check",
         chaos_ops,
         chaos_time.as_secs_f64(),
         chaos_ops as f64 / chaos_time.as_secs_f64(),
         ops.len() - chaos_ops,
-        executions
-    );
-    let _ = writeln!(
-        out,
-        "- keys: {} on `hold`, {} on `release`",
-        verdict.keys_hold, verdict.keys_release
-    );
-    let _ = writeln!(
-        out,
-        "- **duplicate executions on `hold`: {}** ({:.2} per 100k requests); re-executions on `release` (allowed by policy): {}",
-        verdict.duplicates_hold,
-        verdict.duplicates_hold as f64 * 100_000.0 / ops.len().max(1) as f64,
-        verdict.reexecutions_release
     );
     let kinds: Vec<String> = verdict
         .by_kind
