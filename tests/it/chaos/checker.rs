@@ -12,6 +12,13 @@
 //!    first attempt's gateway let go of it (its outcome unknown: it died,
 //!    timed out, failed) or a fault could have cost it its lease renewals
 //!    (a frozen gateway, a store outage, a lost store reply);
+//! 9. the store's records, read at the end, agree with the upstream's
+//!    ledger and the final check: a completed record has an execution of
+//!    its key that answered its status and body size, and the final check
+//!    got a 2xx for it; a held record's key was executed or had an attempt
+//!    whose outcome was unknown, and the final check got a held answer; no
+//!    record is left in flight, none is for a key no client used, and every
+//!    key probed at the end has its record;
 //!
 //! plus: answers that promise nothing was forwarded (409, 422, 503,
 //! unreachable) really were not, the upstream never ran a request nobody
@@ -27,6 +34,19 @@ use crate::support::upstream::Execution;
 /// Scheduling slack added to lease arithmetic (renewal period, a busy
 /// 2-core machine).
 const SLACK: Duration = Duration::from_millis(1_500);
+
+/// One record as the store holds it at the end (from `StoreAdmin::list`).
+#[derive(Debug, Clone)]
+pub struct StoreRecord {
+    pub route: Route,
+    pub key: String,
+    /// `in_flight`, `completed` or `held`.
+    pub state: &'static str,
+    pub held_reason: Option<&'static str>,
+    /// Completed records: the recorded status and body size.
+    pub status: Option<u16>,
+    pub body_bytes: Option<u64>,
+}
 
 /// What the final phase found for one key.
 #[derive(Debug, Clone)]
@@ -53,6 +73,9 @@ pub struct Input<'a> {
     pub store_losses: &'a [Duration],
     /// When a gateway instance died (SIGKILL or a kill window), from `epoch`.
     pub deaths: &'a [(usize, Duration)],
+    /// The store's records after the final check (`None`: not read, no
+    /// property 9).
+    pub records: Option<&'a [StoreRecord]>,
 }
 
 /// The verdict: violations (empty = pass) and the numbers for the report.
@@ -65,6 +88,8 @@ pub struct Verdict {
     pub reexecutions_release: usize,
     /// Executions that began while another of the same key was running.
     pub overlaps: usize,
+    /// The store's records at the end, by state (property 9).
+    pub records: BTreeMap<&'static str, usize>,
     /// Hold keys that end held with no execution (each must be explained
     /// by an attempt whose outcome was unknown).
     pub held_unexecuted: usize,
@@ -209,6 +234,16 @@ pub fn check(input: &Input<'_>) -> Verdict {
         }
     }
 
+    if let Some(records) = input.records {
+        check_records(
+            &mut verdict,
+            input,
+            records,
+            &ops_by_key,
+            &executions_by_key,
+        );
+    }
+
     // 5. Nothing stays blocked beyond its policy.
     for probe in input.finals {
         if probe.resolved_after.is_none() {
@@ -267,6 +302,87 @@ fn response_of(op: &Op) -> &str {
     match &op.outcome {
         super::history::Outcome::Answer { response, .. } => response,
         super::history::Outcome::NoAnswer { .. } => "",
+    }
+}
+
+/// Property 9: the store's records against the ledger and the final check.
+fn check_records(
+    verdict: &mut Verdict,
+    input: &Input<'_>,
+    records: &[StoreRecord],
+    ops_by_key: &HashMap<(Route, &str), Vec<&Op>>,
+    executions_by_key: &HashMap<&str, Vec<&Execution>>,
+) {
+    let finals: HashMap<(Route, &str), &FinalProbe> = input
+        .finals
+        .iter()
+        .map(|probe| ((probe.route, probe.key.as_str()), probe))
+        .collect();
+    let mut recorded = HashSet::new();
+    for record in records {
+        let at = (record.route, record.key.as_str());
+        recorded.insert(at);
+        *verdict.records.entry(record.state).or_default() += 1;
+        let name = format!("{} key {}", record.route.name(), record.key);
+        let Some(ops) = ops_by_key.get(&at) else {
+            verdict.violation(format!(
+                "property 9: the store has a {} record for {name}, which no client used",
+                record.state
+            ));
+            continue;
+        };
+        let executions = executions_by_key
+            .get(record.key.as_str())
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let last = finals.get(&at).map(|probe| probe.last.as_str());
+        match record.state {
+            "completed" => {
+                let answered = record.status.zip(record.body_bytes);
+                if !executions.iter().any(|e| e.answered == answered) {
+                    verdict.violation(format!(
+                        "property 9: {name} is recorded completed ({answered:?}: status, body bytes) but no execution of it answered that (executions: {:?})",
+                        executions.iter().map(|e| e.answered).collect::<Vec<_>>()
+                    ));
+                }
+                if last.is_some_and(|last| !last.starts_with('2') && !last.contains("key-reused")) {
+                    verdict.violation(format!(
+                        "property 9: {name} is recorded completed but the final check got {last:?}"
+                    ));
+                }
+            }
+            "held" => {
+                if executions.is_empty() && !ops.iter().any(|op| may_be_unknown(op, input.deaths)) {
+                    verdict.violation(format!(
+                        "property 9: {name} is recorded held ({:?}) with no execution and no attempt whose outcome was unknown",
+                        record.held_reason
+                    ));
+                }
+                if last.is_some_and(|last| {
+                    !last.contains("outcome-unknown")
+                        && !last.contains("response-not-retained")
+                        && !last.contains("key-reused")
+                }) {
+                    verdict.violation(format!(
+                        "property 9: {name} is recorded held but the final check got {last:?}"
+                    ));
+                }
+            }
+            state => verdict.violation(format!(
+                "property 9: {name} is still {state} after the final check"
+            )),
+        }
+    }
+    for probe in input.finals {
+        if probe.resolved_after.is_some() && !recorded.contains(&(probe.route, probe.key.as_str()))
+        {
+            verdict.violation(format!(
+                "property 9: {} key {} answered {} in the final check, but the store has no record of it",
+                probe.route.name(),
+                probe.key,
+                probe.last
+            ));
+        }
     }
 }
 
@@ -544,6 +660,7 @@ mod tests {
             key: "k1".into(),
             body: body.into(),
             response: response.into(),
+            answered: Some((201, 10)),
             arrived: *EPOCH + MS * from as u32,
             until: *EPOCH + MS * to as u32,
         }
@@ -560,6 +677,25 @@ mod tests {
 
     fn verdict(ops: &[Op], executions: &[Execution], finals: &[FinalProbe]) -> Verdict {
         verdict_with(ops, executions, finals, &[], &[], &[])
+    }
+
+    fn verdict_records(
+        ops: &[Op],
+        executions: &[Execution],
+        finals: &[FinalProbe],
+        records: &[StoreRecord],
+    ) -> Verdict {
+        check(&Input {
+            ops,
+            executions,
+            faults: &[],
+            finals,
+            lease: LEASE,
+            epoch: *EPOCH,
+            store_losses: &[],
+            deaths: &[],
+            records: Some(records),
+        })
     }
 
     fn verdict_with(
@@ -579,6 +715,7 @@ mod tests {
             epoch: *EPOCH,
             store_losses,
             deaths,
+            records: None,
         })
     }
 
@@ -819,5 +956,72 @@ mod tests {
         };
         let v = verdict_with(&ops, &executions, &finals, &[outage], &[], &[]);
         assert!(v.violations.is_empty(), "{:?}", v.violations);
+    }
+
+    #[test]
+    fn property_9_the_store_disagrees_with_the_ledger() {
+        let (ops, executions) = clean();
+        let record = |state: &'static str, status: Option<u16>| StoreRecord {
+            route: Route::Hold,
+            key: "k1".into(),
+            state,
+            held_reason: None,
+            status,
+            body_bytes: status.map(|_| 10),
+        };
+        let completed = [record("completed", Some(201))];
+        let v = verdict_records(&ops, &executions, &resolved(), &completed);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        // A completed record whose status no execution answered.
+        let wrong = [record("completed", Some(200))];
+        assert_flags(
+            &verdict_records(&ops, &executions, &resolved(), &wrong),
+            "no execution of it answered",
+        );
+        // A completed record with no execution at all.
+        assert_flags(
+            &verdict_records(&ops, &[], &resolved(), &completed),
+            "no execution of it answered",
+        );
+        // The record is gone although the final check was answered.
+        assert_flags(
+            &verdict_records(&ops, &executions, &resolved(), &[]),
+            "no record of it",
+        );
+        // Left in flight; held while the final check got a 2xx.
+        assert_flags(
+            &verdict_records(&ops, &executions, &resolved(), &[record("in_flight", None)]),
+            "still in_flight",
+        );
+        assert_flags(
+            &verdict_records(&ops, &executions, &resolved(), &[record("held", None)]),
+            "final check got",
+        );
+        // Held with no execution and no unknown outcome to explain it.
+        let refused = vec![op(
+            1,
+            "A",
+            0,
+            5,
+            answer(503, Some("store-unavailable"), "p"),
+        )];
+        let mut finals = resolved();
+        finals[0].last = "502 outcome-unknown".into();
+        assert_flags(
+            &verdict_records(&refused, &[], &finals, &[record("held", None)]),
+            "recorded held",
+        );
+        // A record for a key no client used.
+        let mut stranger = record("completed", Some(201));
+        stranger.key = "k2".into();
+        assert_flags(
+            &verdict_records(
+                &ops,
+                &executions,
+                &resolved(),
+                &[completed[0].clone(), stranger],
+            ),
+            "no client used",
+        );
     }
 }

@@ -61,6 +61,9 @@ impl ChaosStore {
     }
 }
 
+/// The Redis key prefix of a chaos run's records.
+pub const STORE_PREFIX: &str = "chaos:";
+
 /// The gateway's configuration for a chaos run: four routes to the same
 /// upstream (through the fault proxy), one per `on_unknown_outcome`, and
 /// both again with a lease shorter than the upstream takes
@@ -74,7 +77,7 @@ pub fn gateway_config(store_url: &str, upstream: &str, lease: Duration) -> TestC
         .store(|s| {
             s.set("pool_size", 8)
                 .set("timeout", "1s")
-                .set("prefix", "chaos:")
+                .set("prefix", STORE_PREFIX)
                 .set("sweep_interval", "1h");
         })
         .defaults(|d| {

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use checker::{FinalProbe, Input, Verdict};
+use checker::{FinalProbe, Input, StoreRecord, Verdict};
 use cluster::{ChaosStore, Failpoints, Gateways, WINDOWS, gateway_config};
 use history::{Op, Route};
 use nemesis::FaultRecord;
@@ -239,6 +239,7 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
     println!("chaos {label}: seed {}", settings.seed);
     let epoch = Instant::now();
     let store = ChaosStore::start(kind, durable).await;
+    let store_url = store.url();
     let upstream = Upstream::start().await;
     let rates = Rates {
         reset_before: 0.003,
@@ -351,6 +352,7 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
     let executions_before = upstream.executions_per_key();
     let finals = final_probes(&workload, &executions_before, healed).await;
 
+    let records = read_records(&store_url).await;
     let ops = workload.history.ops();
     let executions = upstream.executions();
     let store_losses: Vec<Duration> = store_proxy
@@ -375,7 +377,13 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         epoch,
         store_losses: &store_losses,
         deaths: &deaths,
+        records: records.as_deref().ok(),
     });
+    if let Err(error) = &records {
+        verdict.violations.push(format!(
+            "property 9: the store's records could not be read: {error}"
+        ));
+    }
     for crash in gateways.windows.crashes.lock().unwrap().iter() {
         verdict
             .violations
@@ -428,6 +436,49 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         history,
         logs,
     }
+}
+
+/// Every record of the run's routes, read straight from the store (not
+/// through the fault proxy) after the final check.
+async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
+    use idemgate::store::{RecordState, StoreConfig};
+    let config = StoreConfig {
+        url: url.to_string(),
+        migrate: false,
+        pool_size: 2,
+        timeout: Duration::from_secs(30),
+        prefix: cluster::STORE_PREFIX.into(),
+        max_records: 10_000_000,
+        sweep_interval: Duration::from_secs(3600),
+        sweep_batch: 1000,
+        replay_cache_ttl: Duration::ZERO,
+        replay_cache_size: 0,
+    };
+    let store = idemgate::store::open(&config)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut records = Vec::new();
+    for route in Route::ALL {
+        for state in [
+            RecordState::InFlight,
+            RecordState::Completed,
+            RecordState::Held,
+        ] {
+            let listed = store
+                .list(route.name(), state, 10_000_000)
+                .await
+                .map_err(|e| e.to_string())?;
+            records.extend(listed.into_iter().map(|info| StoreRecord {
+                route,
+                key: info.key,
+                state: info.state.as_str(),
+                held_reason: info.held_reason,
+                status: info.status,
+                body_bytes: info.body_bytes,
+            }));
+        }
+    }
+    Ok(records)
 }
 
 /// Probe every key (16 at a time) until it answers as its policy says:
@@ -570,6 +621,16 @@ fn report(
             .iter()
             .map(|a| a.load(Ordering::SeqCst))
             .sum::<u64>()
+    );
+    let records: Vec<String> = verdict
+        .records
+        .iter()
+        .map(|(state, n)| format!("{state} {n}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "- the store's records at the end, reconciled with the upstream's ledger (property 9): {}",
+        records.join(", ")
     );
     let _ = writeln!(
         out,

@@ -57,6 +57,8 @@ pub struct Execution {
     /// [`response_digest`] of the answer it sent (or would have sent: see
     /// `/hang` and `/reset`).
     pub response: String,
+    /// The status and body size it answered (`None`: `/hang`, `/reset`).
+    pub answered: Option<(u16, u64)>,
     /// When the whole request had arrived (the execution began).
     pub arrived: std::time::Instant,
     /// When the upstream answers (or would have: see `/hang`): until then
@@ -267,6 +269,10 @@ async fn answer(
             }
             Plan::Hang | Plan::Reset => String::new(),
         };
+        let answered = match &plan {
+            Plan::Answer(status, _, body) => Some((*status, body.len() as u64)),
+            Plan::Hang | Plan::Reset => None,
+        };
         let arrived = std::time::Instant::now();
         let until = match &plan {
             Plan::Hang => arrived + Duration::from_secs(3600),
@@ -278,6 +284,7 @@ async fn answer(
             key,
             body: digest(&body),
             response,
+            answered,
             arrived,
             until,
         });
