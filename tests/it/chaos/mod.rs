@@ -8,16 +8,25 @@
 //! the properties, G5 among them as it happens: once a 2xx reached a
 //! client, no later 409 or held answer).
 //!
-//! A negative control runs too: the same harness on a Redis without
+//! Every gateway started during the chaos is armed (`FAILPOINTS`) to abort
+//! in one of four kill windows ([`cluster::WINDOWS`]); a supervisor counts
+//! the window each dead gateway names and restarts it, and every window
+//! must be hit. Slow routes (their upstream slower than their lease) keep
+//! leases alive by renewal, and the checker reads the store's records at
+//! the end and reconciles them with the upstream's ledger.
+//!
+//! Two negative controls run too: the same harness on a Redis without
 //! persistence, restarted by SIGKILL, must be caught with duplicate
-//! executions (a checker that cannot fail proves nothing).
+//! executions; and with lease renewal disabled, retries on the slow
+//! `release` route must be caught executing beside a live attempt (a
+//! checker that cannot fail proves nothing).
 //!
 //! Short mode (the default, part of `cargo test`): about 30 s of chaos per
 //! store, each run alone (no other test runs meanwhile: see
 //! `support::serial`). Long mode, for the record in `bench/results/`:
 //!
 //! ```text
-//! CHAOS_REQUESTS=100000 cargo test --release --test it chaos -- --nocapture --test-threads 1
+//! CHAOS_SECONDS=300 cargo test --test it chaos -- --nocapture
 //! ```
 //!
 //! `CHAOS_SECONDS` sets the short mode's length, `CHAOS_SEED` replays a
