@@ -368,6 +368,12 @@ fn check_records(
                     ));
                 }
             }
+            // An attempt of another body claimed the key and died: its
+            // record waits, in flight, for a retry with its own body, and
+            // the final check's body gets 422.
+            "in_flight"
+                if last.is_some_and(|last| last.contains("key-reused"))
+                    && ops.iter().any(|op| may_be_unknown(op, input.deaths)) => {}
             state => verdict.violation(format!(
                 "property 9: {name} is still {state} after the final check"
             )),
@@ -556,13 +562,18 @@ fn check_fingerprints(verdict: &mut Verdict, key: &str, ops: &[&Op], executions:
     // An attempt whose upstream could not be reached released the key
     // (nothing was sent): until then its fingerprint owned the record, and
     // afterwards another body may own it.
+    // Likewise a claim whose reply was lost (`503 store-unavailable`) may
+    // have committed: its fingerprint owns the record until its gateway
+    // abandons it (DESIGN.md §3), a little after the 503.
     let mut released_until: HashMap<&str, Duration> = HashMap::new();
-    for op in ops
-        .iter()
-        .filter(|op| op.problem() == Some("upstream-unreachable"))
-    {
-        let until = released_until.entry(op.body.as_str()).or_default();
-        *until = (*until).max(op.complete);
+    for op in ops.iter() {
+        let until = match op.problem() {
+            Some("upstream-unreachable") => op.complete,
+            Some("store-unavailable") => op.complete + ABANDON_GRACE,
+            _ => continue,
+        };
+        let latest = released_until.entry(op.body.as_str()).or_default();
+        *latest = (*latest).max(until);
     }
     let owned_then_by_released =
         |body: &str, at: Duration| released_until.get(body).is_some_and(|until| at <= *until);
@@ -1022,6 +1033,57 @@ mod tests {
                 &[completed[0].clone(), stranger],
             ),
             "no client used",
+        );
+    }
+
+    #[test]
+    fn property_4_a_lost_claim_reply_owns_the_key_until_abandoned() {
+        // B's claim committed but its reply was lost (503): A gets 422 until
+        // B's gateway abandons the record, then A owns the key.
+        let ops = vec![
+            op(1, "B", 0, 50, answer(503, Some("store-unavailable"), "p")),
+            op(2, "A", 100, 5, answer(422, Some("key-reused"), "p")),
+            op(3, "A", 20_000, 100, answer(201, None, "r1")),
+        ];
+        let executions = vec![execution(1, 3, "A", "r1")];
+        let v = verdict(&ops, &executions, &resolved());
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        // Long after the 503, B's claim has been abandoned: a 422 for A then
+        // has no owner to explain it.
+        let mut late = ops.clone();
+        late[1] = op(2, "A", 15_000, 5, answer(422, Some("key-reused"), "p"));
+        assert_flags(&verdict(&late, &executions, &resolved()), "property 4");
+    }
+
+    #[test]
+    fn property_9_an_in_flight_record_of_a_dead_attempt_of_another_body() {
+        let record = StoreRecord {
+            route: Route::Hold,
+            key: "k1".into(),
+            state: "in_flight",
+            held_reason: None,
+            status: None,
+            body_bytes: None,
+        };
+        // B's gateway died after its claim; A's final probe gets 422.
+        let dead = Outcome::NoAnswer {
+            error: "reset".into(),
+            definite: false,
+        };
+        let ops = vec![
+            op(1, "B", 0, 50, dead),
+            op(2, "A", 60_000, 5, answer(422, Some("key-reused"), "p")),
+        ];
+        let mut finals = resolved();
+        finals[0].last = "422 key-reused".into();
+        let v = verdict_records(&ops, &[], &finals, std::slice::from_ref(&record));
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        // With no attempt that died, the record should not be in flight.
+        let mut alive = ops.clone();
+        alive[0].outcome = answer(409, Some("in-flight"), "p");
+        assert_flags(
+            &verdict_records(&alive, &[], &finals, &[record]),
+            "still in_flight",
         );
     }
 }
