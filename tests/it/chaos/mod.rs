@@ -643,7 +643,7 @@ fn report(
     );
     let _ = writeln!(
         out,
-        "- {} requests during {:.0} s of faults ({:.0}/s), {} more in the final check",
+        "- {} requests during {:.0} s of chaos ({:.0}/s), {} more in the final check",
         chaos_ops,
         chaos_time.as_secs_f64(),
         chaos_ops as f64 / chaos_time.as_secs_f64(),
