@@ -13,6 +13,13 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Failpoints exist only in test builds (the `fail` crate's `failpoints`
+    // feature, turned on by the dev-dependency alone): there FAILPOINTS arms
+    // the chaos harness's kill windows; a release build ignores it, and says so.
+    let _failpoints = fail::has_failpoints().then(fail::FailScenario::setup);
+    if !fail::has_failpoints() && std::env::var_os("FAILPOINTS").is_some() {
+        eprintln!("idemgate: FAILPOINTS ignored: this build has no failpoints");
+    }
     let runtime = tokio::runtime::Runtime::new().expect("cannot start the tokio runtime");
     match runtime.block_on(run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,

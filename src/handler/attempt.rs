@@ -71,6 +71,8 @@ impl Gateway {
             }
             Ok(Ok(done)) => done,
         };
+        // Window (b): the upstream has answered, nothing is recorded yet.
+        kill_window!("after-upstream");
         to_client(&mut parts);
 
         // Settle by a table: is the body complete (within the cap), and is
@@ -86,6 +88,8 @@ impl Gateway {
                 // G5: durable first, then sent.
                 let write = || self.store.complete(key, token, &stored, route.retention);
                 self.settled(route, write).await?;
+                // Window (c): the record is durable, the client has nothing.
+                kill_window!("after-complete");
                 body::full(bytes)
             }
             (Collected::Complete(bytes), false) => {

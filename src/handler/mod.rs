@@ -7,6 +7,21 @@
 //! connection only waits for the answer, so a disconnect cannot interrupt the
 //! upstream exchange or its record.
 
+/// A kill window for the chaos harness (test builds only): once the
+/// `FAILPOINTS` environment variable arms `$name` (e.g.
+/// `after-claim=20*off->return`), reaching it names the window on stderr and
+/// aborts the process, as abruptly as a SIGKILL (no destructor, no pending
+/// write runs). Without the `fail` crate's `failpoints` feature, which only
+/// the dev-dependency turns on, this expands to nothing.
+macro_rules! kill_window {
+    ($name:literal) => {
+        fail::fail_point!($name, |_| {
+            eprintln!(concat!("idemgate: failpoint ", $name, " hit: aborting"));
+            std::process::abort()
+        })
+    };
+}
+
 mod attempt;
 mod orphans;
 mod outcome;
@@ -471,6 +486,8 @@ impl Gateway {
             Claim::Mismatch => Err(GatewayError::Mismatch),
             Claim::Held(reason) => Err(GatewayError::Held(reason)),
             Claim::Claimed { token, takeover } => {
+                // Window (a): the claim has committed, nothing was sent.
+                kill_window!("after-claim");
                 if takeover {
                     tracing::warn!(route = %route.name, token, "took over a key whose lease lapsed");
                     self.metrics

@@ -26,6 +26,10 @@ impl Gateway {
             tick.tick().await;
             loop {
                 tick.tick().await;
+                // The chaos harness's negative control (test builds only):
+                // `renew-skip=return` stops renewing, so a lease lapses under
+                // a live attempt.
+                fail::fail_point!("renew-skip", |_| ());
                 let renewed = gateway.store.renew(&key, token, lease).await;
                 let result = match &renewed {
                     Ok(Cas::Applied) => "applied",
@@ -41,7 +45,8 @@ impl Gateway {
                     })
                     .inc();
                 match renewed {
-                    Ok(Cas::Applied) => {}
+                    // Window (d): a renewal has just committed.
+                    Ok(Cas::Applied) => kill_window!("during-renewal"),
                     Ok(Cas::Fenced) => {
                         tracing::warn!(route = %route_name, token, "lease lost: the key was taken over or held");
                         return;

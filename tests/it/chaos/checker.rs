@@ -6,13 +6,26 @@
 //! 3. `409 in-flight` only while a live lease can exist;
 //! 4. `422` exactly when the fingerprint differs from the key's record;
 //! 5. no key blocked beyond its policy once the faults are cleared;
+//! 6. a key never forwarded never ends held;
+//! 7. G5 as it happens: no 409 or held answer after a 2xx reached a client;
+//! 8. G1: two executions of a key never overlap at the upstream unless the
+//!    first attempt's gateway let go of it (its outcome unknown: it died,
+//!    timed out, failed) or a fault could have cost it its lease renewals
+//!    (a frozen gateway, a store outage, a lost store reply);
+//! 9. the store's records, read at the end, agree with the upstream's
+//!    ledger and the final check: a completed record has an execution of
+//!    its key that answered its status and body size, and the final check
+//!    got a 2xx for it; a held record's key was executed or had an attempt
+//!    whose outcome was unknown, and the final check got a held answer; no
+//!    record is left in flight, none is for a key no client used, and every
+//!    key probed at the end has its record;
 //!
 //! plus: answers that promise nothing was forwarded (409, 422, 503,
 //! unreachable) really were not, the upstream never ran a request nobody
 //! sent, and no answer is a 500.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::history::{Kind, Op, Route};
 use super::nemesis::FaultRecord;
@@ -21,6 +34,19 @@ use crate::support::upstream::Execution;
 /// Scheduling slack added to lease arithmetic (renewal period, a busy
 /// 2-core machine).
 const SLACK: Duration = Duration::from_millis(1_500);
+
+/// One record as the store holds it at the end (from `StoreAdmin::list`).
+#[derive(Debug, Clone)]
+pub struct StoreRecord {
+    pub route: Route,
+    pub key: String,
+    /// `in_flight`, `completed` or `held`.
+    pub state: &'static str,
+    pub held_reason: Option<&'static str>,
+    /// Completed records: the recorded status and body size.
+    pub status: Option<u16>,
+    pub body_bytes: Option<u64>,
+}
 
 /// What the final phase found for one key.
 #[derive(Debug, Clone)]
@@ -41,6 +67,15 @@ pub struct Input<'a> {
     pub faults: &'a [FaultRecord],
     pub finals: &'a [FinalProbe],
     pub lease: Duration,
+    /// The run's time zero (ops' `invoke` and `complete` count from it).
+    pub epoch: Instant,
+    /// When a store reply was lost (the store fault proxy), from `epoch`.
+    pub store_losses: &'a [Duration],
+    /// When a gateway instance died (SIGKILL or a kill window), from `epoch`.
+    pub deaths: &'a [(usize, Duration)],
+    /// The store's records after the final check (`None`: not read, no
+    /// property 9).
+    pub records: Option<&'a [StoreRecord]>,
 }
 
 /// The verdict: violations (empty = pass) and the numbers for the report.
@@ -51,6 +86,10 @@ pub struct Verdict {
     pub keys_release: usize,
     pub duplicates_hold: usize,
     pub reexecutions_release: usize,
+    /// Executions that began while another of the same key was running.
+    pub overlaps: usize,
+    /// The store's records at the end, by state (property 9).
+    pub records: BTreeMap<&'static str, usize>,
     /// Hold keys that end held with no execution (each must be explained
     /// by an attempt whose outcome was unknown).
     pub held_unexecuted: usize,
@@ -139,24 +178,26 @@ pub fn check(input: &Input<'_>) -> Verdict {
 
     for ((route, key), ops) in &ops_by_key {
         let executions = executions_by_key.get(key).cloned().unwrap_or_default();
-        match route {
-            Route::Hold => verdict.keys_hold += 1,
-            Route::Release => verdict.keys_release += 1,
+        if route.holds() {
+            verdict.keys_hold += 1;
+        } else {
+            verdict.keys_release += 1;
         }
         // 1. At most one execution per key under hold.
         if executions.len() > 1 {
-            match route {
-                Route::Hold => {
-                    verdict.duplicates_hold += executions.len() - 1;
-                    verdict.violation(format!(
-                        "property 1: hold key {key} executed {} times (ops {:?})",
-                        executions.len(),
-                        executions.iter().map(|e| e.op).collect::<Vec<_>>()
-                    ));
-                }
-                Route::Release => verdict.reexecutions_release += executions.len() - 1,
+            if route.holds() {
+                verdict.duplicates_hold += executions.len() - 1;
+                verdict.violation(format!(
+                    "property 1: {} key {key} executed {} times (ops {:?})",
+                    route.name(),
+                    executions.len(),
+                    executions.iter().map(|e| e.op).collect::<Vec<_>>()
+                ));
+            } else {
+                verdict.reexecutions_release += executions.len() - 1;
             }
         }
+        check_overlaps(&mut verdict, key, &executions, &ops_by_id, input);
         check_identical_2xx(&mut verdict, key, ops, &executions);
         check_in_flight(&mut verdict, key, ops, input);
         check_durable_after_2xx(&mut verdict, key, ops);
@@ -174,7 +215,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
     for probe in input.finals {
         let held = probe.last.contains("outcome-unknown");
         let executed = executions_by_key.contains_key(probe.key.as_str());
-        if probe.route != Route::Hold || !held || executed {
+        if !probe.route.holds() || !held || executed {
             continue;
         }
         verdict.held_unexecuted += 1;
@@ -182,7 +223,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
             .get(&(probe.route, probe.key.as_str()))
             .map(Vec::as_slice)
             .unwrap_or_default();
-        if !ops.iter().any(|op| may_be_unknown(op)) {
+        if !ops.iter().any(|op| may_be_unknown(op, input.deaths)) {
             verdict.violation(format!(
                 "property 6: hold key {} ends held with no execution, and no attempt on it had an unknown outcome (answers: {:?})",
                 probe.key,
@@ -191,6 +232,16 @@ pub fn check(input: &Input<'_>) -> Verdict {
                     .collect::<Vec<_>>()
             ));
         }
+    }
+
+    if let Some(records) = input.records {
+        check_records(
+            &mut verdict,
+            input,
+            records,
+            &ops_by_key,
+            &executions_by_key,
+        );
     }
 
     // 5. Nothing stays blocked beyond its policy.
@@ -220,14 +271,25 @@ pub fn check(input: &Input<'_>) -> Verdict {
 /// Whether the gateway could not know the outcome of this request's
 /// attempt: the exchange failed or timed out after it was sent, the lease
 /// was lost, the record could not be written, or no answer came back (the
-/// gateway died or froze, or the client gave up).
-fn may_be_unknown(op: &Op) -> bool {
+/// gateway died or froze, or the client gave up). Or a claim whose reply
+/// was lost (`503 store-unavailable`) may have committed, and its gateway
+/// died before it could abandon the record (DESIGN.md §3: the one residual
+/// case), so the record lapses into `held`.
+fn may_be_unknown(op: &Op, deaths: &[(usize, Duration)]) -> bool {
     op.status().is_none()
         || matches!(
             op.problem(),
             Some("upstream-failed" | "upstream-timeout" | "lease-lost" | "record-failed")
         )
+        || (op.problem() == Some("store-unavailable")
+            && deaths.iter().any(|(instance, at)| {
+                *instance == op.instance && *at >= op.invoke && *at <= op.complete + ABANDON_GRACE
+            }))
 }
+
+/// How long after a lost claim reply its gateway may still be abandoning
+/// the record (the store may be down meanwhile: the abandon is retried).
+const ABANDON_GRACE: Duration = Duration::from_secs(10);
 
 fn is_replay(op: &Op) -> bool {
     matches!(
@@ -243,9 +305,169 @@ fn response_of(op: &Op) -> &str {
     }
 }
 
-/// Property 2: every 2xx for a key is byte-identical and came from an
-/// execution.
+/// Property 9: the store's records against the ledger and the final check.
+fn check_records(
+    verdict: &mut Verdict,
+    input: &Input<'_>,
+    records: &[StoreRecord],
+    ops_by_key: &HashMap<(Route, &str), Vec<&Op>>,
+    executions_by_key: &HashMap<&str, Vec<&Execution>>,
+) {
+    let finals: HashMap<(Route, &str), &FinalProbe> = input
+        .finals
+        .iter()
+        .map(|probe| ((probe.route, probe.key.as_str()), probe))
+        .collect();
+    let mut recorded = HashSet::new();
+    for record in records {
+        let at = (record.route, record.key.as_str());
+        recorded.insert(at);
+        *verdict.records.entry(record.state).or_default() += 1;
+        let name = format!("{} key {}", record.route.name(), record.key);
+        let Some(ops) = ops_by_key.get(&at) else {
+            verdict.violation(format!(
+                "property 9: the store has a {} record for {name}, which no client used",
+                record.state
+            ));
+            continue;
+        };
+        let executions = executions_by_key
+            .get(record.key.as_str())
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let last = finals.get(&at).map(|probe| probe.last.as_str());
+        match record.state {
+            "completed" => {
+                let answered = record.status.zip(record.body_bytes);
+                if !executions.iter().any(|e| e.answered == answered) {
+                    verdict.violation(format!(
+                        "property 9: {name} is recorded completed ({answered:?}: status, body bytes) but no execution of it answered that (executions: {:?})",
+                        executions.iter().map(|e| e.answered).collect::<Vec<_>>()
+                    ));
+                }
+                if last.is_some_and(|last| !last.starts_with('2') && !last.contains("key-reused")) {
+                    verdict.violation(format!(
+                        "property 9: {name} is recorded completed but the final check got {last:?}"
+                    ));
+                }
+            }
+            "held" => {
+                if executions.is_empty() && !ops.iter().any(|op| may_be_unknown(op, input.deaths)) {
+                    verdict.violation(format!(
+                        "property 9: {name} is recorded held ({:?}) with no execution and no attempt whose outcome was unknown",
+                        record.held_reason
+                    ));
+                }
+                if last.is_some_and(|last| {
+                    !last.contains("outcome-unknown")
+                        && !last.contains("response-not-retained")
+                        && !last.contains("key-reused")
+                }) {
+                    verdict.violation(format!(
+                        "property 9: {name} is recorded held but the final check got {last:?}"
+                    ));
+                }
+            }
+            // An attempt of another body claimed the key and died: its
+            // record waits, in flight, for a retry with its own body, and
+            // the final check's body gets 422.
+            "in_flight"
+                if last.is_some_and(|last| last.contains("key-reused"))
+                    && ops.iter().any(|op| may_be_unknown(op, input.deaths)) => {}
+            state => verdict.violation(format!(
+                "property 9: {name} is still {state} after the final check"
+            )),
+        }
+    }
+    for probe in input.finals {
+        if probe.resolved_after.is_some() && !recorded.contains(&(probe.route, probe.key.as_str()))
+        {
+            verdict.violation(format!(
+                "property 9: {} key {} answered {} in the final check, but the store has no record of it",
+                probe.route.name(),
+                probe.key,
+                probe.last
+            ));
+        }
+    }
+}
+
+/// Property 8 (G1): an execution that begins while another of the same key
+/// is still running at the upstream needs the first attempt to have been
+/// let go of: its client got no answer (its gateway died or froze) or an
+/// unknown outcome the route may release (the upstream failed or timed
+/// out, the record failed), or a fault that can cost lease renewals (a
+/// gateway frozen, the store stopped or frozen, a store reply lost) came
+/// between the first's start and the second's. A live gateway renews its
+/// lease, so no retry can take over from it.
+fn check_overlaps(
+    verdict: &mut Verdict,
+    key: &str,
+    executions: &[&Execution],
+    ops_by_id: &HashMap<u64, &Op>,
+    input: &Input<'_>,
+) {
+    let at = |instant: Instant| instant.saturating_duration_since(input.epoch);
+    let mut sorted = executions.to_vec();
+    sorted.sort_by_key(|e| e.arrived);
+    for (i, second) in sorted.iter().enumerate() {
+        let Some(first) = sorted[..i]
+            .iter()
+            .find(|first| first.until > second.arrived)
+        else {
+            continue;
+        };
+        verdict.overlaps += 1;
+        let let_go = ops_by_id.get(&first.op).is_some_and(|op| {
+            op.status().is_none()
+                || matches!(
+                    op.problem(),
+                    Some("upstream-failed" | "upstream-timeout" | "record-failed")
+                )
+        });
+        let (from, to) = (at(first.arrived), at(second.arrived));
+        let faulted = input.faults.iter().any(|f| {
+            (f.store || f.name.starts_with("gateway SIGSTOP")) && f.start <= to && f.end >= from
+        }) || input
+            .store_losses
+            .iter()
+            .any(|t| *t + input.lease >= from && *t <= to);
+        if !let_go && !faulted {
+            let answer = ops_by_id
+                .get(&first.op)
+                .map(|op| format!("{:?} {:?}", op.status(), op.problem()))
+                .unwrap_or_default();
+            verdict.violation(format!(
+                "property 8 (G1): key {key}: execution {} (op {}) began at {to:?} while execution {} (op {}, answered {answer}) still ran ({from:?} to {:?}), with no fault to explain a lost lease",
+                second.number,
+                second.op,
+                first.number,
+                first.op,
+                at(first.until)
+            ));
+        }
+    }
+}
+
+/// Property 2: every 2xx for a key is byte-identical (status, replayed
+/// headers, body) and came from an execution; a replay never carries a
+/// header the route does not replay.
 fn check_identical_2xx(verdict: &mut Verdict, key: &str, ops: &[&Op], executions: &[&Execution]) {
+    for op in ops.iter().filter(|op| {
+        matches!(
+            op.outcome,
+            super::history::Outcome::Answer {
+                replayed: true,
+                denied_header: true,
+                ..
+            }
+        )
+    }) {
+        verdict.violation(format!(
+            "property 2: op {} on {key}: a replay carried a header the route never replays",
+            op.id
+        ));
+    }
     let answers: HashSet<&str> = ops
         .iter()
         .filter(|op| op.is_2xx())
@@ -340,13 +562,18 @@ fn check_fingerprints(verdict: &mut Verdict, key: &str, ops: &[&Op], executions:
     // An attempt whose upstream could not be reached released the key
     // (nothing was sent): until then its fingerprint owned the record, and
     // afterwards another body may own it.
+    // Likewise a claim whose reply was lost (`503 store-unavailable`) may
+    // have committed: its fingerprint owns the record until its gateway
+    // abandons it (DESIGN.md §3), a little after the 503.
     let mut released_until: HashMap<&str, Duration> = HashMap::new();
-    for op in ops
-        .iter()
-        .filter(|op| op.problem() == Some("upstream-unreachable"))
-    {
-        let until = released_until.entry(op.body.as_str()).or_default();
-        *until = (*until).max(op.complete);
+    for op in ops.iter() {
+        let until = match op.problem() {
+            Some("upstream-unreachable") => op.complete,
+            Some("store-unavailable") => op.complete + ABANDON_GRACE,
+            _ => continue,
+        };
+        let latest = released_until.entry(op.body.as_str()).or_default();
+        *latest = (*latest).max(until);
     }
     let owned_then_by_released =
         |body: &str, at: Duration| released_until.get(body).is_some_and(|until| at <= *until);
@@ -395,12 +622,16 @@ mod tests {
     const MS: Duration = Duration::from_millis(1);
     const LEASE: Duration = Duration::from_secs(2);
 
+    /// The hand-made histories' time zero.
+    static EPOCH: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
+
     fn answer(status: u16, problem: Option<&str>, response: &str) -> Outcome {
         Outcome::Answer {
             status,
             problem: problem.map(str::to_string),
             replayed: false,
             response: response.into(),
+            denied_header: false,
         }
     }
 
@@ -419,13 +650,30 @@ mod tests {
         }
     }
 
+    /// An execution that runs from `number` × 10 s for 1 ms (never
+    /// overlapping another).
     fn execution(number: u64, op: u64, body: &str, response: &str) -> Execution {
+        let from = number * 10_000;
+        execution_at(number, op, body, response, (from, from + 1))
+    }
+
+    /// An execution running from `from` to `to` ms.
+    fn execution_at(
+        number: u64,
+        op: u64,
+        body: &str,
+        response: &str,
+        (from, to): (u64, u64),
+    ) -> Execution {
         Execution {
             number,
             op,
             key: "k1".into(),
             body: body.into(),
             response: response.into(),
+            answered: Some((201, 10)),
+            arrived: *EPOCH + MS * from as u32,
+            until: *EPOCH + MS * to as u32,
         }
     }
 
@@ -439,12 +687,46 @@ mod tests {
     }
 
     fn verdict(ops: &[Op], executions: &[Execution], finals: &[FinalProbe]) -> Verdict {
+        verdict_with(ops, executions, finals, &[], &[], &[])
+    }
+
+    fn verdict_records(
+        ops: &[Op],
+        executions: &[Execution],
+        finals: &[FinalProbe],
+        records: &[StoreRecord],
+    ) -> Verdict {
         check(&Input {
             ops,
             executions,
             faults: &[],
             finals,
             lease: LEASE,
+            epoch: *EPOCH,
+            store_losses: &[],
+            deaths: &[],
+            records: Some(records),
+        })
+    }
+
+    fn verdict_with(
+        ops: &[Op],
+        executions: &[Execution],
+        finals: &[FinalProbe],
+        faults: &[FaultRecord],
+        store_losses: &[Duration],
+        deaths: &[(usize, Duration)],
+    ) -> Verdict {
+        check(&Input {
+            ops,
+            executions,
+            faults,
+            finals,
+            lease: LEASE,
+            epoch: *EPOCH,
+            store_losses,
+            deaths,
+            records: None,
         })
     }
 
@@ -595,6 +877,13 @@ mod tests {
             "{:?}",
             v.violations
         );
+        // So does the death of the gateway whose claim reply was lost (503),
+        // before it could abandon the record; another instance's does not.
+        for (instance, explains) in [(0, true), (1, false)] {
+            let v = verdict_with(&ops, &[], &finals, &[], &[], &[(instance, MS * 600)]);
+            let flagged = v.violations.iter().any(|x| x.starts_with("property 6"));
+            assert_eq!(flagged, !explains, "{:?}", v.violations);
+        }
     }
 
     #[test]
@@ -602,5 +891,199 @@ mod tests {
         let (mut ops, executions) = clean();
         ops.push(op(5, "A", 400, 5, answer(500, Some("internal"), "p")));
         assert_flags(&verdict(&ops, &executions, &resolved()), "got a 500");
+    }
+
+    #[test]
+    fn property_2_a_replay_with_other_headers_or_a_denied_one() {
+        use crate::support::upstream::response_digest;
+        // The digest tells answers apart by their replayed headers too.
+        let sent = response_digest(201, [("location", &b"/v1/things/1"[..])], b"{}");
+        let replayed = response_digest(201, [("location", &b"/v1/things/2"[..])], b"{}");
+        assert_ne!(sent, replayed);
+        let (mut ops, executions) = clean();
+        ops[2] = op(3, "A", 200, 5, answer(201, None, &replayed));
+        assert_flags(&verdict(&ops, &executions, &resolved()), "property 2");
+        // A replay carrying set-cookie.
+        let (mut ops, executions) = clean();
+        ops[2].outcome = Outcome::Answer {
+            status: 201,
+            problem: None,
+            replayed: true,
+            response: "r1".into(),
+            denied_header: true,
+        };
+        assert_flags(&verdict(&ops, &executions, &resolved()), "never replays");
+    }
+
+    #[test]
+    fn property_8_a_retry_executes_while_a_live_attempt_runs() {
+        // A release key: op 1 runs 0–2500 ms at the upstream and ends with
+        // its lease lost; op 2 took over at 1300 ms and executed beside it.
+        let release = |mut op: Op| {
+            op.route = Route::Release;
+            op
+        };
+        let ops = vec![
+            release(op(1, "A", 0, 2_600, answer(502, Some("lease-lost"), "p"))),
+            release(op(2, "A", 1_300, 200, answer(201, None, "r2"))),
+        ];
+        let executions = vec![
+            execution_at(1, 1, "A", "r1", (10, 2_500)),
+            execution_at(2, 2, "A", "r2", (1_310, 1_410)),
+        ];
+        let finals = vec![FinalProbe {
+            route: Route::Release,
+            key: "k1".into(),
+            resolved_after: Some(MS),
+            last: "201".into(),
+        }];
+        let flagged = verdict(&ops, &executions, &finals);
+        assert_flags(&flagged, "property 8");
+        assert_eq!(flagged.duplicates_hold, 0, "release keys may re-execute");
+        // Not an overlap: the second began after the first ended.
+        let apart = vec![
+            execution_at(1, 1, "A", "r1", (10, 1_200)),
+            execution_at(2, 2, "A", "r2", (1_310, 1_410)),
+        ];
+        let v = verdict(&ops, &apart, &finals);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        // Explained: the first's gateway died (no answer) …
+        let mut died = ops.clone();
+        died[0].outcome = Outcome::NoAnswer {
+            error: "reset".into(),
+            definite: false,
+        };
+        let v = verdict(&died, &executions, &finals);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        // … or a store reply was lost meanwhile, or the store stopped.
+        let v = verdict_with(&ops, &executions, &finals, &[], &[MS * 700], &[]);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        let outage = FaultRecord {
+            name: "PostgreSQL stop -m immediate + start",
+            start: MS * 500,
+            end: MS * 1_000,
+            recovery: Some(MS),
+            store: true,
+        };
+        let v = verdict_with(&ops, &executions, &finals, &[outage], &[], &[]);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+    }
+
+    #[test]
+    fn property_9_the_store_disagrees_with_the_ledger() {
+        let (ops, executions) = clean();
+        let record = |state: &'static str, status: Option<u16>| StoreRecord {
+            route: Route::Hold,
+            key: "k1".into(),
+            state,
+            held_reason: None,
+            status,
+            body_bytes: status.map(|_| 10),
+        };
+        let completed = [record("completed", Some(201))];
+        let v = verdict_records(&ops, &executions, &resolved(), &completed);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        // A completed record whose status no execution answered.
+        let wrong = [record("completed", Some(200))];
+        assert_flags(
+            &verdict_records(&ops, &executions, &resolved(), &wrong),
+            "no execution of it answered",
+        );
+        // A completed record with no execution at all.
+        assert_flags(
+            &verdict_records(&ops, &[], &resolved(), &completed),
+            "no execution of it answered",
+        );
+        // The record is gone although the final check was answered.
+        assert_flags(
+            &verdict_records(&ops, &executions, &resolved(), &[]),
+            "no record of it",
+        );
+        // Left in flight; held while the final check got a 2xx.
+        assert_flags(
+            &verdict_records(&ops, &executions, &resolved(), &[record("in_flight", None)]),
+            "still in_flight",
+        );
+        assert_flags(
+            &verdict_records(&ops, &executions, &resolved(), &[record("held", None)]),
+            "final check got",
+        );
+        // Held with no execution and no unknown outcome to explain it.
+        let refused = vec![op(
+            1,
+            "A",
+            0,
+            5,
+            answer(503, Some("store-unavailable"), "p"),
+        )];
+        let mut finals = resolved();
+        finals[0].last = "502 outcome-unknown".into();
+        assert_flags(
+            &verdict_records(&refused, &[], &finals, &[record("held", None)]),
+            "recorded held",
+        );
+        // A record for a key no client used.
+        let mut stranger = record("completed", Some(201));
+        stranger.key = "k2".into();
+        assert_flags(
+            &verdict_records(
+                &ops,
+                &executions,
+                &resolved(),
+                &[completed[0].clone(), stranger],
+            ),
+            "no client used",
+        );
+    }
+
+    #[test]
+    fn property_4_a_lost_claim_reply_owns_the_key_until_abandoned() {
+        // B's claim committed but its reply was lost (503): A gets 422 until
+        // B's gateway abandons the record, then A owns the key.
+        let ops = vec![
+            op(1, "B", 0, 50, answer(503, Some("store-unavailable"), "p")),
+            op(2, "A", 100, 5, answer(422, Some("key-reused"), "p")),
+            op(3, "A", 20_000, 100, answer(201, None, "r1")),
+        ];
+        let executions = vec![execution(1, 3, "A", "r1")];
+        let v = verdict(&ops, &executions, &resolved());
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        // Long after the 503, B's claim has been abandoned: a 422 for A then
+        // has no owner to explain it.
+        let mut late = ops.clone();
+        late[1] = op(2, "A", 15_000, 5, answer(422, Some("key-reused"), "p"));
+        assert_flags(&verdict(&late, &executions, &resolved()), "property 4");
+    }
+
+    #[test]
+    fn property_9_an_in_flight_record_of_a_dead_attempt_of_another_body() {
+        let record = StoreRecord {
+            route: Route::Hold,
+            key: "k1".into(),
+            state: "in_flight",
+            held_reason: None,
+            status: None,
+            body_bytes: None,
+        };
+        // B's gateway died after its claim; A's final probe gets 422.
+        let dead = Outcome::NoAnswer {
+            error: "reset".into(),
+            definite: false,
+        };
+        let ops = vec![
+            op(1, "B", 0, 50, dead),
+            op(2, "A", 60_000, 5, answer(422, Some("key-reused"), "p")),
+        ];
+        let mut finals = resolved();
+        finals[0].last = "422 key-reused".into();
+        let v = verdict_records(&ops, &[], &finals, std::slice::from_ref(&record));
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        // With no attempt that died, the record should not be in flight.
+        let mut alive = ops.clone();
+        alive[0].outcome = answer(409, Some("in-flight"), "p");
+        assert_flags(
+            &verdict_records(&alive, &[], &finals, &[record]),
+            "still in_flight",
+        );
     }
 }

@@ -3,7 +3,8 @@
 //! can be killed and restarted while clients keep sending.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::time::Duration;
 
 use http::StatusCode;
@@ -14,6 +15,9 @@ use crate::support::process::GatewayProcess;
 use crate::support::servers::{PgCluster, PrivateRedis, kill};
 use crate::support::store::Backend;
 use crate::support::{Set, TestConfig, client, eventually};
+
+use super::history::Route;
+use super::{SLOW_LEASE, SLOW_TIMEOUT};
 
 /// A private store the nemesis may stop, freeze and restart.
 pub enum ChaosStore {
@@ -57,8 +61,13 @@ impl ChaosStore {
     }
 }
 
-/// The gateway's configuration for a chaos run: two routes to the same
-/// upstream (through the fault proxy), one per `on_unknown_outcome`.
+/// The Redis key prefix of a chaos run's records.
+pub const STORE_PREFIX: &str = "chaos:";
+
+/// The gateway's configuration for a chaos run: four routes to the same
+/// upstream (through the fault proxy), one per `on_unknown_outcome`, and
+/// both again with a lease shorter than the upstream takes
+/// ([`SLOW_LEASE`], [`SLOW_TIMEOUT`]), so that leases live by renewal.
 pub fn gateway_config(store_url: &str, upstream: &str, lease: Duration) -> TestConfig {
     TestConfig::new(store_url, upstream)
         .top(|t| {
@@ -68,7 +77,7 @@ pub fn gateway_config(store_url: &str, upstream: &str, lease: Duration) -> TestC
         .store(|s| {
             s.set("pool_size", 8)
                 .set("timeout", "1s")
-                .set("prefix", "chaos:")
+                .set("prefix", STORE_PREFIX)
                 .set("sweep_interval", "1h");
         })
         .defaults(|d| {
@@ -77,19 +86,137 @@ pub fn gateway_config(store_url: &str, upstream: &str, lease: Duration) -> TestC
                 .set("retention", "1h");
         })
         .routes(|routes| {
-            *routes = ["hold", "release"]
+            *routes = Route::ALL
                 .into_iter()
-                .map(|policy| {
+                .map(|r| {
                     let mut route = Table::new();
+                    let policy = if r.holds() { "hold" } else { "release" };
                     route
-                        .set("name", policy)
-                        .set("match", format!("/{policy}/*"))
+                        .set("name", r.name())
+                        .set("match", format!("/{}/*", r.name()))
                         .set("upstream", upstream)
                         .set("on_unknown_outcome", policy);
+                    if r.slow() {
+                        route
+                            .set("lease", format!("{}ms", SLOW_LEASE.as_millis()))
+                            .set(
+                                "upstream_timeout",
+                                format!("{}ms", SLOW_TIMEOUT.as_millis()),
+                            );
+                    }
                     Value::Table(route)
                 })
                 .collect();
         })
+}
+
+/// The kill windows: failpoints in the gateway's pipeline (test builds
+/// only; see `kill_window!` in src/handler/mod.rs) at which an armed gateway
+/// aborts, as abruptly as a SIGKILL.
+pub const WINDOWS: [(&str, &str); 4] = [
+    ("after-claim", "(a) the claim committed, nothing sent"),
+    (
+        "after-upstream",
+        "(b) the upstream answered, nothing recorded",
+    ),
+    (
+        "after-complete",
+        "(c) the record committed, the client has nothing",
+    ),
+    ("during-renewal", "(d) a lease renewal just committed"),
+];
+
+/// Which failpoints the gateways start with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failpoints {
+    /// None.
+    Off,
+    /// Every start (and restart) during the chaos arms one kill window
+    /// (the one hit least so far) to fire after a random number of passes.
+    KillWindows,
+    /// Lease renewal disabled (`renew-skip=return`): the negative control.
+    RenewalDisabled,
+}
+
+/// Kill windows armed and hit, and gateways that died without one.
+pub struct Windows {
+    mode: Failpoints,
+    /// Arm windows on (re)starts: on during the chaos only.
+    arming: AtomicBool,
+    rng: Mutex<fastrand::Rng>,
+    pub armed: [AtomicU64; 4],
+    pub hits: [AtomicU64; 4],
+    /// Gateways that exited on their own with no failpoint named (a crash).
+    pub crashes: Mutex<Vec<String>>,
+    /// Every gateway death (kill window, crash or SIGKILL): instance, when.
+    pub deaths: Mutex<Vec<(usize, std::time::Instant)>>,
+}
+
+impl Windows {
+    /// The `FAILPOINTS` value for a gateway starting now, if any.
+    fn failpoints(&self) -> Option<String> {
+        match self.mode {
+            Failpoints::Off => None,
+            Failpoints::RenewalDisabled => Some("renew-skip=return".into()),
+            Failpoints::KillWindows if !self.arming.load(Ordering::SeqCst) => None,
+            Failpoints::KillWindows => {
+                let mut rng = self.rng.lock().unwrap();
+                let load = |w: usize| {
+                    (
+                        self.hits[w].load(Ordering::SeqCst),
+                        self.armed[w].load(Ordering::SeqCst),
+                    )
+                };
+                let least = (0..WINDOWS.len()).map(load).min().unwrap();
+                let candidates: Vec<usize> =
+                    (0..WINDOWS.len()).filter(|&w| load(w) == least).collect();
+                let w = candidates[rng.usize(..candidates.len())];
+                self.armed[w].fetch_add(1, Ordering::SeqCst);
+                // Renewals are rarer than claims, answers and completions.
+                let skip = if w == 3 {
+                    rng.u32(0..6)
+                } else {
+                    rng.u32(20..300)
+                };
+                Some(format!("{}={skip}*off->return", WINDOWS[w].0))
+            }
+        }
+    }
+
+    /// A gateway process has exited: count the window it names, or a crash.
+    fn account(&self, instance: usize, process: &GatewayProcess) {
+        self.died(instance);
+        let stderr = process.stderr();
+        let named = WINDOWS
+            .iter()
+            .position(|(name, _)| stderr.contains(&format!("idemgate: failpoint {name} hit")));
+        match named {
+            Some(w) => {
+                self.hits[w].fetch_add(1, Ordering::SeqCst);
+            }
+            None => {
+                let tail: Vec<&str> = stderr.lines().rev().take(20).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                self.crashes.lock().unwrap().push(format!(
+                    "gateway {instance} exited on its own ({:?}):\n{}",
+                    process.exit_status(),
+                    tail.join("\n")
+                ));
+            }
+        }
+    }
+
+    fn died(&self, instance: usize) {
+        self.deaths
+            .lock()
+            .unwrap()
+            .push((instance, std::time::Instant::now()));
+    }
+
+    /// Stop arming windows (the chaos is over).
+    pub fn disarm(&self) {
+        self.arming.store(false, Ordering::SeqCst);
+    }
 }
 
 /// Gateway processes sharing one store. Clients look up an instance's
@@ -99,14 +226,29 @@ pub struct Gateways {
     config: TestConfig,
     ports: Vec<AtomicU16>,
     processes: Vec<tokio::sync::Mutex<Option<GatewayProcess>>>,
+    pub windows: Windows,
 }
 
 impl Gateways {
-    pub async fn start(config: TestConfig, count: usize) -> Self {
+    pub async fn start(
+        config: TestConfig,
+        count: usize,
+        failpoints: Failpoints,
+        seed: u64,
+    ) -> Self {
+        let windows = Windows {
+            mode: failpoints,
+            arming: AtomicBool::new(true),
+            rng: Mutex::new(fastrand::Rng::with_seed(seed)),
+            armed: Default::default(),
+            hits: Default::default(),
+            crashes: Mutex::new(Vec::new()),
+            deaths: Mutex::new(Vec::new()),
+        };
         let mut ports = Vec::new();
         let mut processes = Vec::new();
         for i in 0..count {
-            let process = GatewayProcess::start(&format!("chaos-{i}"), &config).await;
+            let process = start(i, &config, &windows).await;
             ports.push(AtomicU16::new(process.port));
             processes.push(tokio::sync::Mutex::new(Some(process)));
         }
@@ -114,6 +256,25 @@ impl Gateways {
             config,
             ports,
             processes,
+            windows,
+        }
+    }
+
+    /// Restart every instance that has exited on its own (a kill window
+    /// fired, or a crash), counting why.
+    pub async fn reap(&self) {
+        for (instance, slot) in self.processes.iter().enumerate() {
+            let mut slot = slot.lock().await;
+            let exited = slot
+                .as_mut()
+                .is_some_and(|process| process.try_status().is_some());
+            if exited {
+                let process = slot.take().expect("checked");
+                self.windows.account(instance, &process);
+                let process = start(instance, &self.config, &self.windows).await;
+                self.ports[instance].store(process.port, Ordering::SeqCst);
+                *slot = Some(process);
+            }
         }
     }
 
@@ -127,16 +288,24 @@ impl Gateways {
         self.ports[instance].load(Ordering::SeqCst)
     }
 
-    /// SIGKILL one instance.
+    /// SIGKILL one instance (if a kill window got it first, that is
+    /// counted).
     pub async fn kill(&self, instance: usize) {
         if let Some(mut process) = self.processes[instance].lock().await.take() {
+            if process.try_status().is_some() {
+                self.windows.account(instance, &process);
+            } else {
+                self.windows.died(instance);
+            }
             process.kill9();
         }
     }
 
     /// Send a signal (`-STOP`, `-CONT`) to a running instance.
     pub async fn signal(&self, instance: usize, signal: &str) {
-        if let Some(process) = self.processes[instance].lock().await.as_ref() {
+        if let Some(process) = self.processes[instance].lock().await.as_mut()
+            && process.try_status().is_none()
+        {
             kill(signal, &process.pid().to_string());
         }
     }
@@ -146,7 +315,7 @@ impl Gateways {
     pub async fn restart(&self, instance: usize) {
         let mut slot = self.processes[instance].lock().await;
         if slot.is_none() {
-            let process = GatewayProcess::start(&format!("chaos-{instance}"), &self.config).await;
+            let process = start(instance, &self.config, &self.windows).await;
             self.ports[instance].store(process.port, Ordering::SeqCst);
             *slot = Some(process);
         }
@@ -159,8 +328,12 @@ impl Gateways {
         for instance in 0..self.len() {
             let stopped = self.processes[instance].lock().await.take();
             if let Some(mut process) = stopped {
-                process.terminate();
-                let _ = process.wait(Duration::from_secs(15)).await;
+                if process.try_status().is_some() {
+                    self.windows.account(instance, &process);
+                } else {
+                    process.terminate();
+                    let _ = process.wait(Duration::from_secs(15)).await;
+                }
             }
             self.restart(instance).await;
         }
@@ -200,5 +373,25 @@ impl Gateways {
             }
         }
         out
+    }
+}
+
+/// Start instance `instance`, with the failpoints `windows` arms now. A
+/// gateway cannot start while its store is down (the nemesis may be
+/// stopping it meanwhile): try again for up to a minute.
+async fn start(instance: usize, config: &TestConfig, windows: &Windows) -> GatewayProcess {
+    let name = format!("chaos-{instance}");
+    let failpoints = windows.failpoints();
+    let env: Vec<(&str, &str)> = failpoints
+        .iter()
+        .map(|failpoints| ("FAILPOINTS", failpoints.as_str()))
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match GatewayProcess::try_start_with_env(&name, config, &env).await {
+            Ok(process) => return process,
+            Err(error) if std::time::Instant::now() >= deadline => panic!("{error}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
     }
 }

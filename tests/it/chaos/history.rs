@@ -18,13 +18,29 @@ pub enum Route {
     /// `on_unknown_outcome = "release"`: a key is forwarded again after an
     /// unknown outcome, so it must never stay blocked.
     Release,
+    /// `hold` with an upstream slower than the lease (see
+    /// [`SLOW_LEASE`](super::SLOW_LEASE)): the lease lives only because it
+    /// is renewed.
+    SlowHold,
+    /// `release`, as slow: a lease that lapses under a live attempt lets a
+    /// retry take over while the first execution still runs.
+    SlowRelease,
 }
 
 impl Route {
+    pub const ALL: [Route; 4] = [
+        Route::Hold,
+        Route::Release,
+        Route::SlowHold,
+        Route::SlowRelease,
+    ];
+
     pub fn path(self) -> &'static str {
         match self {
             Route::Hold => "/hold/orders",
             Route::Release => "/release/orders",
+            Route::SlowHold => "/slow-hold/orders",
+            Route::SlowRelease => "/slow-release/orders",
         }
     }
 
@@ -32,7 +48,20 @@ impl Route {
         match self {
             Route::Hold => "hold",
             Route::Release => "release",
+            Route::SlowHold => "slow-hold",
+            Route::SlowRelease => "slow-release",
         }
+    }
+
+    /// Whether the route holds a key whose outcome is unknown (at most one
+    /// execution per key).
+    pub fn holds(self) -> bool {
+        matches!(self, Route::Hold | Route::SlowHold)
+    }
+
+    /// Whether the upstream is slower than the route's lease.
+    pub fn slow(self) -> bool {
+        matches!(self, Route::SlowHold | Route::SlowRelease)
     }
 }
 
@@ -47,8 +76,11 @@ pub enum Outcome {
         problem: Option<String>,
         replayed: bool,
         /// [`response_digest`](crate::support::upstream::response_digest)
-        /// of status and body.
+        /// of status, replayed headers and body.
         response: String,
+        /// It carried a header the route never replays
+        /// ([`DENIED_HEADER`](crate::support::upstream::DENIED_HEADER)).
+        denied_header: bool,
     },
     /// No answer: the connection was refused (`definite`: nothing was sent)
     /// or broke, or the client gave up waiting.
@@ -143,6 +175,7 @@ impl Op {
                     problem,
                     replayed,
                     response,
+                    ..
                 } => {
                     value["status"] = (*status).into();
                     value["problem"] = problem.clone().into();

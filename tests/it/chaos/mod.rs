@@ -8,16 +8,25 @@
 //! the properties, G5 among them as it happens: once a 2xx reached a
 //! client, no later 409 or held answer).
 //!
-//! A negative control runs too: the same harness on a Redis without
+//! Every gateway started during the chaos is armed (`FAILPOINTS`) to abort
+//! in one of four kill windows ([`cluster::WINDOWS`]); a supervisor counts
+//! the window each dead gateway names and restarts it, and every window
+//! must be hit. Slow routes (their upstream slower than their lease) keep
+//! leases alive by renewal, and the checker reads the store's records at
+//! the end and reconciles them with the upstream's ledger.
+//!
+//! Two negative controls run too: the same harness on a Redis without
 //! persistence, restarted by SIGKILL, must be caught with duplicate
-//! executions (a checker that cannot fail proves nothing).
+//! executions; and with lease renewal disabled, retries on the slow
+//! `release` route must be caught executing beside a live attempt (a
+//! checker that cannot fail proves nothing).
 //!
 //! Short mode (the default, part of `cargo test`): about 30 s of chaos per
 //! store, each run alone (no other test runs meanwhile: see
 //! `support::serial`). Long mode, for the record in `bench/results/`:
 //!
 //! ```text
-//! CHAOS_REQUESTS=100000 cargo test --release --test it chaos -- --nocapture --test-threads 1
+//! CHAOS_SECONDS=300 cargo test --test it chaos -- --nocapture
 //! ```
 //!
 //! `CHAOS_SECONDS` sets the short mode's length, `CHAOS_SEED` replays a
@@ -37,8 +46,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use checker::{FinalProbe, Input, Verdict};
-use cluster::{ChaosStore, Gateways, gateway_config};
+use checker::{FinalProbe, Input, StoreRecord, Verdict};
+use cluster::{ChaosStore, Failpoints, Gateways, WINDOWS, gateway_config};
 use history::{Op, Route};
 use nemesis::FaultRecord;
 use proxy::{FaultProxy, Mode, Rates};
@@ -48,8 +57,16 @@ use crate::support::serial;
 use crate::support::store::Backend;
 use crate::support::upstream::{Execution, Upstream};
 
-/// The lease every route uses: short, so that lapses happen during the run.
+/// The lease of the `hold` and `release` routes: short, so that lapses
+/// happen during the run (and the longest lease of any route).
 const LEASE: Duration = Duration::from_secs(2);
+
+/// The lease of the slow routes, whose upstream takes 1.8–2.6 leases: their
+/// leases live only by renewal (every third of a lease).
+const SLOW_LEASE: Duration = Duration::from_secs(1);
+
+/// The slow routes' `upstream_timeout`, above their upstream's delay.
+const SLOW_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// How the run is sized.
 struct Settings {
@@ -58,6 +75,8 @@ struct Settings {
     /// … or after this long (short mode).
     duration: Duration,
     clients: usize,
+    /// Clients of the slow routes ([`Workload::slow_client`]).
+    slow_clients: usize,
     max_storm: usize,
     seed: u64,
 }
@@ -76,6 +95,7 @@ impl Settings {
             requests,
             duration: Duration::from_secs(var("CHAOS_SECONDS").unwrap_or(30)),
             clients: 12,
+            slow_clients: 2,
             max_storm: if requests.is_some() { 64 } else { 32 },
             seed,
         }
@@ -124,14 +144,48 @@ fn negative_control_redis_without_persistence_is_caught() {
     });
 }
 
+/// The second negative control: with lease renewal disabled (the
+/// `renew-skip` failpoint), a slow attempt's lease lapses while it still
+/// runs, and its retry on the `slow-release` route takes over and executes
+/// beside it; the checker must report the overlap (property 8), with no
+/// fault injected to excuse it.
+#[test]
+fn negative_control_renewal_disabled_is_caught() {
+    serial::alone(|| async {
+        let run = chaos(Backend::Redis, Variant::RenewalDisabled).await;
+        assert!(
+            run.verdict
+                .violations
+                .iter()
+                .any(|v| v.starts_with("property 8")),
+            "the checker missed executions overlapping after leases lapsed under live attempts:\n{}",
+            run.report
+        );
+    });
+}
+
 /// What a run is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Variant {
-    /// The real thing: every fault, durable stores; no violation allowed.
+    /// The real thing: every fault, durable stores, gateways killed in
+    /// every window; no violation allowed.
     Normal,
     /// The negative control: Redis without persistence, restarted by
     /// SIGKILL, and nothing else.
     RedisWithoutPersistence,
+    /// The negative control of lease renewal: no faults, renewal disabled,
+    /// only the slow `release` route.
+    RenewalDisabled,
+}
+
+/// `CHAOS_CONTROL_SECONDS`: how long a negative control runs.
+fn control_duration() -> Duration {
+    Duration::from_secs(
+        std::env::var("CHAOS_CONTROL_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(8),
+    )
 }
 
 /// A finished run.
@@ -161,26 +215,40 @@ fn passes(run: Run) {
 
 async fn chaos(kind: Backend, variant: Variant) -> Run {
     let mut settings = Settings::from_env(kind);
-    let (durable, faults_drawn, label) = match variant {
-        Variant::Normal => (true, nemesis::Faults::All, kind.name().to_string()),
+    let (durable, faults_drawn, failpoints, label) = match variant {
+        Variant::Normal => (
+            true,
+            Some(nemesis::Faults::All),
+            Failpoints::KillWindows,
+            kind.name().to_string(),
+        ),
         Variant::RedisWithoutPersistence => {
             settings.requests = None;
-            settings.duration = Duration::from_secs(
-                std::env::var("CHAOS_CONTROL_SECONDS")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(8),
-            );
+            settings.duration = control_duration();
             (
                 false,
-                nemesis::Faults::StoreRestarts,
+                Some(nemesis::Faults::StoreRestarts),
+                Failpoints::Off,
                 "redis-control".to_string(),
+            )
+        }
+        Variant::RenewalDisabled => {
+            settings.requests = None;
+            settings.duration = control_duration();
+            settings.clients = 0;
+            settings.slow_clients = 3;
+            (
+                true,
+                None,
+                Failpoints::RenewalDisabled,
+                "renewal-control".to_string(),
             )
         }
     };
     println!("chaos {label}: seed {}", settings.seed);
     let epoch = Instant::now();
     let store = ChaosStore::start(kind, durable).await;
+    let store_url = store.url();
     let upstream = Upstream::start().await;
     let rates = Rates {
         reset_before: 0.003,
@@ -206,7 +274,11 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         &format!("http://{}", proxy.addr),
         LEASE,
     );
-    let gateways = Arc::new(Gateways::start(config, 2).await);
+    if faults_drawn.is_none() {
+        proxy.set_mode(Mode::Calm);
+        store_proxy.set_mode(Mode::Calm);
+    }
+    let gateways = Arc::new(Gateways::start(config, 2, failpoints, settings.seed).await);
     let run = format!("{}{}", kind.name(), settings.seed % 1_000_000);
     let workload = Arc::new(Workload::new(
         gateways.clone(),
@@ -226,21 +298,56 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
             )
         })
         .collect();
-    let nemesis = tokio::spawn(nemesis::run(
-        workload.clone(),
-        store,
-        proxy.clone(),
-        settings.seed.wrapping_mul(31),
-        faults_drawn,
-    ));
+    let slow_routes: &'static [Route] = match variant {
+        Variant::RenewalDisabled => &[Route::SlowRelease],
+        _ => &[Route::SlowHold, Route::SlowRelease],
+    };
+    let slow_clients: Vec<_> = (0..settings.slow_clients)
+        .map(|i| {
+            let seed = settings.seed.wrapping_add(1_000 + i as u64);
+            tokio::spawn(workload.clone().slow_client(1_000 + i, seed, slow_routes))
+        })
+        .collect();
+    // The store lives as long as the run (the nemesis hands it back).
+    let (nemesis, _calm_store) = match faults_drawn {
+        Some(faults_drawn) => {
+            let nemesis = tokio::spawn(nemesis::run(
+                workload.clone(),
+                store,
+                proxy.clone(),
+                settings.seed.wrapping_mul(31),
+                faults_drawn,
+            ));
+            (Some(nemesis), None)
+        }
+        None => (None, Some(store)),
+    };
+    // Gateways a kill window took down are counted and started again.
+    let supervisor = tokio::spawn({
+        let workload = workload.clone();
+        async move {
+            while !workload.stop.load(Ordering::Relaxed) {
+                workload.gateways.reap().await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    });
     while !settings.done(&workload, started) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     workload.stop.store(true, Ordering::Relaxed);
-    for client in clients {
+    for client in clients.into_iter().chain(slow_clients) {
         client.await.unwrap();
     }
-    let (faults, _store) = nemesis.await.unwrap();
+    let (faults, _store) = match nemesis {
+        Some(nemesis) => {
+            let (faults, store) = nemesis.await.unwrap();
+            (faults, Some(store))
+        }
+        None => (Vec::new(), None),
+    };
+    supervisor.await.unwrap();
+    gateways.windows.disarm();
     let chaos_time = started.elapsed();
 
     // Faults cleared: every key must now answer as its policy says.
@@ -254,22 +361,60 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
     let executions_before = upstream.executions_per_key();
     let finals = final_probes(&workload, &executions_before, healed).await;
 
+    let records = read_records(&store_url).await;
     let ops = workload.history.ops();
     let executions = upstream.executions();
+    let store_losses: Vec<Duration> = store_proxy
+        .fault_times()
+        .into_iter()
+        .map(|t| t.saturating_duration_since(epoch))
+        .collect();
+    let deaths: Vec<(usize, Duration)> = gateways
+        .windows
+        .deaths
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(instance, t)| (*instance, t.saturating_duration_since(epoch)))
+        .collect();
     let mut verdict = checker::check(&Input {
         ops: &ops,
         executions: &executions,
         faults: &faults,
         finals: &finals,
         lease: LEASE,
+        epoch,
+        store_losses: &store_losses,
+        deaths: &deaths,
+        records: records.as_deref().ok(),
     });
+    if let Err(error) = &records {
+        verdict.violations.push(format!(
+            "property 9: the store's records could not be read: {error}"
+        ));
+    }
+    for crash in gateways.windows.crashes.lock().unwrap().iter() {
+        verdict
+            .violations
+            .push(format!("a gateway crashed: {crash}"));
+    }
+    if failpoints == Failpoints::KillWindows {
+        for (w, (name, what)) in WINDOWS.iter().enumerate() {
+            if gateways.windows.hits[w].load(Ordering::SeqCst) == 0 {
+                verdict.violations.push(format!(
+                    "kill window {name} {what} was never hit (armed {} times): are the failpoints compiled in (the `fail` dev-dependency's `failpoints` feature)?",
+                    gateways.windows.armed[w].load(Ordering::SeqCst)
+                ));
+            }
+        }
+    }
     if !ready {
         verdict
             .violations
             .push("property 5: a gateway was not ready 30 s after the faults cleared".into());
     }
     let report = report(
-        kind,
+        &label,
         &settings,
         chaos_time,
         &ops,
@@ -279,6 +424,7 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         &verdict,
         &proxy,
         &store_proxy,
+        &gateways.windows,
     );
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("chaos");
     std::fs::create_dir_all(&dir).unwrap();
@@ -299,6 +445,49 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         history,
         logs,
     }
+}
+
+/// Every record of the run's routes, read straight from the store (not
+/// through the fault proxy) after the final check.
+async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
+    use idemgate::store::{RecordState, StoreConfig};
+    let config = StoreConfig {
+        url: url.to_string(),
+        migrate: false,
+        pool_size: 2,
+        timeout: Duration::from_secs(30),
+        prefix: cluster::STORE_PREFIX.into(),
+        max_records: 10_000_000,
+        sweep_interval: Duration::from_secs(3600),
+        sweep_batch: 1000,
+        replay_cache_ttl: Duration::ZERO,
+        replay_cache_size: 0,
+    };
+    let store = idemgate::store::open(&config)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut records = Vec::new();
+    for route in Route::ALL {
+        for state in [
+            RecordState::InFlight,
+            RecordState::Completed,
+            RecordState::Held,
+        ] {
+            let listed = store
+                .list(route.name(), state, 10_000_000)
+                .await
+                .map_err(|e| e.to_string())?;
+            records.extend(listed.into_iter().map(|info| StoreRecord {
+                route,
+                key: info.key,
+                state: info.state.as_str(),
+                held_reason: info.held_reason,
+                status: info.status,
+                body_bytes: info.body_bytes,
+            }));
+        }
+    }
+    Ok(records)
 }
 
 /// Probe every key (16 at a time) until it answers as its policy says:
@@ -352,7 +541,7 @@ async fn probe(
             .request(usize::MAX - 1, instance, info, body.clone(), 0, true)
             .await;
         let resolved = op.is_2xx()
-            || (info.route == Route::Hold
+            || (info.route.holds()
                 && matches!(
                     op.problem(),
                     Some("outcome-unknown" | "response-not-retained" | "key-reused")
@@ -393,7 +582,7 @@ fn millis(d: Duration) -> String {
 
 #[allow(clippy::too_many_arguments)]
 fn report(
-    kind: Backend,
+    label: &str,
     settings: &Settings,
     chaos_time: Duration,
     ops: &[Op],
@@ -403,6 +592,7 @@ fn report(
     verdict: &Verdict,
     proxy: &FaultProxy,
     store_proxy: &FaultProxy,
+    windows: &cluster::Windows,
 ) -> String {
     let mut out = String::new();
     let mode = match settings.requests {
@@ -410,32 +600,54 @@ fn report(
         None => format!("short mode ({} s)", settings.duration.as_secs()),
     };
     let chaos_ops = ops.iter().filter(|op| !op.last_phase).count();
+    let _ = writeln!(out, "## chaos {label}: {mode}, seed {}\n", settings.seed);
+    let hits: Vec<String> = WINDOWS
+        .iter()
+        .enumerate()
+        .map(|(w, (name, _))| format!("{name} {}", windows.hits[w].load(Ordering::SeqCst)))
+        .collect();
     let _ = writeln!(
         out,
-        "## chaos on {}: {mode}, seed {}\n",
-        kind.name(),
-        settings.seed
+        "- **{executions} upstream executions of {} keys** ({} on `hold` routes, {} on `release` routes); **duplicate executions on `hold`: {}**; re-executions on `release` (allowed by policy): {}; executions that began while another of their key ran: {} ({} unexplained: property 8)",
+        verdict.keys_hold + verdict.keys_release,
+        verdict.keys_hold,
+        verdict.keys_release,
+        verdict.duplicates_hold,
+        verdict.reexecutions_release,
+        verdict.overlaps,
+        verdict
+            .violations
+            .iter()
+            .filter(|v| v.starts_with("property 8"))
+            .count(),
     );
     let _ = writeln!(
         out,
-        "- {} requests during {:.0} s of faults ({:.0}/s), {} more in the final check; {} upstream executions",
+        "- **gateways killed in a window**: {} (armed {} times)",
+        hits.join(", "),
+        windows
+            .armed
+            .iter()
+            .map(|a| a.load(Ordering::SeqCst))
+            .sum::<u64>()
+    );
+    let records: Vec<String> = verdict
+        .records
+        .iter()
+        .map(|(state, n)| format!("{state} {n}"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "- the store's records at the end, reconciled with the upstream's ledger (property 9): {}",
+        records.join(", ")
+    );
+    let _ = writeln!(
+        out,
+        "- {} requests during {:.0} s of chaos ({:.0}/s), {} more in the final check",
         chaos_ops,
         chaos_time.as_secs_f64(),
         chaos_ops as f64 / chaos_time.as_secs_f64(),
         ops.len() - chaos_ops,
-        executions
-    );
-    let _ = writeln!(
-        out,
-        "- keys: {} on `hold`, {} on `release`",
-        verdict.keys_hold, verdict.keys_release
-    );
-    let _ = writeln!(
-        out,
-        "- **duplicate executions on `hold`: {}** ({:.2} per 100k requests); re-executions on `release` (allowed by policy): {}",
-        verdict.duplicates_hold,
-        verdict.duplicates_hold as f64 * 100_000.0 / ops.len().max(1) as f64,
-        verdict.reexecutions_release
     );
     let kinds: Vec<String> = verdict
         .by_kind

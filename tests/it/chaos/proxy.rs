@@ -64,6 +64,9 @@ struct Shared {
     rates: Rates,
     rng: Mutex<fastrand::Rng>,
     counters: Counters,
+    /// When each fault was injected (a lost store reply can cost a lease
+    /// renewal: the checker's property 8 needs to know when).
+    fault_times: Mutex<Vec<std::time::Instant>>,
 }
 
 /// A running fault proxy.
@@ -83,6 +86,7 @@ impl FaultProxy {
             rates,
             rng: Mutex::new(fastrand::Rng::with_seed(seed)),
             counters: Counters::default(),
+            fault_times: Mutex::new(Vec::new()),
         });
         let state = shared.clone();
         let task = tokio::spawn(async move {
@@ -123,6 +127,11 @@ impl FaultProxy {
     pub fn counters(&self) -> &Counters {
         &self.shared.counters
     }
+
+    /// When each fault was injected.
+    pub fn fault_times(&self) -> Vec<std::time::Instant> {
+        self.shared.fault_times.lock().unwrap().clone()
+    }
 }
 
 impl Drop for FaultProxy {
@@ -160,6 +169,12 @@ impl Shared {
         };
         let roll = self.rng.lock().unwrap().f64();
         let counters = &self.counters;
+        if roll < reset + hang {
+            self.fault_times
+                .lock()
+                .unwrap()
+                .push(std::time::Instant::now());
+        }
         if roll < reset {
             let counter = if request {
                 &counters.reset_before

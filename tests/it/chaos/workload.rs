@@ -14,7 +14,9 @@ use http_body_util::{BodyExt, Full};
 
 use super::cluster::Gateways;
 use super::history::{History, Op, Outcome, Route};
-use crate::support::upstream::{DELAY_HEADER, OP_HEADER, digest, response_digest};
+use crate::support::upstream::{
+    DELAY_HEADER, DENIED_HEADER, OP_HEADER, REPLAYED_HEADERS, digest, response_digest,
+};
 use crate::support::{HttpClient, client};
 
 /// How long a client waits for an answer before it gives up (an `info`).
@@ -213,7 +215,18 @@ impl Workload {
                 .headers
                 .get("idempotent-replayed")
                 .is_some_and(|v| v == "true"),
-            response: response_digest(parts.status.as_u16(), &body),
+            response: response_digest(
+                parts.status.as_u16(),
+                REPLAYED_HEADERS.iter().flat_map(|name| {
+                    parts
+                        .headers
+                        .get_all(*name)
+                        .iter()
+                        .map(move |value| (*name, value.as_bytes()))
+                }),
+                &body,
+            ),
+            denied_header: parts.headers.contains_key(DENIED_HEADER),
         }
     }
 
@@ -232,6 +245,30 @@ impl Workload {
         let body = info.canonical.clone();
         self.request(process, instance, info, body, delay_ms, false)
             .await
+    }
+
+    /// A client of the slow routes: a new key whose upstream takes longer
+    /// than the route's lease (so the lease lives by renewal), then, after
+    /// the lease would have lapsed without renewal but while the first
+    /// execution still runs, a retry of it on another instance. With
+    /// renewals it gets `409 in-flight`; without, a `release` route lets it
+    /// take over and execute beside the first (the renewal control).
+    pub async fn slow_client(self: Arc<Self>, process: usize, seed: u64, routes: &[Route]) {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let lease = super::SLOW_LEASE.as_millis() as u64;
+        while !self.stop.load(Ordering::Relaxed) {
+            let info = self.new_key(routes[rng.usize(..routes.len())]);
+            let instance = rng.usize(..self.gateways.len());
+            let delay = rng.u64(lease * 9 / 5..lease * 13 / 5);
+            let first = self.send(process, instance, &info, delay);
+            let retry = async {
+                let after = lease * 13 / 10 + rng.u64(0..200);
+                tokio::time::sleep(Duration::from_millis(after)).await;
+                let other = (instance + 1) % self.gateways.len();
+                self.send(process, other, &info, 100).await
+            };
+            futures_util::future::join(first, retry).await;
+        }
     }
 
     /// One client task: loop over actions until told to stop.

@@ -58,6 +58,17 @@ impl GatewayProcess {
 
     /// Spawn `idemgate SUBCOMMAND --config FILE` (free ports filled in).
     pub fn spawn_command(name: &str, subcommand: &str, config: &TestConfig) -> Self {
+        Self::spawn_with_env(name, subcommand, config, &[])
+    }
+
+    /// [`GatewayProcess::spawn_command`] with extra environment variables
+    /// (`FAILPOINTS`, for the chaos harness's kill windows).
+    pub fn spawn_with_env(
+        name: &str,
+        subcommand: &str,
+        config: &TestConfig,
+        env: &[(&str, &str)],
+    ) -> Self {
         let turn = serial::shared();
         let (port, admin_port) = (free_port(), free_port());
         let dir = tempfile::Builder::new()
@@ -80,6 +91,8 @@ impl GatewayProcess {
             .env_remove("IDEMGATE_LOG_FORMAT")
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
+            .env_remove("FAILPOINTS")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)
@@ -100,24 +113,43 @@ impl GatewayProcess {
     /// `/healthz` (the proxy listener is bound before it). Retries with other
     /// ports if a port was taken in the meantime.
     pub async fn start(name: &str, config: &TestConfig) -> Self {
+        Self::start_with_env(name, config, &[]).await
+    }
+
+    /// [`GatewayProcess::start`] with extra environment variables.
+    pub async fn start_with_env(name: &str, config: &TestConfig, env: &[(&str, &str)]) -> Self {
+        Self::try_start_with_env(name, config, env)
+            .await
+            .unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// [`GatewayProcess::start_with_env`], returning why it did not start
+    /// (an unreachable store, say) instead of panicking.
+    pub async fn try_start_with_env(
+        name: &str,
+        config: &TestConfig,
+        env: &[(&str, &str)],
+    ) -> Result<Self, String> {
         let mut last_error = String::new();
         for _ in 0..3 {
-            let mut gateway = Self::spawn(name, config);
+            let mut gateway = Self::spawn_with_env(name, "serve", config, env);
             match gateway.wait_ready(READY_LIMIT).await {
-                Ok(()) => return gateway,
+                Ok(()) => return Ok(gateway),
                 Err(error) => {
                     let stderr = gateway.stderr();
                     if stderr.contains("cannot listen") || stderr.contains("Address in use") {
                         last_error = format!("{error}\n{stderr}");
                         continue; // a port race: try other ports
                     }
-                    panic!(
+                    return Err(format!(
                         "gateway {name} did not become ready: {error}\n--- stderr ---\n{stderr}"
-                    );
+                    ));
                 }
             }
         }
-        panic!("gateway {name} could not bind free ports: {last_error}");
+        Err(format!(
+            "gateway {name} could not bind free ports: {last_error}"
+        ))
     }
 
     async fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
@@ -186,6 +218,11 @@ impl GatewayProcess {
             self.status = Some(status);
             self.child = None;
         }
+        self.status
+    }
+
+    /// How the process ended, if it has and was reaped.
+    pub fn exit_status(&self) -> Option<ExitStatus> {
         self.status
     }
 

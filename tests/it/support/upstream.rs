@@ -57,6 +57,13 @@ pub struct Execution {
     /// [`response_digest`] of the answer it sent (or would have sent: see
     /// `/hang` and `/reset`).
     pub response: String,
+    /// The status and body size it answered (`None`: `/hang`, `/reset`).
+    pub answered: Option<(u16, u64)>,
+    /// When the whole request had arrived (the execution began).
+    pub arrived: std::time::Instant,
+    /// When the upstream answers (or would have: see `/hang`): until then
+    /// the execution is in progress.
+    pub until: std::time::Instant,
 }
 
 /// What the upstream saw.
@@ -249,8 +256,27 @@ async fn answer(
         let mut s = seen.lock().unwrap();
         let number = s.executions.len() as u64 + 1;
         let response = match &plan {
-            Plan::Answer(status, _, body) => response_digest(*status, body),
+            Plan::Answer(status, headers, body) => {
+                let mut all = headers.clone();
+                all.sort();
+                response_digest(
+                    *status,
+                    all.iter()
+                        .filter(|(name, _)| REPLAYED_HEADERS.contains(name))
+                        .map(|(name, value)| (*name, value.as_bytes())),
+                    body,
+                )
+            }
             Plan::Hang | Plan::Reset => String::new(),
+        };
+        let answered = match &plan {
+            Plan::Answer(status, _, body) => Some((*status, body.len() as u64)),
+            Plan::Hang | Plan::Reset => None,
+        };
+        let arrived = std::time::Instant::now();
+        let until = match &plan {
+            Plan::Hang => arrived + Duration::from_secs(3600),
+            Plan::Answer(..) | Plan::Reset => arrived + delay,
         };
         s.executions.push(Execution {
             number,
@@ -258,6 +284,9 @@ async fn answer(
             key,
             body: digest(&body),
             response,
+            answered,
+            arrived,
+            until,
         });
     }
     tokio::time::sleep(delay).await;
@@ -282,10 +311,30 @@ pub fn digest(bytes: &[u8]) -> String {
     hex::encode(&Sha256::digest(bytes)[..8])
 }
 
-/// The digest of an answer: its status and body bytes.
-pub fn response_digest(status: u16, body: &[u8]) -> String {
+/// The headers of the upstream's answers that a replay must carry with the
+/// same values (the gateway records them; `set-cookie` is on its default
+/// `replay_headers` deny list, so it is not among them).
+pub const REPLAYED_HEADERS: [&str; 3] = ["content-type", "etag", "location"];
+
+/// A header a replay must never carry (the default `replay_headers` deny
+/// list keeps it out of the record).
+pub const DENIED_HEADER: &str = "set-cookie";
+
+/// The digest of an answer: its status, the [`REPLAYED_HEADERS`] it carries
+/// (name and value, in name order: pass them so) and its body bytes.
+pub fn response_digest<'a>(
+    status: u16,
+    headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    body: &[u8],
+) -> String {
     let mut hasher = Sha256::new();
     hasher.update(status.to_be_bytes());
+    for (name, value) in headers {
+        for part in [name.as_bytes(), value] {
+            hasher.update((part.len() as u64).to_be_bytes());
+            hasher.update(part);
+        }
+    }
     hasher.update(body);
     hex::encode(&hasher.finalize()[..8])
 }
