@@ -23,6 +23,7 @@
 //! - [`metrics`]: the Prometheus metrics and the store wrapper that feeds them.
 //! - [`body`]: the body type and bounded reading.
 //! - [`clock`]: the one clock.
+//! - [`logging`]: the logger, writing off the request path.
 //! - [`cli`]: the command line and its types.
 //!
 //! Dependencies point one way: `cli` → `app` → `server`, `handler`, `admin`
@@ -41,6 +42,7 @@ pub mod idempotency_key;
 pub mod json_body;
 pub mod key_admin;
 pub mod key_source;
+pub mod logging;
 pub mod metrics;
 pub mod problem;
 pub mod server;

@@ -1,15 +1,13 @@
 //! The `idemgate` binary: parse the command line, set up logging, and hand
 //! over to the library. Errors end here, printed once, with a non-zero exit.
 
-use std::io::IsTerminal;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
 use idemgate::cli::{Cli, Command};
 use idemgate::config::LogFormat;
-use idemgate::{Config, store};
-use tracing_subscriber::EnvFilter;
+use idemgate::{Config, logging, store};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -30,26 +28,14 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// Set up logging once; later calls do nothing.
-fn init_logging(format: LogFormat) {
-    // sqlx reports migration notices at INFO on every start: keep it to warnings.
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-    };
-}
-
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    // Logging starts with the config, whose `log_format` the flag overrides.
-    let load = || -> anyhow::Result<Config> {
+    // Logging starts with the config, whose `log_format` the flag overrides;
+    // its guard lives until `run` returns, so queued lines are written.
+    let mut log_guard = None;
+    let mut load = || -> anyhow::Result<Config> {
         let config = Config::load(&cli.config)?;
-        init_logging(cli.log_format.map_or(config.log_format, LogFormat::from));
+        let format = cli.log_format.map_or(config.log_format, LogFormat::from);
+        log_guard = Some(logging::init(format));
         Ok(config)
     };
     match cli.command.unwrap_or(Command::Serve) {
@@ -103,7 +89,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 None => load()?.admin_listen,
             };
             let format = cli.log_format.map(LogFormat::from);
-            init_logging(format.unwrap_or(idemgate::config::DEFAULT_LOG_FORMAT));
+            let _health_log = logging::init(format.unwrap_or(idemgate::config::DEFAULT_LOG_FORMAT));
             let addr = idemgate::admin::probe_address(addr);
             let status = idemgate::admin::probe(addr, "/healthz", Duration::from_secs(3))
                 .await
@@ -115,6 +101,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("healthy (http://{addr}/healthz)");
         }
     }
+    // Write what is still queued before the process exits.
+    drop(log_guard);
     Ok(())
 }
 

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use crate::clock::Instant;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -81,6 +82,20 @@ pub struct StoreLabels {
     pub op: &'static str,
     /// `ok`, `fenced` or `error`.
     pub result: &'static str,
+}
+
+/// `idemgate_log_lines_dropped_total`, read from the logger at scrape time.
+#[derive(Debug)]
+struct DroppedLogLines;
+
+impl EncodeMetric for DroppedLogLines {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_counter::<NoLabelSet, _, u64>(&crate::logging::dropped_lines(), None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
 }
 
 fn latency_histogram() -> Histogram {
@@ -192,6 +207,11 @@ impl Metrics {
             "shadow",
             "Keyed requests on shadow-mode routes, by what enforcing would have done (all were forwarded)",
             shadow.clone(),
+        );
+        registry.register(
+            "log_lines_dropped",
+            "Log lines dropped because the log writer's queue was full",
+            DroppedLogLines,
         );
         let records_swept = Counter::default();
         registry.register(

@@ -110,3 +110,79 @@ async fn text_logs_never_contain_a_raw_key() {
         "no colour codes when stderr is not a terminal"
     );
 }
+
+/// The log writer runs off the request path: with stderr a pipe nobody
+/// reads (a stuck log shipper), requests are still answered, and the lines
+/// that did not fit the queue are counted, not waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_log_pipe_never_stalls_requests_and_drops_are_counted() {
+    use crate::support::process::{binary, free_port};
+    let upstream = Upstream::start().await;
+    let (port, admin_port) = (free_port(), free_port());
+    let config = TestConfig::new("memory://", &upstream.url()).with_ports(port, admin_port);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, config.to_string()).unwrap();
+    // stderr is a pipe this test never reads: it fills after ~64 KiB.
+    let mut child = std::process::Command::new(binary())
+        .arg("serve")
+        .arg("--config")
+        .arg(&path)
+        .env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let http = client();
+    let health = format!("http://127.0.0.1:{admin_port}/healthz");
+    let ready = eventually(Duration::from_secs(30), || {
+        let (http, health) = (http.clone(), health.clone());
+        async move {
+            let status = crate::support::http::get_status(&http, &health).await;
+            (status == Some(StatusCode::OK)).then_some(())
+        }
+    })
+    .await;
+    assert!(ready.is_some(), "the gateway did not start");
+    // More request lines than the pipe and the queue hold together.
+    let total = idemgate::logging::LOG_QUEUE_LINES + 4_000;
+    let workers = 16;
+    let mut tasks = tokio::task::JoinSet::new();
+    for w in 0..workers {
+        let http = http.clone();
+        let url = format!("http://127.0.0.1:{port}/v1/things");
+        tasks.spawn(async move {
+            for _ in 0..total.div_ceil(workers) {
+                let reply = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    crate::support::send(&http, "GET", &url, &[], ""),
+                )
+                .await
+                .unwrap_or_else(|_| panic!("worker {w}: a request waited 10 s on the log"));
+                assert_eq!(reply.status, StatusCode::CREATED);
+            }
+        });
+    }
+    tasks.join_all().await;
+    let metrics = http
+        .get(
+            format!("http://127.0.0.1:{admin_port}/metrics")
+                .parse()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let text = {
+        use http_body_util::BodyExt;
+        let bytes = metrics.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    let dropped = crate::support::sample(&text, "idemgate_log_lines_dropped_total");
+    assert!(
+        dropped > 0.0,
+        "dropped lines are counted: {dropped}\n{text}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
