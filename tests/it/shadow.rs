@@ -3,7 +3,6 @@
 //! and recorded and `idemgate_shadow_total{route, would}` counts what
 //! enforcing would have done; on every store.
 
-use std::time::Duration;
 
 use http::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -66,7 +65,7 @@ async fn shadow_forwards_everything_and_counts_what_enforcing_would_do(b: Backen
             .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.upstream.arrived("k2").await;
     let during = post(c, &url, "k2", "{}").await;
     assert_eq!(
         during.status,

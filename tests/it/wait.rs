@@ -42,6 +42,18 @@ fn first_attempt(
     })
 }
 
+/// Wait until `n` requests wait on `gateway` (`idemgate_waiting`).
+async fn waiting_now(gateway: &Gateway, n: f64) {
+    let reached = crate::support::eventually(Duration::from_secs(30), || async move {
+        (sample(&gateway.metrics().await, "idemgate_waiting") >= n).then_some(())
+    })
+    .await;
+    assert!(
+        reached.is_some(),
+        "{n} requests were not waiting within 30 s"
+    );
+}
+
 fn metric(metrics: &str, series: &str) -> f64 {
     sample(metrics, series)
 }
@@ -102,7 +114,7 @@ async fn a_duplicate_still_in_flight_at_wait_timeout_gets_409(b: Backend) {
     let s = Setup::with(b, waiting("500ms")).await;
     let url = s.gateway.url("/v1/payments");
     let first = first_attempt(&s, &url, "slow", "1500");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.upstream.arrived("slow").await;
     let duplicate = post(&s.client, &url, "slow", "{}").await;
     assert_eq!(duplicate.status, StatusCode::CONFLICT);
     assert_eq!(duplicate.problem_type(), "urn:idemgate:problem:in-flight");
@@ -127,7 +139,7 @@ async fn a_released_key_is_forwarded_to_one_waiter(b: Backend) {
     // 500 is not recorded: the first attempt releases the key.
     let url = s.gateway.url("/v1/status/500");
     let first = first_attempt(&s, &url, "flaky", "700");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.upstream.arrived("flaky").await;
     let waiter = post(&s.client, &url, "flaky", "{}").await;
     assert_eq!(
         first.await.unwrap().status,
@@ -145,7 +157,7 @@ async fn waiters_on_a_held_key_get_the_held_answer(b: Backend) {
         let (client, url) = (s.client.clone(), url.clone());
         tokio::spawn(async move { post(&client, &url, "stuck", "{}").await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    s.upstream.arrived("stuck").await;
     let waiter = post(&s.client, &url, "stuck", "{}").await;
     assert_eq!(first.await.unwrap().status, StatusCode::GATEWAY_TIMEOUT);
     assert_eq!(waiter.status, StatusCode::BAD_GATEWAY, "{}", waiter.text());
@@ -167,12 +179,12 @@ async fn max_waiting_bounds_the_waiting_requests() {
     .await;
     let url = s.gateway.url("/v1/payments");
     let first = first_attempt(&s, &url, "busy", "1500");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    s.upstream.arrived("busy").await;
     let waiter = {
         let (client, url) = (s.client.clone(), url.clone());
         tokio::spawn(async move { post(&client, &url, "busy", "{}").await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    waiting_now(&s.gateway, 1.0).await;
     let refused = post(&s.client, &url, "busy", "{}").await;
     assert_eq!(
         refused.status,
@@ -200,7 +212,7 @@ mod across_instances {
         let s = Setup::with(b, waiting("5s")).await;
         let other = Gateway::start(&s.config).await;
         let first = first_attempt(&s, &s.gateway.url("/v1/payments"), "shared", "1000");
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        s.upstream.arrived("shared").await;
         let waiter = post(&s.client, &other.url("/v1/payments"), "shared", "{}").await;
         let first = first.await.unwrap();
         assert_eq!(waiter.status, StatusCode::CREATED);
@@ -250,12 +262,12 @@ async fn a_waiter_outlives_a_store_restart() {
             .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    upstream.arrived("restart").await;
     let waiter = {
         let (http, url) = (http.clone(), url.clone());
         tokio::spawn(async move { post(&http, &url, "restart", "{}").await })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    waiting_now(&gateway, 1.0).await;
     cluster.stop_immediate().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     cluster.start().await;

@@ -9,7 +9,7 @@ use http::StatusCode;
 use toml::{Table, Value};
 
 use crate::support::process::binary;
-use crate::support::upstream::DELAY_HEADER;
+use crate::support::upstream::{DELAY_HEADER, KEY_LABEL_HEADER};
 use crate::support::{Backend, Set, Setup, per_backend, send};
 
 /// A route's `key_from`, `scope_from` and fingerprint settings, on `api`.
@@ -253,17 +253,20 @@ async fn saga_steps_are_keyed_by_saga_and_step(b: Backend) {
 async fn an_in_flight_redelivery_gets_409_with_retry_after(b: Backend) {
     let s = Setup::with(b, route(&["json:/id"], &[], Some(("json", &[])))).await;
     let url = s.gateway.url("/v1/stripe");
-    let slow = [(DELAY_HEADER, "1500")];
+    // The ledger knows this route's requests by a label (their key is in
+    // the body).
+    let slow = [(DELAY_HEADER, "1500"), (KEY_LABEL_HEADER, "evt")];
     let first = {
         let (client, url) = (s.client.clone(), url.clone());
         tokio::spawn(async move { send(&client, "POST", &url, &slow, STRIPE_EVENT).await })
     };
-    let duplicate = crate::support::eventually(std::time::Duration::from_secs(5), || async {
-        let reply = send(&s.client, "POST", &url, &[], STRIPE_EVENT).await;
-        (reply.status == StatusCode::CONFLICT).then_some(reply)
-    })
-    .await
-    .expect("a duplicate while the first is at the upstream gets 409");
+    s.upstream.arrived("evt").await;
+    let duplicate = send(&s.client, "POST", &url, &[], STRIPE_EVENT).await;
+    assert_eq!(
+        duplicate.status,
+        StatusCode::CONFLICT,
+        "a duplicate while the first is at the upstream gets 409"
+    );
     assert!(duplicate.header("retry-after").is_some());
     let first = first.await.unwrap();
     assert_eq!(first.status, StatusCode::CREATED);

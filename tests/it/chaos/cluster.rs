@@ -64,10 +64,11 @@ impl ChaosStore {
 /// The Redis key prefix of a chaos run's records.
 pub const STORE_PREFIX: &str = "chaos:";
 
-/// The gateway's configuration for a chaos run: four routes to the same
-/// upstream (through the fault proxy), one per `on_unknown_outcome`, and
-/// both again with a lease shorter than the upstream takes
-/// ([`SLOW_LEASE`], [`SLOW_TIMEOUT`]), so that leases live by renewal.
+/// The gateway's configuration for a chaos run: routes to the same
+/// upstream (through the fault proxy), one per `on_unknown_outcome`, both
+/// again with a lease shorter than the upstream takes ([`SLOW_LEASE`],
+/// [`SLOW_TIMEOUT`]), so that leases live by renewal, a webhook route (key
+/// in the JSON body) and a `concurrent = "wait"` route.
 pub fn gateway_config(store_url: &str, upstream: &str, lease: Duration) -> TestConfig {
     TestConfig::new(store_url, upstream)
         .top(|t| {
@@ -96,6 +97,19 @@ pub fn gateway_config(store_url: &str, upstream: &str, lease: Duration) -> TestC
                         .set("match", format!("/{}/*", r.name()))
                         .set("upstream", upstream)
                         .set("on_unknown_outcome", policy);
+                    match r {
+                        Route::Webhook => {
+                            let mut fingerprint = Table::new();
+                            fingerprint.set("body", "json");
+                            route
+                                .set("key_from", vec!["json:/key"])
+                                .set("fingerprint", fingerprint);
+                        }
+                        Route::Wait => {
+                            route.set("concurrent", "wait").set("wait_timeout", "2s");
+                        }
+                        _ => {}
+                    }
                     if r.slow() {
                         route
                             .set("lease", format!("{}ms", SLOW_LEASE.as_millis()))

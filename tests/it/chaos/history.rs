@@ -25,14 +25,22 @@ pub enum Route {
     /// `release`, as slow: a lease that lapses under a live attempt lets a
     /// retry take over while the first execution still runs.
     SlowRelease,
+    /// `hold`, with the key in the JSON body (`key_from = ["json:/key"]`)
+    /// and every delivery signed anew (a header that changes): a webhook.
+    Webhook,
+    /// `hold` with `concurrent = "wait"`: duplicates wait for the first
+    /// attempt instead of getting `409`.
+    Wait,
 }
 
 impl Route {
-    pub const ALL: [Route; 4] = [
+    pub const ALL: [Route; 6] = [
         Route::Hold,
         Route::Release,
         Route::SlowHold,
         Route::SlowRelease,
+        Route::Webhook,
+        Route::Wait,
     ];
 
     pub fn path(self) -> &'static str {
@@ -41,6 +49,8 @@ impl Route {
             Route::Release => "/release/orders",
             Route::SlowHold => "/slow-hold/orders",
             Route::SlowRelease => "/slow-release/orders",
+            Route::Webhook => "/webhook/orders",
+            Route::Wait => "/wait/orders",
         }
     }
 
@@ -50,13 +60,18 @@ impl Route {
             Route::Release => "release",
             Route::SlowHold => "slow-hold",
             Route::SlowRelease => "slow-release",
+            Route::Webhook => "webhook",
+            Route::Wait => "wait",
         }
     }
 
     /// Whether the route holds a key whose outcome is unknown (at most one
     /// execution per key).
     pub fn holds(self) -> bool {
-        matches!(self, Route::Hold | Route::SlowHold)
+        matches!(
+            self,
+            Route::Hold | Route::SlowHold | Route::Webhook | Route::Wait
+        )
     }
 
     /// Whether the upstream is slower than the route's lease.

@@ -15,7 +15,8 @@ use http_body_util::{BodyExt, Full};
 use super::cluster::Gateways;
 use super::history::{History, Op, Outcome, Route};
 use crate::support::upstream::{
-    DELAY_HEADER, DENIED_HEADER, OP_HEADER, REPLAYED_HEADERS, digest, response_digest,
+    DELAY_HEADER, DENIED_HEADER, KEY_LABEL_HEADER, OP_HEADER, REPLAYED_HEADERS, digest,
+    response_digest,
 };
 use crate::support::{HttpClient, client};
 
@@ -138,8 +139,17 @@ impl Workload {
         let id = self.next_op.fetch_add(1, Ordering::Relaxed);
         self.issued.fetch_add(1, Ordering::Relaxed);
         let port = self.gateways.port(instance);
-        let request = Request::post(format!("http://127.0.0.1:{port}{}", info.route.path()))
-            .header("idempotency-key", &info.key)
+        let mut request = Request::post(format!("http://127.0.0.1:{port}{}", info.route.path()));
+        request = if info.route == Route::Webhook {
+            // The key is in the body; each delivery is signed anew.
+            request.header(KEY_LABEL_HEADER, &info.key).header(
+                "x-webhook-signature",
+                format!("v1,{:016x}", id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+            )
+        } else {
+            request.header("idempotency-key", &info.key)
+        };
+        let request = request
             .header("content-type", "application/json")
             .header(OP_HEADER, id.to_string())
             .header(DELAY_HEADER, delay_ms.to_string())
@@ -280,10 +290,11 @@ impl Workload {
             match roll {
                 // A new key, once.
                 0..=49 => {
-                    let route = if rng.u32(..10) < 8 {
-                        Route::Hold
-                    } else {
-                        Route::Release
+                    let route = match rng.u32(..10) {
+                        0..=5 => Route::Hold,
+                        6 | 7 => Route::Release,
+                        8 => Route::Webhook,
+                        _ => Route::Wait,
                     };
                     let info = self.new_key(route);
                     self.send(process, instance, &info, Self::delay(&mut rng))
@@ -298,7 +309,12 @@ impl Workload {
                 }
                 // A client bug: a recent key with another body.
                 75..=79 => {
-                    if let Some(info) = self.recent_key(&mut rng, Some(Route::Hold)) {
+                    let route = if rng.bool() {
+                        Route::Hold
+                    } else {
+                        Route::Webhook
+                    };
+                    if let Some(info) = self.recent_key(&mut rng, Some(route)) {
                         self.request(process, instance, &info, info.mutant.clone(), 0, false)
                             .await;
                     }
@@ -306,10 +322,11 @@ impl Workload {
                 // A same-key storm on a new key, or on a recent one.
                 _ => {
                     let info = if roll < 92 {
-                        self.new_key(if rng.bool() {
-                            Route::Hold
-                        } else {
-                            Route::Release
+                        self.new_key(match rng.u32(..4) {
+                            0 => Route::Hold,
+                            1 => Route::Release,
+                            2 => Route::Webhook,
+                            _ => Route::Wait,
                         })
                     } else {
                         match self.recent_key(&mut rng, None) {

@@ -40,6 +40,10 @@ pub const BINARY_BODY: &[u8] = &[0, 159, 146, 150, 255, 0, 1, 2, 13, 10, 0, 254]
 /// untouched by the gateway, and not part of the fingerprint).
 pub const OP_HEADER: &str = "x-test-op";
 
+/// Header naming, for the ledger only, the key of a request whose route
+/// reads its key from elsewhere (the gateway never looks at it).
+pub const KEY_LABEL_HEADER: &str = "x-test-key";
+
 /// Header by which a client asks the upstream to take this long (ms).
 pub const DELAY_HEADER: &str = "x-test-delay-ms";
 
@@ -132,6 +136,20 @@ impl Upstream {
             .unwrap_or(0)
     }
 
+    /// Wait until a request with this key header value has arrived (it is
+    /// at the upstream now); panics after 30 s.
+    pub async fn arrived(&self, key_header_value: &str) {
+        let here = super::eventually(Duration::from_secs(30), || {
+            let n = self.count(key_header_value);
+            async move { (n > 0).then_some(()) }
+        })
+        .await;
+        assert!(
+            here.is_some(),
+            "no request with key {key_header_value:?} arrived within 30 s"
+        );
+    }
+
     /// How many requests arrived.
     pub fn total(&self) -> u64 {
         self.seen.lock().unwrap().total
@@ -192,7 +210,12 @@ async fn answer(
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
             .unwrap_or_default()
     };
-    let key = header("idempotency-key");
+    // A route whose key is not in `Idempotency-Key` (a webhook's, in its
+    // body) names it for the ledger in [`KEY_LABEL_HEADER`].
+    let key = match header(KEY_LABEL_HEADER) {
+        label if !label.is_empty() => label,
+        _ => header("idempotency-key"),
+    };
     let op: u64 = header(OP_HEADER).parse().unwrap_or(u64::MAX);
     let mut delay = Duration::from_millis(header(DELAY_HEADER).parse().unwrap_or(0));
     let n = {
