@@ -3,7 +3,6 @@
 //! and recorded and `idemgate_shadow_total{route, would}` counts what
 //! enforcing would have done; on every store.
 
-
 use http::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

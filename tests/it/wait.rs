@@ -234,14 +234,14 @@ mod across_instances {
     per_backend!(only [postgres, redis]: a_waiter_on_another_instance_is_woken_by_the_store);
 }
 
-/// PostgreSQL restarts while a duplicate waits: the waiter waits on (its
+/// The store restarts while a duplicate waits: the waiter waits on (its
 /// claims fail meanwhile), and the first attempt's answer still reaches it
-/// once the store is back and the listener has reconnected.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waiter_outlives_a_store_restart() {
-    let mut cluster = crate::support::servers::PgCluster::new().await;
+/// once the store is back and the listener has reconnected. PostgreSQL is
+/// stopped `-m immediate`; Redis (durable, `appendfsync always`) is killed
+/// with SIGKILL and started again.
+async fn a_waiter_outlives_a_store_restart(store_url: String, restart: impl AsyncFnOnce()) {
     let upstream = crate::support::Upstream::start().await;
-    let config = TestConfig::new(&cluster.url(), &upstream.url()).route(|r| {
+    let config = TestConfig::new(&store_url, &upstream.url()).route(|r| {
         r.set("concurrent", "wait")
             .set("upstream_timeout", "8s")
             .set("wait_timeout", "10s");
@@ -268,9 +268,7 @@ async fn a_waiter_outlives_a_store_restart() {
         tokio::spawn(async move { post(&http, &url, "restart", "{}").await })
     };
     waiting_now(&gateway, 1.0).await;
-    cluster.stop_immediate().await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    cluster.start().await;
+    restart().await;
     let first = first.await.unwrap();
     let waiter = waiter.await.unwrap();
     assert_eq!(first.status, StatusCode::CREATED, "{}", first.text());
@@ -278,4 +276,57 @@ async fn a_waiter_outlives_a_store_restart() {
     assert!(waiter.is_replay());
     assert_eq!(waiter.body, first.body);
     assert_eq!(upstream.count("restart"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_outlives_a_postgres_restart() {
+    let mut cluster = crate::support::servers::PgCluster::new().await;
+    let url = cluster.url();
+    a_waiter_outlives_a_store_restart(url, async || {
+        cluster.stop_immediate().await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        cluster.start().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_outlives_a_redis_restart() {
+    let mut redis = crate::support::servers::PrivateRedis::start_durable();
+    let url = redis.url();
+    a_waiter_outlives_a_store_restart(url, async || {
+        redis.kill();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        redis.restart();
+    })
+    .await;
+}
+
+/// A waiting client that hangs up stops waiting: nothing of it remains.
+#[tokio::test]
+async fn a_waiter_that_hangs_up_costs_nothing_further() {
+    use tokio::io::AsyncWriteExt;
+    let s = Setup::with(Backend::Memory, waiting("5s")).await;
+    let url = s.gateway.url("/v1/payments");
+    let first = first_attempt(&s, &url, "gone", "1500");
+    s.upstream.arrived("gone").await;
+    let mut tcp = tokio::net::TcpStream::connect(s.gateway.addr)
+        .await
+        .unwrap();
+    tcp.write_all(
+        b"POST /v1/payments HTTP/1.1\r\nHost: t\r\nIdempotency-Key: gone\r\n\
+          Content-Length: 2\r\n\r\n{}",
+    )
+    .await
+    .unwrap();
+    waiting_now(&s.gateway, 1.0).await;
+    drop(tcp);
+    let gone = crate::support::eventually(Duration::from_secs(1), || async {
+        (sample(&s.gateway.metrics().await, "idemgate_waiting") == 0.0).then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "the waiter left when its client did");
+    assert!(!first.is_finished(), "well before the first attempt ended");
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+    assert_eq!(s.upstream.count("gone"), 1);
 }
