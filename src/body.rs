@@ -1,15 +1,17 @@
-//! The body type the gateway serves and forwards, and bounded reading of
-//! bodies into memory (request bodies up to `max_request_body` and within
-//! the shared budget, upstream responses up to `max_recorded_response`).
+//! The body types the gateway serves, forwards and receives, and bounded
+//! reading of bodies into memory (request bodies up to `max_request_body`
+//! and within the shared budget, upstream responses up to
+//! `max_recorded_response`).
 
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
-use hyper::body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// A boxed error crossing a body.
@@ -17,6 +19,60 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Every body idemgate sends, to clients and to upstreams.
 pub type Body = BoxBody<Bytes, BoxError>;
+
+/// A client's request body as the server hands it to a handler: hyper's,
+/// and, on an HTTP/1.1 connection, a flag raised once its end has been seen
+/// (all of it was read, so the connection can take another request; see
+/// `server::h1`).
+pub struct RequestBody {
+    inner: Incoming,
+    ended: Option<Arc<AtomicBool>>,
+}
+
+impl RequestBody {
+    /// `inner`, raising `ended` (if any) once its end has been seen.
+    pub(crate) fn new(inner: Incoming, ended: Option<Arc<AtomicBool>>) -> Self {
+        let body = Self { inner, ended };
+        // An empty body has ended before it is read.
+        body.is_end_stream();
+        body
+    }
+
+    fn mark_ended(&self) {
+        if let Some(ended) = &self.ended {
+            ended.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl HttpBody for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let frame = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        // A reader may stop at `is_end_stream` without polling for the end.
+        if frame.is_none() || self.inner.is_end_stream() {
+            self.mark_ended();
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        let ended = self.inner.is_end_stream();
+        if ended {
+            self.mark_ended();
+        }
+        ended
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
 
 /// A body of these bytes.
 pub fn full(bytes: impl Into<Bytes>) -> Body {

@@ -1,0 +1,254 @@
+//! HTTP/1.1 connections, one request per hyper connection, *parked*
+//! between requests: an idle keep-alive connection holds its socket and
+//! this task, not hyper's read and write buffers (≈ 27 KB a connection when
+//! hyper keeps them between requests).
+//!
+//! Each request is served by a fresh hyper `http1` connection over the
+//! socket. Once the service has handed hyper the response, hyper is told to
+//! end the connection after it (`graceful_shutdown`, i.e. no keep-alive
+//! past this message) and `poll_without_shutdown` gives the socket back
+//! without closing it. The connection is then parked: it waits for the
+//! next request's first byte, without a buffer, for at most
+//! `idle_timeout`, and closes at once on `stop`. When bytes arrive, the next
+//! hyper connection starts, and its own timer gives that request's head
+//! `header_read_timeout`. Bytes hyper had read past the response
+//! (pipelined requests) go back in front of the socket ([`Prefixed`]), and
+//! the next connection starts at once.
+//!
+//! Why the response keeps its keep-alive head (hyper 1.12, `proto/h1`):
+//! the service's future is polled only in the dispatcher's `poll_msg`, and
+//! when it resolves the dispatcher writes the response head
+//! (`Conn::write_head`) within the same poll. The signal that the response
+//! is ready wakes this task, which can call `graceful_shutdown` only after
+//! that poll returned, so the head is already encoded without
+//! `connection: close`. hyper then closes its state at the end of the
+//! message (`State::try_keep_alive` with keep-alive disabled), which happens
+//! in `Conn::poll_flush` once everything written is flushed — as long as
+//! the request body had been read to its end before the response began; a
+//! response that started before the whole request body was read could end
+//! from the read side with bytes unflushed, so such a connection (and one
+//! whose client asked for `Connection: close`, an HTTP/1.0 one without
+//! keep-alive, or a failed one) is not parked but finished as hyper would
+//! (flushed, then shut down). A pipelined request that hyper has already
+//! begun to read when keep-alive is disabled is still answered, with
+//! `connection: close`, and the connection then closes (whatever the client
+//! sent after it is not served).
+
+use std::convert::Infallible;
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use http::header::{CONNECTION, HeaderMap};
+use http::{Request, Response, StatusCode, Version};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::prefixed::Prefixed;
+use super::{Settings, sleep_until};
+use crate::body::{Body, RequestBody};
+use crate::clock::Instant;
+
+/// Serve an HTTP/1.1 connection until it closes, its deadlines pass, or
+/// `stop` (graceful shutdown) is cancelled.
+pub(super) async fn serve<H, F>(
+    settings: &Settings,
+    stream: TcpStream,
+    handle: &Arc<H>,
+    opened: Instant,
+    stop: &CancellationToken,
+) where
+    H: Fn(Request<RequestBody>) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    let mut io = Prefixed::new(stream);
+    // The first request's head is due `header_read_timeout` after the accept.
+    let mut head_due = Some(opened + settings.deadlines.first_head);
+    loop {
+        if stop.is_cancelled() {
+            return;
+        }
+        let Some(parked) = one_request(settings, io, handle, head_due.take(), stop).await else {
+            return;
+        };
+        io = parked;
+        if !io.has_unread() && !park(io.stream(), settings.deadlines.idle, stop).await {
+            return;
+        }
+    }
+}
+
+/// Wait for the next request's first byte, for at most `idle`; `false` if
+/// the connection is to close instead (deadline, `stop`, the client closed,
+/// an error).
+async fn park(stream: &TcpStream, idle: Duration, stop: &CancellationToken) -> bool {
+    let mut byte = [0u8; 1];
+    tokio::select! {
+        peeked = stream.peek(&mut byte) => matches!(peeked, Ok(n) if n > 0),
+        () = tokio::time::sleep(idle) => {
+            tracing::debug!("idle past idle_timeout: connection closed");
+            false
+        }
+        () = stop.cancelled() => false,
+    }
+}
+
+/// What one hyper connection's service tells the connection loop.
+#[derive(Default)]
+struct Exchange {
+    /// Request heads that arrived (the service was called): one, unless
+    /// hyper began a pipelined request before keep-alive was disabled.
+    started: AtomicUsize,
+    /// Whether the connection can take another request after this one.
+    reusable: AtomicBool,
+    /// Signalled when the response is handed to hyper.
+    answered: Notify,
+}
+
+/// Serve one request on a fresh hyper connection over `io`; the socket back
+/// (with whatever was read past the request in front) if the connection
+/// can take another request, `None` if it is closed. `head_due`: when the
+/// request head must have arrived (besides hyper's own timer).
+async fn one_request<H, F>(
+    settings: &Settings,
+    io: Prefixed,
+    handle: &Arc<H>,
+    mut head_due: Option<Instant>,
+    stop: &CancellationToken,
+) -> Option<Prefixed>
+where
+    H: Fn(Request<RequestBody>) -> F + Send + Sync + 'static,
+    F: Future<Output = Response<Body>> + Send + 'static,
+{
+    let exchange = Arc::new(Exchange::default());
+    let service = {
+        let (exchange, handle) = (exchange.clone(), handle.clone());
+        service_fn(move |request: Request<Incoming>| {
+            exchange.started.fetch_add(1, Ordering::AcqRel);
+            let keep_alive = wants_keep_alive(request.version(), request.headers());
+            let body_read = Arc::new(AtomicBool::new(false));
+            let answer = handle(request.map(|b| RequestBody::new(b, Some(body_read.clone()))));
+            let exchange = exchange.clone();
+            let answered: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(async move {
+                let response = answer.await;
+                // Only a request read to its end before the response began
+                // leaves the connection reusable (see the module's doc).
+                let reusable = keep_alive
+                    && body_read.load(Ordering::Acquire)
+                    && response.status() != StatusCode::SWITCHING_PROTOCOLS
+                    && !has_token(response.headers(), "close");
+                exchange.reusable.store(reusable, Ordering::Release);
+                exchange.answered.notify_one();
+                Ok::<_, Infallible>(response)
+            });
+            answered
+        })
+    };
+    // Boxed: a parked connection's task does not keep room for it.
+    let mut connection = Box::new(settings.http1.serve_connection(TokioIo::new(io), service));
+    let mut closing = false;
+    let mut reusable = false;
+    let result = loop {
+        tokio::select! {
+            biased;
+            result = poll_fn(|cx| connection.poll_without_shutdown(cx)) => break result,
+            // hyper has encoded the response head by now: ending keep-alive
+            // cannot add `connection: close` to it.
+            () = exchange.answered.notified(), if !closing => {
+                reusable = exchange.reusable.load(Ordering::Acquire);
+                Pin::new(&mut *connection).graceful_shutdown();
+                closing = true;
+            }
+            // A request in progress finishes (its response says
+            // `connection: close`); an idle connection closes.
+            () = stop.cancelled(), if !closing => {
+                Pin::new(&mut *connection).graceful_shutdown();
+                closing = true;
+            }
+            () = sleep_until(head_due), if head_due.is_some() => {
+                if exchange.started.load(Ordering::Acquire) == 0 {
+                    tracing::debug!("no request head within header_read_timeout: connection closed");
+                    return None;
+                }
+                head_due = None;
+            }
+        }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "connection ended with an error");
+        return None;
+    }
+    // A second request (pipelined, begun before keep-alive was disabled)
+    // was answered with `connection: close`: what follows it is not served.
+    let one = exchange.started.load(Ordering::Acquire) == 1;
+    if !(reusable && one) || stop.is_cancelled() {
+        // Flush what is left and shut the socket down, as hyper does.
+        if let Err(error) = (&mut *connection).await {
+            tracing::debug!(%error, "connection ended with an error");
+        }
+        return None;
+    }
+    let parts = connection.into_parts();
+    Some(parts.io.into_inner().unread(parts.read_buf))
+}
+
+/// Whether the client wants the connection kept open after this request:
+/// HTTP/1.1 unless it says `Connection: close`, HTTP/1.0 only if it says
+/// `Connection: keep-alive`.
+fn wants_keep_alive(version: Version, headers: &HeaderMap) -> bool {
+    match version {
+        Version::HTTP_11 => !has_token(headers, "close"),
+        Version::HTTP_10 => has_token(headers, "keep-alive") && !has_token(headers, "close"),
+        _ => false,
+    }
+}
+
+/// Whether a `Connection` header lists `token`.
+fn has_token(headers: &HeaderMap, token: &str) -> bool {
+    headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn headers(connection: &[&'static str]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for value in connection {
+            headers.append(CONNECTION, HeaderValue::from_static(value));
+        }
+        headers
+    }
+
+    #[test]
+    fn keep_alive_follows_the_version_and_the_connection_header() {
+        assert!(wants_keep_alive(Version::HTTP_11, &headers(&[])));
+        assert!(wants_keep_alive(
+            Version::HTTP_11,
+            &headers(&["Keep-Alive"])
+        ));
+        assert!(!wants_keep_alive(Version::HTTP_11, &headers(&["Close"])));
+        assert!(!wants_keep_alive(
+            Version::HTTP_11,
+            &headers(&["te", "upgrade, close"])
+        ));
+        assert!(!wants_keep_alive(Version::HTTP_10, &headers(&[])));
+        assert!(wants_keep_alive(
+            Version::HTTP_10,
+            &headers(&["keep-alive"])
+        ));
+        assert!(!wants_keep_alive(Version::HTTP_2, &headers(&[])));
+    }
+}
