@@ -7,7 +7,8 @@
 //! # Layout
 //! - [`app`]: wiring one gateway: store, wrappers, admin listener, sweeper, proxy.
 //! - [`config`]: the TOML file → a validated [`Config`].
-//! - [`server`]: accept loop, connection cap, graceful shutdown.
+//! - [`server`]: accept loop, connection cap, HTTP/1.1 and h2c connections
+//!   and their deadlines, graceful shutdown.
 //! - [`handler`]: the request pipeline (route, key, body, claim, forward, record).
 //! - [`idempotency_key`], [`fingerprint`]: key parsing and the request fingerprint.
 //! - [`store`]: the request-path [`store::Store`] and [`store::StoreAdmin`]
