@@ -4,9 +4,9 @@
 //! hyper keeps them between requests).
 //!
 //! Each request is served by a fresh hyper `http1` connection over the
-//! socket. Once the service has handed hyper the response, hyper is told to
-//! end the connection after it (`graceful_shutdown`, i.e. no keep-alive
-//! past this message) and `poll_without_shutdown` gives the socket back
+//! socket. Once hyper has written the response head, it is told to end the
+//! connection after this response (`graceful_shutdown`, i.e. no keep-alive
+//! past this message), and `poll_without_shutdown` gives the socket back
 //! without closing it. The connection is then parked: it waits for the
 //! next request's first byte, without a buffer, for at most
 //! `idle_timeout`, and closes at once on `stop`. When bytes arrive, the next
@@ -15,35 +15,43 @@
 //! (pipelined requests) go back in front of the socket ([`Prefixed`]), and
 //! the next connection starts at once.
 //!
-//! Why the response keeps its keep-alive head (hyper 1.12, `proto/h1`):
-//! the service's future is polled only in the dispatcher's `poll_msg`, and
-//! when it resolves the dispatcher writes the response head
-//! (`Conn::write_head`) within the same poll. The signal that the response
-//! is ready wakes this task, which can call `graceful_shutdown` only after
-//! that poll returned, so the head is already encoded without
-//! `connection: close`. hyper then closes its state at the end of the
-//! message (`State::try_keep_alive` with keep-alive disabled), which happens
-//! in `Conn::poll_flush` once everything written is flushed — as long as
-//! the request body had been read to its end before the response began; a
+//! How (hyper 1.12, `proto/h1/{dispatch,conn}.rs`): the response body is
+//! wrapped ([`Gated`]). The dispatcher writes the head (`Conn::write_head`)
+//! before it first polls the body, or drops it unpolled when it has nothing
+//! to send (an empty body, `HEAD`, 204, 304). That first poll (or drop)
+//! tells this task, and the body yields nothing until this task has called
+//! `graceful_shutdown`: the head went out with keep-alive (no
+//! `connection: close`), and hyper finishes the message with keep-alive
+//! disabled, so it closes its state (`State::try_keep_alive`) instead of
+//! going idle and reading the next request. That happens in
+//! `Conn::poll_flush` once everything written is flushed — as long as the
+//! request body had been read to its end before the response began; a
 //! response that started before the whole request body was read could end
 //! from the read side with bytes unflushed, so such a connection (and one
 //! whose client asked for `Connection: close`, an HTTP/1.0 one without
 //! keep-alive, or a failed one) is not parked but finished as hyper would
-//! (flushed, then shut down). A pipelined request that hyper has already
-//! begun to read when keep-alive is disabled is still answered, with
-//! `connection: close`, and the connection then closes (whatever the client
-//! sent after it is not served).
+//! (flushed, then shut down). `into_parts` then returns what hyper read but
+//! did not use (`read_buf`: pipelined requests).
+//!
+//! A body dropped unpolled cannot hold hyper back: if a pipelined request
+//! was already in hyper's buffer, hyper may begin it before keep-alive is
+//! disabled. It is still answered, with `connection: close`, and the
+//! connection then closes (whatever the client sent after it is not
+//! served).
 
 use std::convert::Infallible;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use http::header::{CONNECTION, HeaderMap};
 use http::{Request, Response, StatusCode, Version};
-use hyper::body::Incoming;
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -52,7 +60,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::prefixed::Prefixed;
 use super::{Settings, sleep_until};
-use crate::body::{Body, RequestBody};
+use crate::body::{Body, BoxError, RequestBody};
 use crate::clock::Instant;
 
 /// Serve an HTTP/1.1 connection until it closes, its deadlines pass, or
@@ -99,7 +107,8 @@ async fn park(stream: &TcpStream, idle: Duration, stop: &CancellationToken) -> b
     }
 }
 
-/// What one hyper connection's service tells the connection loop.
+/// What one hyper connection's service and response body tell the
+/// connection loop, and what the loop tells the body.
 #[derive(Default)]
 struct Exchange {
     /// Request heads that arrived (the service was called): one, unless
@@ -107,8 +116,61 @@ struct Exchange {
     started: AtomicUsize,
     /// Whether the connection can take another request after this one.
     reusable: AtomicBool,
-    /// Signalled when the response is handed to hyper.
+    /// Signalled when hyper first polls (or drops) the response body: its
+    /// head has been written.
     answered: Notify,
+    /// Keep-alive is disabled: the response body may flow.
+    released: AtomicBool,
+}
+
+/// A response body held back, once its head has been written, until the
+/// connection loop has disabled keep-alive (see the module's doc).
+struct Gated {
+    inner: Body,
+    exchange: Arc<Exchange>,
+    signalled: bool,
+}
+
+impl Gated {
+    fn signal(&mut self) {
+        if !self.signalled {
+            self.signalled = true;
+            self.exchange.answered.notify_one();
+        }
+    }
+}
+
+impl HttpBody for Gated {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if !self.exchange.released.load(Ordering::Acquire) {
+            // No waker to keep: the signal wakes this very task, whose loop
+            // polls the connection again once keep-alive is disabled.
+            self.signal();
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        // Not before it is released: hyper drops an ended body unpolled.
+        self.exchange.released.load(Ordering::Acquire) && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Gated {
+    fn drop(&mut self) {
+        self.signal();
+    }
 }
 
 /// Serve one request on a fresh hyper connection over `io`; the socket back
@@ -144,8 +206,11 @@ where
                     && response.status() != StatusCode::SWITCHING_PROTOCOLS
                     && !has_token(response.headers(), "close");
                 exchange.reusable.store(reusable, Ordering::Release);
-                exchange.answered.notify_one();
-                Ok::<_, Infallible>(response)
+                Ok::<_, Infallible>(response.map(|inner| Gated {
+                    inner,
+                    exchange,
+                    signalled: false,
+                }))
             });
             answered
         })
@@ -158,17 +223,19 @@ where
         tokio::select! {
             biased;
             result = poll_fn(|cx| connection.poll_without_shutdown(cx)) => break result,
-            // hyper has encoded the response head by now: ending keep-alive
+            // hyper has written the response head by now: ending keep-alive
             // cannot add `connection: close` to it.
             () = exchange.answered.notified(), if !closing => {
                 reusable = exchange.reusable.load(Ordering::Acquire);
                 Pin::new(&mut *connection).graceful_shutdown();
+                exchange.released.store(true, Ordering::Release);
                 closing = true;
             }
             // A request in progress finishes (its response says
             // `connection: close`); an idle connection closes.
             () = stop.cancelled(), if !closing => {
                 Pin::new(&mut *connection).graceful_shutdown();
+                exchange.released.store(true, Ordering::Release);
                 closing = true;
             }
             () = sleep_until(head_due), if head_due.is_some() => {
