@@ -26,10 +26,12 @@
 //! disabled, so it closes its state (`State::try_keep_alive`) instead of
 //! going idle and reading the next request. That happens in
 //! `Conn::poll_flush` once everything written is flushed — as long as the
-//! request body had been read to its end before the response began; a
+//! request body had been read to its end before the response began (a
 //! response that started before the whole request body was read could end
-//! from the read side with bytes unflushed, so such a connection (and one
-//! whose client asked for `Connection: close`, an HTTP/1.0 one without
+//! from the read side with bytes unflushed). So what a handler left unread
+//! of a body is read first, if it is small and arrives at once
+//! ([`read_to_end`]); a connection whose body was not read to its end (and
+//! one whose client asked for `Connection: close`, an HTTP/1.0 one without
 //! keep-alive, or a failed one) is not parked but finished as hyper would
 //! (flushed, then shut down). `into_parts` then returns what hyper read but
 //! did not use (`read_buf`: pipelined requests).
@@ -50,8 +52,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use http::header::{CONNECTION, HeaderMap};
+use http::header::{CONNECTION, EXPECT, HeaderMap};
 use http::{Request, Response, StatusCode, Version};
+use http_body_util::BodyExt;
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -61,7 +64,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::prefixed::Prefixed;
 use super::{Settings, sleep_until};
-use crate::body::{Body, BoxError, RequestBody};
+use crate::body::{Body, BodyTracker, BoxError, RequestBody};
 use crate::clock::Instant;
 
 /// Serve an HTTP/1.1 connection until it closes, its deadlines pass, or
@@ -195,17 +198,19 @@ where
         service_fn(move |request: Request<Incoming>| {
             exchange.started.fetch_add(1, Ordering::AcqRel);
             let keep_alive = wants_keep_alive(request.version(), request.headers());
-            let body_read = Arc::new(AtomicBool::new(false));
-            let answer = handle(request.map(|b| RequestBody::new(b, Some(body_read.clone()))));
+            let may_drain = !request.headers().contains_key(EXPECT);
+            let body = Arc::new(BodyTracker::default());
+            let answer = handle(request.map(|b| RequestBody::new(b, Some(body.clone()))));
             let exchange = exchange.clone();
             let answered: Pin<Box<dyn Future<Output = _> + Send>> = Box::pin(async move {
                 let response = answer.await;
-                // Only a request read to its end before the response began
+                // Only a request read to its end before the response begins
                 // leaves the connection reusable (see the module's doc).
                 let reusable = keep_alive
-                    && body_read.load(Ordering::Acquire)
                     && response.status() != StatusCode::SWITCHING_PROTOCOLS
-                    && !has_token(response.headers(), "close");
+                    && !has_token(response.headers(), "close")
+                    && read_to_end(&body, may_drain).await;
+                drop(body);
                 exchange.reusable.store(reusable, Ordering::Release);
                 Ok::<_, Infallible>(response.map(|inner| Gated {
                     inner,
@@ -264,6 +269,46 @@ where
     }
     let parts = connection.into_parts();
     Some(parts.io.into_inner().unread(parts.read_buf))
+}
+
+/// The most of a request body its handler left unread (an early answer:
+/// `413`, a missing key) that is read and dropped so that the connection can
+/// take another request, and how long that may take; a larger or slower
+/// rest closes the connection after the answer instead.
+const DRAIN_LIMIT: usize = 64 * 1024;
+const DRAIN_TIME: Duration = Duration::from_millis(100);
+
+/// Whether the request body has been read to its end, reading what its
+/// handler left unread first if that is at most [`DRAIN_LIMIT`] bytes
+/// arriving within [`DRAIN_TIME`] (never for a client that waits for
+/// `100 Continue`: hyper would send it). Before the response is handed to
+/// hyper, so that hyper's reading is done before its writing.
+async fn read_to_end(body: &BodyTracker, may_drain: bool) -> bool {
+    if body.ended() {
+        return true;
+    }
+    // `None`: still held (a forward streaming it), so not read to its end.
+    let Some(mut rest) = body.take_left() else {
+        return false;
+    };
+    if !may_drain || rest.size_hint().lower() > DRAIN_LIMIT as u64 {
+        return false;
+    }
+    let drain = async {
+        let mut read = 0;
+        while !rest.is_end_stream() {
+            match rest.frame().await {
+                None => break,
+                Some(Ok(frame)) => read += frame.data_ref().map_or(0, Bytes::len),
+                Some(Err(_)) => return false,
+            }
+            if read > DRAIN_LIMIT {
+                return false;
+            }
+        }
+        true
+    };
+    matches!(tokio::time::timeout(DRAIN_TIME, drain).await, Ok(true))
 }
 
 /// Whether the client wants the connection kept open after this request:

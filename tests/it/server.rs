@@ -523,14 +523,20 @@ async fn a_partial_head_after_an_idle_spell_is_cut_at_the_head_deadline() {
     assert_eq!(upstream.total(), 1);
 }
 
-#[tokio::test]
-async fn a_body_left_unread_is_never_taken_for_the_next_request() {
+/// A gateway whose route takes request bodies up to 1 KiB.
+async fn start_with_bodies_up_to_1kib() -> (TestDb, Upstream, Gateway) {
     let db = TestDb::new().await;
     let upstream = Upstream::start().await;
     let config = TestConfig::new(&db.url, &upstream.url()).route(|r| {
         r.set("max_request_body", "1KiB");
     });
     let gateway = Gateway::start(&config).await;
+    (db, upstream, gateway)
+}
+
+#[tokio::test]
+async fn a_body_left_unread_is_never_taken_for_the_next_request() {
+    let (_db, upstream, gateway) = start_with_bodies_up_to_1kib().await;
     let mut raw = Raw::connect(&gateway).await;
     // Refused on its declared length; what it sent of its body looks like
     // a request of its own.
@@ -547,6 +553,27 @@ async fn a_body_left_unread_is_never_taken_for_the_next_request() {
         0,
         "part of a body was served as a request"
     );
+}
+
+#[tokio::test]
+async fn a_small_body_left_unread_is_read_and_the_connection_kept() {
+    let (_db, upstream, gateway) = start_with_bodies_up_to_1kib().await;
+    let mut raw = Raw::connect(&gateway).await;
+    // Refused on its declared length before its body is read; the body is
+    // all there, so it is read past and the connection serves the next.
+    let body = format!("\"{}\"", "x".repeat(1998));
+    let request = format!(
+        "POST /v1/payments HTTP/1.1\r\nHost: t\r\nIdempotency-Key: big\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    raw.send(request.as_bytes()).await;
+    let refused = raw.response().await;
+    assert_eq!(refused.status(), "413", "{}", refused.head);
+    assert!(!refused.closes(), "{}", refused.head);
+    let next = raw.get("/v1/payments/next").await;
+    assert_eq!(next.status(), "201", "{}", next.head);
+    assert_eq!(upstream.total(), 1);
 }
 
 #[tokio::test]
