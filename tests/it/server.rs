@@ -523,6 +523,32 @@ async fn a_partial_head_after_an_idle_spell_is_cut_at_the_head_deadline() {
     assert_eq!(upstream.total(), 1);
 }
 
+#[tokio::test]
+async fn a_head_begun_before_the_connection_is_parked_is_finished_after() {
+    // Parked after 1 s without a request in progress (half of 2 s).
+    let (_db, upstream, gateway) = start(|t| {
+        t.set("header_read_timeout", "2s")
+            .set("idle_timeout", "30s");
+    })
+    .await;
+    let mut raw = Raw::connect(&gateway).await;
+    assert_eq!(raw.get("/v1/payments/one").await.status(), "201");
+    // Half a head while the hyper connection is still in place, the rest
+    // after it was parked (its bytes are handed to the next one).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    raw.send(b"GET /v1/payments/two HTTP/1.1\r\n").await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    raw.send(b"Host: t\r\n\r\n").await;
+    let answer = raw.response().await;
+    assert_eq!(answer.status(), "201", "{}", answer.head);
+    assert!(answer.body.contains("/v1/payments/two"), "{}", answer.body);
+    assert!(!answer.closes(), "{}", answer.head);
+    // And a third after a longer idle spell.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(raw.get("/v1/payments/three").await.status(), "201");
+    assert_eq!(upstream.total(), 3);
+}
+
 /// A gateway whose route takes request bodies up to 1 KiB.
 async fn start_with_bodies_up_to_1kib() -> (TestDb, Upstream, Gateway) {
     let db = TestDb::new().await;
