@@ -5,8 +5,9 @@
 //!
 //! A connection's first bytes are peeked at, not read ([`preface`]): the
 //! HTTP/2 client preface makes it an HTTP/2 connection ([`h2`]), anything
-//! else HTTP/1.1 ([`h1`]), served one request at a time by a fresh hyper
-//! connection and *parked* between requests with no hyper state at all, so
+//! else HTTP/1.1 ([`h1`]), served by hyper with keep-alive while busy and
+//! *parked* with no hyper state at all once no request has been in progress
+//! for `h1::PARK_AFTER` (1 s, at most half of `header_read_timeout`), so
 //! that an idle keep-alive connection costs its socket and a small task.
 //!
 //! Deadlines (all from the configuration, none optional):
@@ -14,8 +15,10 @@
 //!   `header_read_timeout`, whatever the protocol (a client that sends
 //!   nothing, half an HTTP/2 preface, or SETTINGS and then nothing is cut
 //!   off);
-//! - HTTP/1.1's later request heads: `header_read_timeout` from the moment
-//!   the first bytes of that request arrive (hyper's own timer);
+//! - HTTP/1.1's later request heads: `header_read_timeout` (hyper's own
+//!   timer) from the moment the connection is idle, or, once it is parked,
+//!   from the first bytes of that request; an idle connection is parked
+//!   before that timer can cut it, which is what leaves it to `idle_timeout`;
 //! - no request in progress for `idle_timeout`: the connection is closed
 //!   (an HTTP/1.1 connection parked that long is closed; HTTP/2 gets a
 //!   GOAWAY first);

@@ -65,7 +65,9 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * KIB;
 pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
 /// `header_read_timeout`: time a client has to send each request's headers,
 /// counted from the accept for the first one (the HTTP/2 preface included),
-/// and for a later HTTP/1.1 one from the arrival of its first bytes.
+/// and for a later HTTP/1.1 one from the arrival of its first bytes (from
+/// the end of the previous answer if it begins before the connection is
+/// parked: `server::h1::PARK_AFTER`).
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// `shutdown_timeout`: the longest a graceful shutdown waits, in all, for
 /// open connections and in-flight forwards.
