@@ -30,6 +30,11 @@ IDEMGATE = os.environ.get("IDEMGATE", os.path.join(TARGET, "release", "idemgate"
 UPSTREAM = os.environ.get("UPSTREAM", os.path.join(TARGET, "release", "examples", "demo_upstream"))
 STEPS = [int(s) for s in os.environ.get("STEPS", "1000,5000,10000").split(",")]
 MIB = 1024 * 1024
+# Seconds between the last connection of a step and the RSS reading. Longer
+# than the gateway's PARK_AFTER (1 s, src/server/h1.rs): an HTTP/1.1
+# connection keeps its hyper state for that long after its response, and is
+# parked (without it) only then.
+SETTLE = 2
 
 
 def free_port():
@@ -215,7 +220,7 @@ def idle(upstream_port, proto, label, **overrides):
                 statuses[st] = statuses.get(st, 0) + 1
                 conns.append(c)
             took = time.time() - t
-            time.sleep(2)
+            time.sleep(SETTLE)
             r = gw.rss()
             rows.append((n, r, took, sockets(gw.proc.pid), still_open(raw())))
         health = gw.healthz()

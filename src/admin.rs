@@ -11,13 +11,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode, header};
-use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpListener;
 
-use crate::body::{Body, full};
+use crate::body::{Body, RequestBody, full};
 use crate::clock::Instant;
 use crate::config::Config;
 use crate::metrics::{Metrics, plain_result};
@@ -44,16 +43,15 @@ pub struct Admin {
 /// `admin_max_connections` at once, with the proxy's connection deadlines
 /// and protocol limits, and accept errors backed off.
 pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Future<Output = ()>) {
-    let builder = Arc::new(server::builder(&admin.config));
-    let deadlines = server::Deadlines::of(&admin.config);
+    let settings = Arc::new(server::Settings::of(&admin.config));
     let cap = admin.config.admin_max_connections;
     let open = server::accept_until(listener, cap, shutdown, move |stream, _, stop| {
-        let (admin, builder) = (admin.clone(), builder.clone());
+        let (admin, settings) = (admin.clone(), settings.clone());
         let handle = move |request| {
             let admin = admin.clone();
             async move { answer(request, &admin).await }
         };
-        async move { server::serve_connection(&builder, stream, handle, deadlines, stop).await }
+        async move { server::serve_connection(&settings, stream, handle, stop).await }
     })
     .await;
     open.stop.cancel();
@@ -100,7 +98,7 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Respons
 const PLAIN: &str = "text/plain; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-async fn answer(request: Request<Incoming>, admin: &Admin) -> Response<Body> {
+async fn answer(request: Request<RequestBody>, admin: &Admin) -> Response<Body> {
     let (store, metrics) = (admin.records.as_ref(), &admin.metrics);
     match (request.method().clone(), request.uri().path()) {
         (Method::POST, "/keys") => keys(request, admin).await,
@@ -139,7 +137,7 @@ async fn ping(store: &dyn StoreAdmin, metrics: &Metrics) -> Result<(), crate::st
 
 /// Run the `idemgate keys` command in the body on this gateway's store,
 /// for a caller with the admin token.
-async fn keys(request: Request<Incoming>, admin: &Admin) -> Response<Body> {
+async fn keys(request: Request<RequestBody>, admin: &Admin) -> Response<Body> {
     let Some(token) = &admin.config.admin_token else {
         return text(
             StatusCode::FORBIDDEN,

@@ -1,15 +1,17 @@
-//! The body type the gateway serves and forwards, and bounded reading of
-//! bodies into memory (request bodies up to `max_request_body` and within
-//! the shared budget, upstream responses up to `max_recorded_response`).
+//! The body types the gateway serves, forwards and receives, and bounded
+//! reading of bodies into memory (request bodies up to `max_request_body`
+//! and within the shared budget, upstream responses up to
+//! `max_recorded_response`).
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
-use hyper::body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// A boxed error crossing a body.
@@ -17,6 +19,101 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// Every body idemgate sends, to clients and to upstreams.
 pub type Body = BoxBody<Bytes, BoxError>;
+
+/// A client's request body as the server hands it to a handler: hyper's,
+/// and, on an HTTP/1.1 connection, a [`BodyTracker`] that learns whether it
+/// was read to its end and gets back what the handler left unread.
+pub struct RequestBody {
+    /// `None` only once dropped.
+    inner: Option<Incoming>,
+    tracker: Option<Arc<BodyTracker>>,
+}
+
+/// What the server learns of a request body it handed to a handler: whether
+/// its end was seen (all of it was read, so the connection can take another
+/// request; see `server::h1`), and the unread rest if the handler dropped it
+/// before its end.
+#[derive(Default)]
+pub(crate) struct BodyTracker {
+    ended: AtomicBool,
+    left: Mutex<Option<Incoming>>,
+}
+
+impl BodyTracker {
+    /// Whether the body's end has been seen.
+    pub(crate) fn ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
+    }
+
+    /// The unread rest of a body dropped before its end, once.
+    pub(crate) fn take_left(&self) -> Option<Incoming> {
+        self.left.lock().ok()?.take()
+    }
+}
+
+impl RequestBody {
+    /// `inner`, told to `tracker` (if any).
+    pub(crate) fn new(inner: Incoming, tracker: Option<Arc<BodyTracker>>) -> Self {
+        let body = Self {
+            inner: Some(inner),
+            tracker,
+        };
+        // An empty body has ended before it is read.
+        body.is_end_stream();
+        body
+    }
+
+    fn mark_ended(&self) {
+        if let Some(tracker) = &self.tracker {
+            tracker.ended.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl Drop for RequestBody {
+    fn drop(&mut self) {
+        if let Some(tracker) = &self.tracker
+            && !tracker.ended()
+            && let Ok(mut left) = tracker.left.lock()
+        {
+            *left = self.inner.take();
+        }
+    }
+}
+
+impl HttpBody for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let Some(inner) = self.inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let frame = std::task::ready!(Pin::new(&mut *inner).poll_frame(cx));
+        // A reader may stop at `is_end_stream` without polling for the end.
+        if frame.is_none() || inner.is_end_stream() {
+            self.mark_ended();
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        let ended = self.inner.as_ref().is_none_or(HttpBody::is_end_stream);
+        if ended {
+            self.mark_ended();
+        }
+        ended
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner
+            .as_ref()
+            .map_or_else(|| SizeHint::with_exact(0), HttpBody::size_hint)
+    }
+}
 
 /// A body of these bytes.
 pub fn full(bytes: impl Into<Bytes>) -> Body {

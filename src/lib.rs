@@ -7,7 +7,8 @@
 //! # Layout
 //! - [`app`]: wiring one gateway: store, wrappers, admin listener, sweeper, proxy.
 //! - [`config`]: the TOML file → a validated [`Config`].
-//! - [`server`]: accept loop, connection cap, graceful shutdown.
+//! - [`server`]: accept loop, connection cap, HTTP/1.1 and h2c connections
+//!   and their deadlines, graceful shutdown.
 //! - [`handler`]: the request pipeline (route, key, body, claim, forward, record).
 //! - [`idempotency_key`], [`key_source`], [`json_body`], [`fingerprint`]: the
 //!   key (its syntax, where a route reads it, the JSON body it may come

@@ -34,7 +34,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// one, key administration over HTTP is off).
 pub const MIN_ADMIN_TOKEN_LEN: usize = 16;
 /// `idle_timeout`: a client connection with no request in progress for this
-/// long is closed (gracefully: HTTP/2 gets a GOAWAY).
+/// long is closed (HTTP/2 gets a GOAWAY first; a parked HTTP/1.1 connection
+/// is simply closed).
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// `body_read_timeout`: time a client has to send a protected request's
 /// whole body once its headers arrived.
@@ -63,7 +64,10 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * KIB;
 /// `admin_max_connections`: connections the admin listener serves at once.
 pub const DEFAULT_ADMIN_MAX_CONNECTIONS: usize = 64;
 /// `header_read_timeout`: time a client has to send each request's headers,
-/// counted from the accept for the first one (the HTTP/2 preface included).
+/// counted from the accept for the first one (the HTTP/2 preface included),
+/// and for a later HTTP/1.1 one from the arrival of its first bytes (from
+/// the end of the previous answer if it begins before the connection is
+/// parked: `server::h1::PARK_AFTER`).
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// `shutdown_timeout`: the longest a graceful shutdown waits, in all, for
 /// open connections and in-flight forwards.

@@ -35,12 +35,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{HeaderValue, Request, Response};
-use hyper::body::Incoming;
 use sha2::{Digest, Sha256};
 use tokio::sync::{Semaphore, oneshot};
 use tokio_util::task::TaskTracker;
 
-use crate::body::{self, Body, Budgeted, BudgetedError, Collected, collect_up_to};
+use crate::body::{self, Body, Budgeted, BudgetedError, Collected, RequestBody, collect_up_to};
 use crate::clock::Instant;
 use crate::config::{Concurrent, Config, OnStoreError, Route, RouteMode};
 use crate::fingerprint::Fingerprinter;
@@ -137,7 +136,7 @@ impl Gateway {
     /// Answer one request; never fails (errors become problem responses).
     pub async fn handle(
         self: Arc<Self>,
-        request: Request<Incoming>,
+        request: Request<RequestBody>,
         client: SocketAddr,
     ) -> Response<Body> {
         let started = Instant::now();
@@ -174,7 +173,7 @@ impl Gateway {
 
     async fn handle_inner(
         self: Arc<Self>,
-        request: Request<Incoming>,
+        request: Request<RequestBody>,
         client: SocketAddr,
         trace: &mut Trace,
     ) -> Result<(Response<Body>, Outcome), GatewayError> {

@@ -1,5 +1,7 @@
 //! The server's connection handling: h2c next to HTTP/1.1, the connection
-//! cap, and the header-read timeout.
+//! cap, the header-read and idle deadlines, HTTP/1.1 keep-alive (parked
+//! connections, pipelining, many requests on one connection), and graceful
+//! shutdown of idle and busy connections.
 
 use std::time::Duration;
 
@@ -337,4 +339,324 @@ async fn the_admin_listener_has_a_cap_and_deadlines() {
         "served once the silent connection was cut off"
     );
     assert!(closed_within(&mut silent, Duration::from_secs(10)).await);
+}
+
+/// One HTTP/1.1 response as read from a raw connection: its head, as text,
+/// and its body.
+struct RawResponse {
+    head: String,
+    body: String,
+}
+
+impl RawResponse {
+    fn status(&self) -> &str {
+        self.head.split(' ').nth(1).unwrap_or_default()
+    }
+
+    /// Whether the head says `connection: close`.
+    fn closes(&self) -> bool {
+        self.head
+            .to_ascii_lowercase()
+            .lines()
+            .any(|line| line.starts_with("connection:") && line.contains("close"))
+    }
+}
+
+/// A raw HTTP/1.1 connection to the gateway: bytes go out as written, and
+/// responses (each with a `content-length`) are read one at a time.
+struct Raw {
+    tcp: TcpStream,
+    /// Read past the last response.
+    pending: Vec<u8>,
+}
+
+impl Raw {
+    async fn connect(gateway: &Gateway) -> Self {
+        Self {
+            tcp: TcpStream::connect(gateway.addr).await.unwrap(),
+            pending: Vec::new(),
+        }
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        self.tcp.write_all(bytes).await.unwrap();
+    }
+
+    /// `GET path` and its response.
+    async fn get(&mut self, path: &str) -> RawResponse {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n");
+        self.send(request.as_bytes()).await;
+        self.response().await
+    }
+
+    /// The next response.
+    async fn response(&mut self) -> RawResponse {
+        let pending = &mut self.pending;
+        loop {
+            if let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&pending[..end]).into_owned();
+                let length: usize = head
+                    .lines()
+                    .find_map(|line| {
+                        let (name, value) = line.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse().unwrap())
+                    })
+                    .unwrap_or_else(|| panic!("no content-length: {head}"));
+                let whole = end + 4 + length;
+                if pending.len() >= whole {
+                    let body = String::from_utf8_lossy(&pending[end + 4..whole]).into_owned();
+                    pending.drain(..whole);
+                    return RawResponse { head, body };
+                }
+            }
+            let mut buf = [0u8; 4096];
+            let n = tokio::time::timeout(Duration::from_secs(10), self.tcp.read(&mut buf))
+                .await
+                .expect("an answer")
+                .unwrap();
+            assert!(
+                n > 0,
+                "closed before a whole response: {:?}",
+                String::from_utf8_lossy(pending)
+            );
+            pending.extend_from_slice(&buf[..n]);
+        }
+    }
+
+    async fn closed_within(&mut self, limit: Duration) -> bool {
+        closed_within(&mut self.tcp, limit).await
+    }
+}
+
+#[tokio::test]
+async fn idle_http1_connections_outlive_the_head_deadline_until_idle_timeout() {
+    let (_db, upstream, gateway) = start(|t| {
+        t.set("header_read_timeout", "300ms")
+            .set("idle_timeout", "3s");
+    })
+    .await;
+    let mut raw = Raw::connect(&gateway).await;
+    for round in 0..3 {
+        if round > 0 {
+            // Idle well past header_read_timeout, well within idle_timeout.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let answer = raw.get("/v1/payments").await;
+        assert_eq!(answer.status(), "201", "round {round}: {}", answer.head);
+        assert!(!answer.closes(), "round {round}: {}", answer.head);
+    }
+    assert!(
+        raw.closed_within(Duration::from_secs(15)).await,
+        "an idle HTTP/1.1 connection outlived idle_timeout"
+    );
+    assert_eq!(upstream.total(), 3);
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order_on_one_connection() {
+    let (_db, upstream, gateway) = start(|_| {}).await;
+    let mut raw = Raw::connect(&gateway).await;
+    let names = ["first", "second", "third"];
+    let requests: String = names
+        .iter()
+        .map(|name| format!("GET /v1/payments/{name} HTTP/1.1\r\nHost: t\r\n\r\n"))
+        .collect();
+    raw.send(requests.as_bytes()).await;
+    for name in names {
+        let answer = raw.response().await;
+        assert_eq!(answer.status(), "201", "{}", answer.head);
+        assert!(
+            answer.body.contains(&format!("/v1/payments/{name}")),
+            "{}",
+            answer.body
+        );
+        assert!(!answer.closes(), "{name}: {}", answer.head);
+    }
+    // Still open for more.
+    let after = raw.get("/v1/payments/fourth").await;
+    assert!(after.body.contains("/v1/payments/fourth"), "{}", after.body);
+    assert_eq!(upstream.total(), 4);
+}
+
+#[tokio::test]
+async fn many_requests_share_one_keep_alive_connection() {
+    let (_db, upstream, gateway) = start(|_| {}).await;
+    let mut raw = Raw::connect(&gateway).await;
+    for i in 0..40 {
+        // Requests with and without bodies, protected and passed through.
+        let answer = if i % 2 == 0 {
+            raw.get(&format!("/v1/payments/{i}")).await
+        } else {
+            let body = format!("{{\"n\":{i}}}");
+            let request = format!(
+                "POST /v1/payments HTTP/1.1\r\nHost: t\r\nIdempotency-Key: seq-{i}\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            raw.send(request.as_bytes()).await;
+            raw.response().await
+        };
+        assert_eq!(answer.status(), "201", "request {i}: {}", answer.head);
+        assert!(!answer.closes(), "request {i}: {}", answer.head);
+    }
+    assert_eq!(upstream.total(), 40);
+    assert_eq!(upstream.count("seq-39"), 1);
+}
+
+#[tokio::test]
+async fn a_partial_head_after_an_idle_spell_is_cut_at_the_head_deadline() {
+    let (_db, upstream, gateway) = start(|t| {
+        t.set("header_read_timeout", "1s")
+            .set("idle_timeout", "30s");
+    })
+    .await;
+    let mut raw = Raw::connect(&gateway).await;
+    assert_eq!(raw.get("/v1/payments").await.status(), "201");
+    // Idle longer than header_read_timeout, then half a head.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    raw.send(b"GET /v1/payments HTTP/1.1\r\nHost: t\r\n").await;
+    assert!(
+        raw.closed_within(Duration::from_secs(10)).await,
+        "half a head held the connection open until idle_timeout"
+    );
+    assert_eq!(upstream.total(), 1);
+}
+
+#[tokio::test]
+async fn a_head_begun_before_the_connection_is_parked_is_finished_after() {
+    // Parked after 1 s without a request in progress (half of 2 s).
+    let (_db, upstream, gateway) = start(|t| {
+        t.set("header_read_timeout", "2s")
+            .set("idle_timeout", "30s");
+    })
+    .await;
+    let mut raw = Raw::connect(&gateway).await;
+    assert_eq!(raw.get("/v1/payments/one").await.status(), "201");
+    // Half a head while the hyper connection is still in place, the rest
+    // after it was parked (its bytes are handed to the next one).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    raw.send(b"GET /v1/payments/two HTTP/1.1\r\n").await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    raw.send(b"Host: t\r\n\r\n").await;
+    let answer = raw.response().await;
+    assert_eq!(answer.status(), "201", "{}", answer.head);
+    assert!(answer.body.contains("/v1/payments/two"), "{}", answer.body);
+    assert!(!answer.closes(), "{}", answer.head);
+    // And a third after a longer idle spell.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(raw.get("/v1/payments/three").await.status(), "201");
+    assert_eq!(upstream.total(), 3);
+}
+
+/// A gateway whose route takes request bodies up to 1 KiB.
+async fn start_with_bodies_up_to_1kib() -> (TestDb, Upstream, Gateway) {
+    let db = TestDb::new().await;
+    let upstream = Upstream::start().await;
+    let config = TestConfig::new(&db.url, &upstream.url()).route(|r| {
+        r.set("max_request_body", "1KiB");
+    });
+    let gateway = Gateway::start(&config).await;
+    (db, upstream, gateway)
+}
+
+#[tokio::test]
+async fn a_body_left_unread_is_never_taken_for_the_next_request() {
+    let (_db, upstream, gateway) = start_with_bodies_up_to_1kib().await;
+    let mut raw = Raw::connect(&gateway).await;
+    // Refused on its declared length; what it sent of its body looks like
+    // a request of its own.
+    raw.send(
+        b"POST /v1/payments HTTP/1.1\r\nHost: t\r\nIdempotency-Key: too-big\r\n\
+          Content-Length: 5000\r\n\r\nGET /v1/payments/smuggled HTTP/1.1\r\nHost: t\r\n\r\n",
+    )
+    .await;
+    let answer = raw.response().await;
+    assert_eq!(answer.status(), "413", "{}", answer.head);
+    assert!(raw.closed_within(Duration::from_secs(10)).await);
+    assert_eq!(
+        upstream.total(),
+        0,
+        "part of a body was served as a request"
+    );
+}
+
+#[tokio::test]
+async fn a_small_body_left_unread_is_read_and_the_connection_kept() {
+    let (_db, upstream, gateway) = start_with_bodies_up_to_1kib().await;
+    let mut raw = Raw::connect(&gateway).await;
+    // Refused on its declared length before its body is read; the body is
+    // all there, so it is read past and the connection serves the next.
+    let body = format!("\"{}\"", "x".repeat(1998));
+    let request = format!(
+        "POST /v1/payments HTTP/1.1\r\nHost: t\r\nIdempotency-Key: big\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    raw.send(request.as_bytes()).await;
+    let refused = raw.response().await;
+    assert_eq!(refused.status(), "413", "{}", refused.head);
+    assert!(!refused.closes(), "{}", refused.head);
+    let next = raw.get("/v1/payments/next").await;
+    assert_eq!(next.status(), "201", "{}", next.head);
+    assert_eq!(upstream.total(), 1);
+}
+
+#[tokio::test]
+async fn http1_0_without_keep_alive_is_closed_after_its_answer() {
+    let (_db, _upstream, gateway) = start(|_| {}).await;
+    let mut raw = Raw::connect(&gateway).await;
+    raw.send(b"GET /v1/payments HTTP/1.0\r\nHost: t\r\n\r\n")
+        .await;
+    let answer = raw.response().await;
+    assert!(answer.head.starts_with("HTTP/1.0 201"), "{}", answer.head);
+    assert!(raw.closed_within(Duration::from_secs(10)).await);
+}
+
+#[tokio::test]
+async fn shutdown_closes_idle_connections_and_finishes_requests_in_flight() {
+    let (_db, upstream, gateway) = start(|_| {}).await;
+    let mut idle = Raw::connect(&gateway).await;
+    assert_eq!(idle.get("/v1/payments").await.status(), "201");
+    let mut busy = Raw::connect(&gateway).await;
+    busy.send(b"GET /v1/payments/slow/1500 HTTP/1.1\r\nHost: t\r\n\r\n")
+        .await;
+    crate::support::eventually(Duration::from_secs(10), || async {
+        (upstream.total() == 2).then_some(())
+    })
+    .await
+    .expect("the slow request reached the upstream");
+    let shutdown = tokio::spawn(gateway.shutdown());
+    let busy = tokio::spawn(async move {
+        let answer = busy.response().await;
+        (answer, busy.closed_within(Duration::from_secs(10)).await)
+    });
+    // The idle connection closes at once, before the slow answer.
+    assert!(idle.closed_within(Duration::from_secs(10)).await);
+    assert!(
+        !busy.is_finished(),
+        "the idle connection closed only after the slow answer"
+    );
+    let (answer, closed) = busy.await.unwrap();
+    assert_eq!(answer.status(), "201", "{}", answer.head);
+    assert!(answer.closes(), "{}", answer.head);
+    assert!(closed, "the busy connection closed after its answer");
+    shutdown.await.unwrap();
+}
+
+#[tokio::test]
+async fn an_http2_preface_in_pieces_is_recognised() {
+    let (_db, _upstream, gateway) = start(|_| {}).await;
+    let mut tcp = TcpStream::connect(gateway.addr).await.unwrap();
+    tcp.write_all(&H2_PREFACE[..5]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tcp.write_all(&H2_PREFACE[5..]).await.unwrap();
+    tcp.write_all(H2_EMPTY_SETTINGS).await.unwrap();
+    // The server's first frame: its SETTINGS (type 4).
+    let mut frame_head = [0u8; 9];
+    tokio::time::timeout(Duration::from_secs(10), tcp.read_exact(&mut frame_head))
+        .await
+        .expect("an answer")
+        .unwrap();
+    assert_eq!(frame_head[3], 4, "not a SETTINGS frame: {frame_head:?}");
 }
