@@ -37,15 +37,17 @@ pub struct KeyTarget {
     /// The route's name.
     pub route: String,
     /// The scope: one value per `scope_from` part, in order (the
-    /// `scope_header` value); none: the anonymous scope.
-    #[serde(default)]
+    /// `scope_header` value); none: the anonymous scope. One value travels
+    /// as a string, as before composite scopes, so that a CLI and a
+    /// gateway one version apart still understand each other.
+    #[serde(default, with = "one_or_many", skip_serializing_if = "Vec::is_empty")]
     pub scope: Vec<String>,
     /// The key, bare or quoted as clients send it, on a route that reads
     /// its key from one part.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     /// The key as one value per `key_from` part, in order (a composite key).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parts: Vec<String>,
     /// Answer with JSON instead of text.
     #[serde(default)]
@@ -53,6 +55,34 @@ pub struct KeyTarget {
     /// release/delete: also remove an in-flight key whose lease is live.
     #[serde(default)]
     pub force: bool,
+}
+
+/// A list on the wire that is a plain string when it has one element.
+mod one_or_many {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(values: &[String], s: S) -> Result<S::Ok, S::Error> {
+        match values {
+            [one] => one.serialize(s),
+            many => many.serialize(s),
+        }
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+        Null(()),
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+        Ok(match OneOrMany::deserialize(d)? {
+            OneOrMany::One(one) => vec![one],
+            OneOrMany::Many(many) => many,
+            OneOrMany::Null(()) => Vec::new(),
+        })
+    }
 }
 
 /// Which records to list.
@@ -417,7 +447,7 @@ mod tests {
     #[test]
     fn the_wire_format_is_stable() {
         let show: KeyCommand = serde_json::from_str(
-            r#"{"show": {"route": "payments", "scope": [], "key": "k1", "json": true, "force": false}}"#,
+            r#"{"show": {"route": "payments", "scope": null, "key": "k1", "json": true, "force": false}}"#,
         )
         .unwrap();
         assert_eq!(
@@ -431,6 +461,25 @@ mod tests {
                 force: false,
             })
         );
+        // One scope value is a string on the wire, as before composite
+        // scopes; several are a list.
+        let one = KeyTarget {
+            route: "r".into(),
+            scope: vec!["Bearer a".into()],
+            key: Some("k".into()),
+            parts: Vec::new(),
+            json: false,
+            force: false,
+        };
+        let wire = serde_json::to_string(&one).unwrap();
+        assert_eq!(
+            wire,
+            r#"{"route":"r","scope":"Bearer a","key":"k","json":false,"force":false}"#
+        );
+        assert_eq!(serde_json::from_str::<KeyTarget>(&wire).unwrap(), one);
+        let two: KeyTarget =
+            serde_json::from_str(r#"{"route":"r","scope":["a","b"],"parts":["x","y"]}"#).unwrap();
+        assert_eq!(two.scope, ["a", "b"]);
         let list: KeyCommand = serde_json::from_str(
             r#"{"list": {"route": "payments", "state": "in_flight", "limit": 5, "json": false}}"#,
         )

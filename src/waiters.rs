@@ -47,11 +47,18 @@ pub fn parse_wake_id(text: &str) -> Option<WakeId> {
 const RELAY_PAUSE_MIN: Duration = Duration::from_millis(100);
 const RELAY_PAUSE_MAX: Duration = Duration::from_secs(5);
 
-/// Run a store's announcement listener forever: `listen` connects, hands
-/// announcements to `waiters`, and returns when its connection is lost
-/// (`Ok`) or cannot be made (`Err`). Between attempts every waiter is woken
-/// (announcements may have been missed) and the relay pauses, backing off.
-pub async fn relay<F, Fut, E>(waiters: &Waiters, mut listen: F)
+/// A listening connection that lived this long was healthy: the next
+/// reconnection starts again from the shortest pause.
+const RELAY_HEALTHY: Duration = Duration::from_secs(10);
+
+/// Run a store's announcement listener forever: `listen` connects, wakes
+/// every waiter once it listens (announcements sent while it did not are
+/// lost), hands announcements to `waiters`, and returns when its connection
+/// is lost (`Ok`) or cannot be made (`Err`). Between attempts the relay
+/// pauses, backing off unless the connection had lived [`RELAY_HEALTHY`],
+/// so a connection that keeps dropping cannot make every waiter claim again
+/// ten times a second.
+pub async fn relay<F, Fut, E>(mut listen: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), E>>,
@@ -59,16 +66,18 @@ where
 {
     let mut pause = RELAY_PAUSE_MIN;
     loop {
+        let started = tokio::time::Instant::now();
         match listen().await {
             Ok(()) => {
                 tracing::warn!("store wake-up listener lost its connection; reconnecting");
-                pause = RELAY_PAUSE_MIN;
+                if started.elapsed() >= RELAY_HEALTHY {
+                    pause = RELAY_PAUSE_MIN;
+                }
             }
             Err(error) => {
                 tracing::warn!(%error, "store wake-up listener cannot connect; retrying");
             }
         }
-        waiters.wake_all();
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(RELAY_PAUSE_MAX);
     }

@@ -109,7 +109,7 @@ impl RawRoute {
     /// table); a key the route sets wins. Tables (`fingerprint`) are taken
     /// whole, not merged key by key. A route that names its key in either
     /// form (`key_from`, `key_header`) takes neither from the defaults; the
-    /// scope likewise.
+    /// scope likewise; a `wait_timeout` only reaches routes that wait.
     pub(super) fn or_defaults(&self, d: &RawRoute) -> RawRoute {
         let mut merged = merge_fields!(
             self,
@@ -144,6 +144,10 @@ impl RawRoute {
         if self.scope_header.is_some() || self.scope_from.is_some() {
             merged.scope_header.clone_from(&self.scope_header);
             merged.scope_from.clone_from(&self.scope_from);
+        }
+        // A `wait_timeout` in `[defaults]` is for the routes that wait.
+        if merged.concurrent != Some(Concurrent::Wait) && self.wait_timeout.is_none() {
+            merged.wait_timeout = None;
         }
         merged
     }

@@ -206,7 +206,7 @@ impl Route {
             .any(|part| part.header() == Some(name))
     }
 
-    /// Whether the key or the scope is read from the body.
+    /// Whether the key is read from the body (the body is read before it).
     pub fn key_reads_body(&self) -> bool {
         self.key_from.iter().any(KeyPart::reads_body)
     }

@@ -12,7 +12,7 @@ use http::{HeaderMap, Request, Response};
 use super::{Gateway, to_client};
 use crate::body::{self, Body, Collected, Prefixed, collect_up_to};
 use crate::clock::Instant;
-use crate::config::Route;
+use crate::config::{Route, RouteMode};
 use crate::metrics::{Metrics, RouteLabels};
 use crate::problem::GatewayError;
 use crate::store::{Cas, HeldReason, RecordKey, StoreError, StoredResponse, Token, UnknownOutcome};
@@ -85,11 +85,17 @@ impl Gateway {
                     headers: replayable(&parts.headers, &route.replay_headers_deny),
                     body: bytes.clone(),
                 };
-                // G5: durable first, then sent.
-                let write = || self.store.complete(key, token, &stored, route.retention);
-                self.settled(route, write).await?;
-                // Window (c): the record is durable, the client has nothing.
-                kill_window!("after-complete");
+                if route.mode == RouteMode::Shadow {
+                    // Shadow: the upstream's answer goes out whatever the
+                    // store does; the record is written beside it.
+                    self.record_beside(route, key, token, Some(stored));
+                } else {
+                    // G5: durable first, then sent.
+                    let write = || self.store.complete(key, token, &stored, route.retention);
+                    self.settled(route, write).await?;
+                    // Window (c): the record is durable, the client has nothing.
+                    kill_window!("after-complete");
+                }
                 body::full(bytes)
             }
             (Collected::Complete(bytes), false) => {
@@ -105,12 +111,46 @@ impl Gateway {
             (Collected::Over { prefix, rest }, true) => {
                 // Too large to record: hold the key, then forward this once.
                 let reason = HeldReason::ResponseTooLarge;
-                let write = || self.store.hold(key, token, reason, route.retention);
-                self.settled(route, write).await?;
+                if route.mode == RouteMode::Shadow {
+                    self.record_beside(route, key, token, None);
+                } else {
+                    let write = || self.store.hold(key, token, reason, route.retention);
+                    self.settled(route, write).await?;
+                }
                 body::boxed(Prefixed::new(prefix, rest))
             }
         };
         Ok(Response::from_parts(parts, body))
+    }
+
+    /// Shadow mode: record the response (`Some`) or hold the key (`None`:
+    /// too large to record) in a task of its own, while the answer is sent;
+    /// a failure is logged, never answered.
+    fn record_beside(
+        self: &Arc<Self>,
+        route: &Route,
+        key: &RecordKey,
+        token: Token,
+        stored: Option<StoredResponse>,
+    ) {
+        let (gateway, route, key) = (self.clone(), route.clone(), key.clone());
+        self.tasks.spawn(async move {
+            let retention = route.retention;
+            let written = match &stored {
+                Some(stored) => {
+                    let write = || gateway.store.complete(&key, token, stored, retention);
+                    gateway.settled(&route, write).await
+                }
+                None => {
+                    let reason = HeldReason::ResponseTooLarge;
+                    let write = || gateway.store.hold(&key, token, reason, retention);
+                    gateway.settled(&route, write).await
+                }
+            };
+            if let Err(error) = written {
+                tracing::warn!(route = %route.name, %error, "shadow route: the answer was sent, but not recorded");
+            }
+        });
     }
 
     /// A settling write that must apply before the response is sent: a

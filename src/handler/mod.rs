@@ -86,6 +86,10 @@ pub struct Gateway {
     waiters: Arc<Waiters>,
     /// Requests that may wait at once (`max_waiting`).
     wait_slots: Arc<Semaphore>,
+    /// Body bytes waiting requests may hold at once: half of
+    /// `max_buffered_request_bytes`, so duplicates parked in a wait can
+    /// never take the whole budget from new requests.
+    wait_bytes: Arc<Semaphore>,
 }
 
 impl Gateway {
@@ -111,6 +115,7 @@ impl Gateway {
             metrics,
             waiters,
             wait_slots: Arc::new(Semaphore::new(config.max_waiting)),
+            wait_bytes: Arc::new(Semaphore::new(config.max_buffered_request_bytes / 2)),
         }
     }
 
@@ -386,13 +391,15 @@ impl Gateway {
             }
             if waiting.is_none() {
                 waiting = Some(
-                    Waiting::start(&self.wait_slots, &self.metrics)
+                    Waiting::start(self, claim.body.len())
                         .ok_or(GatewayError::InFlight { retry_after })?,
                 );
             }
             let cause = tokio::select! {
                 () = &mut notified => "store",
-                () = tokio::time::sleep(WAIT_POLL) => "poll",
+                // The safety net, or when the first attempt's lease runs
+                // out (a dead attempt announces nothing).
+                () = tokio::time::sleep(WAIT_POLL.min(retry_after + LEASE_GRACE)) => "poll",
                 () = tokio::time::sleep_until(deadline) => {
                     return Err(GatewayError::WaitTimeout {
                         waited: started.elapsed(),
@@ -640,6 +647,10 @@ pub(crate) fn to_client(parts: &mut http::response::Parts) {
 /// covered by its wake-all).
 const WAIT_POLL: Duration = Duration::from_secs(5);
 
+/// How long after the first attempt's lease ends a waiter claims again
+/// (never less: no waiter can spin on a lease that is about to end).
+const LEASE_GRACE: Duration = Duration::from_millis(100);
+
 /// Everything a claim (and its forward) needs; cheap to clone (the body is
 /// shared), so a waiting request can claim again.
 #[derive(Clone)]
@@ -656,20 +667,28 @@ struct Claiming {
     after_waiting: bool,
 }
 
-/// A request counted as waiting (`idemgate_waiting`, `max_waiting`) while alive.
+/// A request counted as waiting (`idemgate_waiting`, `max_waiting`, and
+/// its body against the waiters' share of the body budget) while alive.
 struct Waiting {
     _slot: tokio::sync::OwnedSemaphorePermit,
+    _bytes: Option<tokio::sync::OwnedSemaphorePermit>,
     gauge: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Waiting {
-    /// `None` when `max_waiting` requests already wait.
-    fn start(slots: &Arc<Semaphore>, metrics: &Metrics) -> Option<Self> {
-        let slot = slots.clone().try_acquire_owned().ok()?;
-        metrics.waiting.inc();
+    /// `None` when `max_waiting` requests already wait, or their bodies
+    /// already hold the waiters' share of the body budget.
+    fn start(gateway: &Gateway, body_bytes: usize) -> Option<Self> {
+        let slot = gateway.wait_slots.clone().try_acquire_owned().ok()?;
+        let bytes = match u32::try_from(body_bytes).ok()? {
+            0 => None,
+            n => Some(gateway.wait_bytes.clone().try_acquire_many_owned(n).ok()?),
+        };
+        gateway.metrics.waiting.inc();
         Some(Self {
             _slot: slot,
-            gauge: metrics.waiting.clone(),
+            _bytes: bytes,
+            gauge: gateway.metrics.waiting.clone(),
         })
     }
 }

@@ -408,7 +408,7 @@ impl Store for PgStore {
 #[async_trait::async_trait]
 impl StoreAdmin for PgStore {
     async fn relay_wakeups(&self, waiters: Arc<Waiters>) {
-        waiters::relay(&waiters, || self.listen(&waiters)).await;
+        waiters::relay(|| self.listen(&waiters)).await;
     }
 
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {

@@ -182,3 +182,36 @@ per_backend!(
     shadow_forwards_bodies_over_the_limit,
     enforce_answers_what_shadow_counted,
 );
+
+/// A store that fails after the forward costs a shadow route its record,
+/// never the upstream's answer (under enforce the answer waits for the
+/// record: G5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_failing_after_the_forward_never_costs_the_answer() {
+    let mut cluster = crate::support::servers::PgCluster::new().await;
+    let upstream = crate::support::Upstream::start().await;
+    let config = crate::support::TestConfig::new(&cluster.url(), &upstream.url()).route(|r| {
+        r.set("mode", "shadow");
+    });
+    let gateway = crate::support::Gateway::start(&config).await;
+    let http = crate::support::client();
+    let url = gateway.url("/v1/payments");
+    let answer = {
+        let (http, url) = (http.clone(), url.clone());
+        tokio::spawn(async move {
+            send(
+                &http,
+                "POST",
+                &url,
+                &[("idempotency-key", "late"), (DELAY_HEADER, "1500")],
+                "{}",
+            )
+            .await
+        })
+    };
+    upstream.arrived("late").await;
+    cluster.stop_immediate().await;
+    let answer = answer.await.unwrap();
+    assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text());
+    assert_eq!(upstream.count("late"), 1);
+}

@@ -74,8 +74,13 @@ fn concurrent(
         return Ok((concurrent, DEFAULT_WAIT_TIMEOUT));
     }
     let at_key = key(at, "wait_timeout");
-    let wait = duration(&at_key, r.wait_timeout.as_deref(), DEFAULT_WAIT_TIMEOUT)?;
     let bound = timing.upstream_timeout + timing.lease;
+    // Unset: the default, or the bound if that is shorter.
+    let wait = duration(
+        &at_key,
+        r.wait_timeout.as_deref(),
+        DEFAULT_WAIT_TIMEOUT.min(bound),
+    )?;
     if wait.is_zero() || wait > bound {
         return Err(invalid(
             at_key,
@@ -129,6 +134,15 @@ mod tests {
         }
         let ok = "concurrent = \"wait\"\nlease = \"2s\"\nupstream_timeout = \"1s\"\nwait_timeout = \"3s\"";
         assert!(parse(&format!("{MINIMAL}\n{ok}\n")).is_ok());
+        // Unset, the default shrinks to the bound.
+        let short = "concurrent = \"wait\"\nlease = \"2s\"\nupstream_timeout = \"1s\"";
+        let c = parse(&format!("{MINIMAL}\n{short}\n")).unwrap();
+        assert_eq!(c.routes[0].wait_timeout, std::time::Duration::from_secs(3));
+        // A wait_timeout in [defaults] does not reach a route that rejects.
+        let text = format!(
+            "[defaults]\nconcurrent = \"wait\"\nwait_timeout = \"5s\"\n{MINIMAL}\nconcurrent = \"reject\"\n"
+        );
+        assert!(parse(&text).is_ok(), "{:?}", parse(&text).err());
     }
 
     #[test]

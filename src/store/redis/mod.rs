@@ -410,7 +410,7 @@ impl Store for RedisStore {
 #[async_trait::async_trait]
 impl StoreAdmin for RedisStore {
     async fn relay_wakeups(&self, waiters: Arc<Waiters>) {
-        waiters::relay(&waiters, || self.listen(&waiters)).await;
+        waiters::relay(|| self.listen(&waiters)).await;
     }
 
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
