@@ -66,10 +66,7 @@ pub async fn run_with(
     let metrics = Arc::new(Metrics::new());
     let records: Arc<dyn StoreAdmin> = backend.clone();
     let waiters = Waiters::new();
-    let relay = tokio::spawn({
-        let (backend, waiters) = (backend.clone(), waiters.clone());
-        async move { backend.relay_wakeups(waiters).await }
-    });
+    let relay = start_relay(backend.clone(), waiters.clone());
     let path: Arc<dyn Store> = Arc::new(InstrumentedStore::new(backend, metrics.clone()));
     let path = store::with_replay_cache(path, &config.store, metrics.replay_cache_hits.clone());
     let stop_admin = CancellationToken::new();
@@ -93,9 +90,29 @@ pub async fn run_with(
     let gateway = Arc::new(Gateway::new(&config, path, metrics, waiters));
     server::serve(listener, gateway, &config, shutdown).await;
     sweeper.abort();
-    relay.abort();
+    if let Some(relay) = relay {
+        relay.abort();
+    }
     stop_admin.cancel();
     let _ = admin_task.await;
+}
+
+/// Start the store's wake-up relay. Its first steps run here, before any
+/// request is served, so a store that announces in process (memory) is
+/// wired before the first request; one that listens on a connection goes on
+/// in a task of its own (returned).
+fn start_relay(
+    backend: Arc<dyn Backend>,
+    waiters: Arc<Waiters>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let mut relay = Box::pin(async move { backend.relay_wakeups(waiters).await });
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    // A pending future re-registers its interests when the task polls it.
+    relay
+        .as_mut()
+        .poll(&mut cx)
+        .is_pending()
+        .then(|| tokio::spawn(relay))
 }
 
 /// Delete expired records until fewer than a batch remain; returns how
