@@ -1,12 +1,13 @@
 //! Requests waiting for a key to settle (`concurrent = "wait"`, docs/DESIGN.md
 //! §11), woken by the store rather than by polling: the store announces a
-//! record leaving `in_flight` (PostgreSQL `NOTIFY` from a trigger, Redis
-//! `PUBLISH` from its scripts, the memory store directly), a relay task per
+//! record leaving `in_flight` (PostgreSQL `NOTIFY` after the write, on
+//! waiting routes only; Redis `PUBLISH` from its scripts; the memory store
+//! directly), a relay task per
 //! instance hands each announcement to [`Waiters::wake`], and every waiter on
 //! that key re-claims it. Waiters on other instances are woken the same way.
 //!
 //! An announcement names a key by its [`WakeId`], the SHA-256 of the record
-//! key, computed alike in Rust, SQL and the Redis client. A relay that lost
+//! key, computed by the gateway that settles the record. A relay that lost
 //! its connection wakes everyone ([`Waiters::wake_all`]): announcements sent
 //! meanwhile are lost, and a waiter woken for nothing just re-claims and
 //! waits again.
@@ -25,8 +26,7 @@ use crate::store::RecordKey;
 pub type WakeId = [u8; 32];
 
 /// SHA-256 over the route (its length first, as a big-endian `u32`), the
-/// scope (likewise) and the key: PostgreSQL's `idemgate_wake_id` computes
-/// the same bytes.
+/// scope (likewise) and the key.
 pub fn wake_id(key: &RecordKey) -> WakeId {
     let mut hasher = Sha256::new();
     hasher.update((key.route.len() as u32).to_be_bytes());

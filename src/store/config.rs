@@ -36,6 +36,11 @@ pub struct StoreConfig {
     pub replay_cache_ttl: Duration,
     /// PostgreSQL, Redis: most bytes the replay cache holds (zero: none).
     pub replay_cache_size: u64,
+    /// PostgreSQL: the routes whose settled records are announced to
+    /// waiters (`NOTIFY`), the ones with `concurrent = "wait"`; taken from
+    /// the routes, not a key of `[store]`. A notifying commit is
+    /// serialised with every other one, so no other route pays for it.
+    pub wait_routes: Vec<String>,
 }
 
 /// What happens to a key whose attempt's outcome became unknown.
@@ -121,6 +126,7 @@ mod tests {
             sweep_batch: 1,
             replay_cache_ttl: Duration::ZERO,
             replay_cache_size: 0,
+            wait_routes: Vec::new(),
         }
     }
 

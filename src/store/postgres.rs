@@ -19,7 +19,7 @@ use super::{
     StoreAdmin, StoreError, StoredResponse, Token, decode_headers, encode_headers, redact_url,
 };
 use super::{StoreConfig, UnknownOutcome};
-use crate::waiters::{self, Waiters, parse_wake_id};
+use crate::waiters::{self, Waiters, parse_wake_id, wake_id};
 use std::sync::Arc;
 
 /// The migrations under `migrations/`, embedded in the binary.
@@ -32,6 +32,8 @@ pub struct PgStore {
     timeout: Duration,
     /// For the wake-up listener's own connection.
     options: PgConnectOptions,
+    /// The routes whose settled records are announced.
+    wait_routes: Vec<String>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -90,7 +92,7 @@ impl InfoRow {
     }
 }
 
-/// The channel of migration 0003's announcements.
+/// The channel of the announcements of settled records (`concurrent = "wait"`).
 const WAKE_CHANNEL: &str = "idemgate_keys";
 
 fn unavailable(e: sqlx::Error) -> StoreError {
@@ -147,7 +149,31 @@ impl PgStore {
             pool,
             timeout: config.timeout,
             options,
+            wait_routes: config.wait_routes.clone(),
         })
+    }
+
+    /// A settling write `applied` on a route with waiters: announce it
+    /// (`NOTIFY`, after the write committed, so a woken waiter sees it). A
+    /// failure only costs the waiters their wake-up: they claim again when
+    /// the lease ends or at the slow poll.
+    async fn announce(&self, key: &RecordKey, applied: Cas) -> Cas {
+        if applied == Cas::Applied && self.wait_routes.contains(&key.route) {
+            let id = hex::encode(wake_id(key));
+            let sent = self
+                .bounded(async |conn| {
+                    sqlx::query("SELECT pg_notify($1, $2)")
+                        .bind(WAKE_CHANNEL)
+                        .bind(&id)
+                        .execute(conn)
+                        .await
+                })
+                .await;
+            if let Err(error) = sent {
+                tracing::debug!(%error, "announcing a settled key failed; its waiters will poll");
+            }
+        }
+        applied
     }
 
     /// Listen on `idemgate_keys` and wake the waiters each notification
@@ -330,7 +356,7 @@ impl Store for PgStore {
                 .await
             })
             .await?;
-        Ok(cas(done.rows_affected()))
+        Ok(self.announce(key, cas(done.rows_affected())).await)
     }
 
     async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
@@ -349,7 +375,7 @@ impl Store for PgStore {
                 .await
             })
             .await?;
-        Ok(cas(done.rows_affected()))
+        Ok(self.announce(key, cas(done.rows_affected())).await)
     }
 
     async fn hold(
@@ -379,7 +405,7 @@ impl Store for PgStore {
                 .await
             })
             .await?;
-        Ok(cas(done.rows_affected()))
+        Ok(self.announce(key, cas(done.rows_affected())).await)
     }
 
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
@@ -401,7 +427,7 @@ impl Store for PgStore {
                 .await
             })
             .await?;
-        Ok(cas(done.rows_affected()))
+        Ok(self.announce(key, cas(done.rows_affected())).await)
     }
 }
 

@@ -42,8 +42,13 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             "`name` and `match` are per route and cannot be set in [defaults]",
         ));
     }
-    let store = store::store(raw.store)?;
+    let mut store = store::store(raw.store)?;
     let routes = routes(&raw.routes, &raw.defaults)?;
+    store.wait_routes = routes
+        .iter()
+        .filter(|r| r.concurrent == crate::config::Concurrent::Wait)
+        .map(|r| r.name.clone())
+        .collect();
     let max_connections = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
     if max_connections == 0 {
         return Err(invalid("max_connections", "must be at least 1"));

@@ -43,6 +43,8 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
             raw.replay_cache_size.as_deref(),
             DEFAULT_REPLAY_CACHE_SIZE as usize,
         )? as u64,
+        // Filled in once the routes are known.
+        wait_routes: Vec::new(),
     };
     store
         .validate()

@@ -462,6 +462,7 @@ async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
         sweep_batch: 1000,
         replay_cache_ttl: Duration::ZERO,
         replay_cache_size: 0,
+        wait_routes: Vec::new(),
     };
     let store = idemgate::store::open(&config)
         .await

@@ -209,6 +209,7 @@ impl TestStore {
             sweep_batch: 100,
             replay_cache_ttl: Duration::ZERO,
             replay_cache_size: 0,
+            wait_routes: Vec::new(),
         }
     }
 
