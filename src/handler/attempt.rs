@@ -86,9 +86,15 @@ impl Gateway {
                     body: bytes.clone(),
                 };
                 if route.mode == RouteMode::Shadow {
-                    // Shadow: the upstream's answer goes out whatever the
-                    // store does; the record is written beside it.
-                    self.record_beside(route, key, token, Some(stored));
+                    // Shadow: written before the answer as under enforce
+                    // (so a quick retry is counted as the replay enforcing
+                    // would give), but tried once: if the store fails, the
+                    // upstream's answer goes out and the record is retried
+                    // beside it.
+                    let once = self.store.complete(key, token, &stored, route.retention);
+                    if once.await.is_err() {
+                        self.record_beside(route, key, token, Some(stored));
+                    }
                 } else {
                     // G5: durable first, then sent.
                     let write = || self.store.complete(key, token, &stored, route.retention);
@@ -112,7 +118,10 @@ impl Gateway {
                 // Too large to record: hold the key, then forward this once.
                 let reason = HeldReason::ResponseTooLarge;
                 if route.mode == RouteMode::Shadow {
-                    self.record_beside(route, key, token, None);
+                    let once = self.store.hold(key, token, reason, route.retention);
+                    if once.await.is_err() {
+                        self.record_beside(route, key, token, None);
+                    }
                 } else {
                     let write = || self.store.hold(key, token, reason, route.retention);
                     self.settled(route, write).await?;
@@ -123,9 +132,10 @@ impl Gateway {
         Ok(Response::from_parts(parts, body))
     }
 
-    /// Shadow mode: record the response (`Some`) or hold the key (`None`:
-    /// too large to record) in a task of its own, while the answer is sent;
-    /// a failure is logged, never answered.
+    /// Shadow mode, after a first write failed: record the response
+    /// (`Some`) or hold the key (`None`: too large to record) in a task of
+    /// its own, retrying as a settling write does, while the answer is
+    /// sent; a failure is logged, never answered.
     fn record_beside(
         self: &Arc<Self>,
         route: &Route,
