@@ -36,9 +36,9 @@ pub struct StoreConfig {
     pub replay_cache_ttl: Duration,
     /// PostgreSQL, Redis: most bytes the replay cache holds (zero: none).
     pub replay_cache_size: u64,
-    /// PostgreSQL: the routes whose settled records are announced to
-    /// waiters (`NOTIFY`), the ones with `concurrent = "wait"`; taken from
-    /// the routes, not a key of `[store]`. A notifying commit is
+    /// PostgreSQL, Redis: the routes whose settled records are announced to
+    /// waiters (`NOTIFY`, `PUBLISH`), the ones with `concurrent = "wait"`;
+    /// taken from the routes, not a key of `[store]`. A notifying commit is
     /// serialised with every other one, so no other route pays for it.
     pub wait_routes: Vec<String>,
 }

@@ -124,6 +124,44 @@ macro_rules! bind_key {
     };
 }
 
+/// A settling statement written with [`at_key!`], and the same statement
+/// announcing the record it changed on the wake-up channel (`NOTIFY`, sent
+/// at its commit, so a woken waiter sees the change) in the same round
+/// trip; `$channel` and `$id` number the two extra parameters. The
+/// announcing form returns a row per changed record, as many as the plain
+/// form affects.
+macro_rules! settling {
+    ($statement:expr, $channel:literal, $id:literal) => {
+        (
+            $statement,
+            concat!(
+                "WITH changed AS (",
+                $statement,
+                " RETURNING 1) SELECT pg_notify($",
+                $channel,
+                ", $",
+                $id,
+                ") FROM changed"
+            ),
+        )
+    };
+}
+
+/// Choose the plain or the announcing form of a [`settling!`] statement,
+/// and bind the announcement's parameters (after all the others).
+fn settle_query<'q>(
+    forms: (&'static str, &'static str),
+    wake_id: Option<&'q str>,
+    bind: impl FnOnce(
+        sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    match wake_id {
+        None => bind(sqlx::query(forms.0)),
+        Some(id) => bind(sqlx::query(forms.1)).bind(WAKE_CHANNEL).bind(id),
+    }
+}
+
 fn cas(rows: u64) -> Cas {
     if rows == 1 { Cas::Applied } else { Cas::Fenced }
 }
@@ -153,27 +191,13 @@ impl PgStore {
         })
     }
 
-    /// A settling write `applied` on a route with waiters: announce it
-    /// (`NOTIFY`, after the write committed, so a woken waiter sees it). A
-    /// failure only costs the waiters their wake-up: they claim again when
-    /// the lease ends or at the slow poll.
-    async fn announce(&self, key: &RecordKey, applied: Cas) -> Cas {
-        if applied == Cas::Applied && self.wait_routes.contains(&key.route) {
-            let id = hex::encode(wake_id(key));
-            let sent = self
-                .bounded(async |conn| {
-                    sqlx::query("SELECT pg_notify($1, $2)")
-                        .bind(WAKE_CHANNEL)
-                        .bind(&id)
-                        .execute(conn)
-                        .await
-                })
-                .await;
-            if let Err(error) = sent {
-                tracing::debug!(%error, "announcing a settled key failed; its waiters will poll");
-            }
-        }
-        applied
+    /// The wake id to announce with a settling write of `key`: on a route
+    /// with waiters only, since a notifying commit is serialised with every
+    /// other one.
+    fn wake_id_for(&self, key: &RecordKey) -> Option<String> {
+        self.wait_routes
+            .contains(&key.route)
+            .then(|| hex::encode(wake_id(key)))
     }
 
     /// Listen on `idemgate_keys` and wake the waiters each notification
@@ -332,50 +356,57 @@ impl Store for PgStore {
     ) -> Result<Cas, StoreError> {
         // transitions::write_applies(Complete): the token; in flight,
         // completed already, or held only because this attempt's lease lapsed.
+        let forms = settling!(
+            at_key!(
+                "UPDATE idemgate_records
+                SET state = 'completed', status = $5, headers = $6, body = $7,
+                    lease_until = NULL, held_reason = NULL,
+                    expires_at = clock_timestamp() + $8 * INTERVAL '1 millisecond',
+                    updated_at = clock_timestamp()",
+                "AND token = $4
+                AND (state IN ('in_flight', 'completed')
+                     OR (state = 'held' AND held_reason = 'lease_lapsed'))"
+            ),
+            "9",
+            "10"
+        );
+        let wake = self.wake_id_for(key);
         let done = self
             .bounded(async |conn| {
-                bind_key!(
-                    sqlx::query(at_key!(
-                        "UPDATE idemgate_records
-                        SET state = 'completed', status = $5, headers = $6, body = $7,
-                            lease_until = NULL, held_reason = NULL,
-                            expires_at = clock_timestamp() + $8 * INTERVAL '1 millisecond',
-                            updated_at = clock_timestamp()",
-                        "AND token = $4
-                        AND (state IN ('in_flight', 'completed')
-                             OR (state = 'held' AND held_reason = 'lease_lapsed'))"
-                    )),
-                    key
-                )
-                .bind(token)
-                .bind(response.status.as_u16() as i16)
-                .bind(encode_headers(&response.headers))
-                .bind(&response.body[..])
-                .bind(millis(retention))
+                settle_query(forms, wake.as_deref(), |q| {
+                    bind_key!(q, key)
+                        .bind(token)
+                        .bind(response.status.as_u16() as i16)
+                        .bind(encode_headers(&response.headers))
+                        .bind(&response.body[..])
+                        .bind(millis(retention))
+                })
                 .execute(conn)
                 .await
             })
             .await?;
-        Ok(self.announce(key, cas(done.rows_affected())).await)
+        Ok(cas(done.rows_affected()))
     }
 
     async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
+        // transitions::write_applies(Release): the token, in flight.
+        let forms = settling!(
+            at_key!(
+                "DELETE FROM idemgate_records",
+                "AND token = $4 AND state = 'in_flight'"
+            ),
+            "5",
+            "6"
+        );
+        let wake = self.wake_id_for(key);
         let done = self
-            // transitions::write_applies(Release): the token, in flight.
             .bounded(async |conn| {
-                bind_key!(
-                    sqlx::query(at_key!(
-                        "DELETE FROM idemgate_records",
-                        "AND token = $4 AND state = 'in_flight'"
-                    )),
-                    key
-                )
-                .bind(token)
-                .execute(conn)
-                .await
+                settle_query(forms, wake.as_deref(), |q| bind_key!(q, key).bind(token))
+                    .execute(conn)
+                    .await
             })
             .await?;
-        Ok(self.announce(key, cas(done.rows_affected())).await)
+        Ok(cas(done.rows_affected()))
     }
 
     async fn hold(
@@ -385,49 +416,56 @@ impl Store for PgStore {
         reason: HeldReason,
         retention: Duration,
     ) -> Result<Cas, StoreError> {
+        // transitions::write_applies(Hold): the token; in flight or held.
+        let forms = settling!(
+            at_key!(
+                "UPDATE idemgate_records
+                SET state = 'held', held_reason = $5, lease_until = NULL,
+                    expires_at = clock_timestamp() + $6 * INTERVAL '1 millisecond',
+                    updated_at = clock_timestamp()",
+                "AND token = $4 AND state IN ('in_flight', 'held')"
+            ),
+            "7",
+            "8"
+        );
+        let wake = self.wake_id_for(key);
         let done = self
-            // transitions::write_applies(Hold): the token; in flight or held.
             .bounded(async |conn| {
-                bind_key!(
-                    sqlx::query(at_key!(
-                        "UPDATE idemgate_records
-                        SET state = 'held', held_reason = $5, lease_until = NULL,
-                            expires_at = clock_timestamp() + $6 * INTERVAL '1 millisecond',
-                            updated_at = clock_timestamp()",
-                        "AND token = $4 AND state IN ('in_flight', 'held')"
-                    )),
-                    key
-                )
-                .bind(token)
-                .bind(reason.as_str())
-                .bind(millis(retention))
+                settle_query(forms, wake.as_deref(), |q| {
+                    bind_key!(q, key)
+                        .bind(token)
+                        .bind(reason.as_str())
+                        .bind(millis(retention))
+                })
                 .execute(conn)
                 .await
             })
             .await?;
-        Ok(self.announce(key, cas(done.rows_affected())).await)
+        Ok(cas(done.rows_affected()))
     }
 
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
+        // transitions::abandon_applies: the attempt's own record, in flight
+        // or held only because its lease lapsed.
+        let forms = settling!(
+            at_key!(
+                "DELETE FROM idemgate_records",
+                "AND attempt = $4
+                AND (state = 'in_flight'
+                     OR (state = 'held' AND held_reason = 'lease_lapsed'))"
+            ),
+            "5",
+            "6"
+        );
+        let wake = self.wake_id_for(key);
         let done = self
-            // transitions::abandon_applies: the attempt's own record, in
-            // flight or held only because its lease lapsed.
             .bounded(async |conn| {
-                bind_key!(
-                    sqlx::query(at_key!(
-                        "DELETE FROM idemgate_records",
-                        "AND attempt = $4
-                        AND (state = 'in_flight'
-                             OR (state = 'held' AND held_reason = 'lease_lapsed'))"
-                    )),
-                    key
-                )
-                .bind(attempt)
-                .execute(conn)
-                .await
+                settle_query(forms, wake.as_deref(), |q| bind_key!(q, key).bind(attempt))
+                    .execute(conn)
+                    .await
             })
             .await?;
-        Ok(self.announce(key, cas(done.rows_affected())).await)
+        Ok(cas(done.rows_affected()))
     }
 }
 

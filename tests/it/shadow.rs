@@ -7,8 +7,8 @@ use http::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::upstream::{DELAY_HEADER, digest};
-use crate::support::{Backend, Set, Setup, per_backend, post, sample, send};
+use crate::support::upstream::digest;
+use crate::support::{Backend, Set, Setup, per_backend, post, sample, send, spawn_slow_post};
 
 fn shadow(config: crate::support::TestConfig) -> crate::support::TestConfig {
     config.route(|r| {
@@ -51,19 +51,7 @@ async fn shadow_forwards_everything_and_counts_what_enforcing_would_do(b: Backen
     assert_eq!(s.upstream.total(), 5, "every request reached the upstream");
 
     // A duplicate while the first is at the upstream: forwarded too.
-    let slow = {
-        let (c, url) = (c.clone(), url.clone());
-        tokio::spawn(async move {
-            send(
-                &c,
-                "POST",
-                &url,
-                &[("idempotency-key", "k2"), (DELAY_HEADER, "600")],
-                "{}",
-            )
-            .await
-        })
-    };
+    let slow = spawn_slow_post(&s.client, &url, "k2", "600");
     s.upstream.arrived("k2").await;
     let during = post(c, &url, "k2", "{}").await;
     assert_eq!(
@@ -196,19 +184,7 @@ async fn a_store_failing_after_the_forward_never_costs_the_answer() {
     let gateway = crate::support::Gateway::start(&config).await;
     let http = crate::support::client();
     let url = gateway.url("/v1/payments");
-    let answer = {
-        let (http, url) = (http.clone(), url.clone());
-        tokio::spawn(async move {
-            send(
-                &http,
-                "POST",
-                &url,
-                &[("idempotency-key", "late"), (DELAY_HEADER, "1500")],
-                "{}",
-            )
-            .await
-        })
-    };
+    let answer = spawn_slow_post(&http, &url, "late", "1500");
     upstream.arrived("late").await;
     cluster.stop_immediate().await;
     let answer = answer.await.unwrap();

@@ -9,6 +9,7 @@ use http::StatusCode;
 use crate::support::upstream::DELAY_HEADER;
 use crate::support::{
     Backend, Gateway, Reply, Set, Setup, TestConfig, per_backend, post, sample, send,
+    spawn_slow_post,
 };
 
 /// `concurrent = "wait"` with `wait_timeout` (the test config's lease is
@@ -20,26 +21,6 @@ fn waiting(wait_timeout: &'static str) -> impl FnOnce(TestConfig) -> TestConfig 
                 .set("wait_timeout", wait_timeout);
         })
     }
-}
-
-/// The first attempt, at the upstream for `delay_ms`, in a task.
-fn first_attempt(
-    s: &Setup,
-    url: &str,
-    key: &'static str,
-    delay_ms: &'static str,
-) -> tokio::task::JoinHandle<Reply> {
-    let (client, url) = (s.client.clone(), url.to_string());
-    tokio::spawn(async move {
-        send(
-            &client,
-            "POST",
-            &url,
-            &[("idempotency-key", key), (DELAY_HEADER, delay_ms)],
-            "{}",
-        )
-        .await
-    })
 }
 
 /// Wait until `n` requests wait on `gateway` (`idemgate_waiting`).
@@ -113,7 +94,7 @@ async fn a_storm_of_64_gets_one_execution_and_64_identical_answers(b: Backend) {
 async fn a_duplicate_still_in_flight_at_wait_timeout_gets_409(b: Backend) {
     let s = Setup::with(b, waiting("500ms")).await;
     let url = s.gateway.url("/v1/payments");
-    let first = first_attempt(&s, &url, "slow", "1500");
+    let first = spawn_slow_post(&s.client, &url, "slow", "1500");
     s.upstream.arrived("slow").await;
     let duplicate = post(&s.client, &url, "slow", "{}").await;
     assert_eq!(duplicate.status, StatusCode::CONFLICT);
@@ -138,7 +119,7 @@ async fn a_released_key_is_forwarded_to_one_waiter(b: Backend) {
     let s = Setup::with(b, waiting("5s")).await;
     // 500 is not recorded: the first attempt releases the key.
     let url = s.gateway.url("/v1/status/500");
-    let first = first_attempt(&s, &url, "flaky", "700");
+    let first = spawn_slow_post(&s.client, &url, "flaky", "700");
     s.upstream.arrived("flaky").await;
     let waiter = post(&s.client, &url, "flaky", "{}").await;
     assert_eq!(
@@ -178,7 +159,7 @@ async fn max_waiting_bounds_the_waiting_requests() {
     })
     .await;
     let url = s.gateway.url("/v1/payments");
-    let first = first_attempt(&s, &url, "busy", "1500");
+    let first = spawn_slow_post(&s.client, &url, "busy", "1500");
     s.upstream.arrived("busy").await;
     let waiter = {
         let (client, url) = (s.client.clone(), url.clone());
@@ -211,7 +192,7 @@ mod across_instances {
     async fn a_waiter_on_another_instance_is_woken_by_the_store(b: Backend) {
         let s = Setup::with(b, waiting("5s")).await;
         let other = Gateway::start(&s.config).await;
-        let first = first_attempt(&s, &s.gateway.url("/v1/payments"), "shared", "1000");
+        let first = spawn_slow_post(&s.client, &s.gateway.url("/v1/payments"), "shared", "1000");
         s.upstream.arrived("shared").await;
         let waiter = post(&s.client, &other.url("/v1/payments"), "shared", "{}").await;
         let first = first.await.unwrap();
@@ -249,19 +230,7 @@ async fn a_waiter_outlives_a_store_restart(store_url: String, restart: impl Asyn
     let gateway = Gateway::start(&config).await;
     let http = crate::support::client();
     let url = gateway.url("/v1/payments");
-    let first = {
-        let (http, url) = (http.clone(), url.clone());
-        tokio::spawn(async move {
-            send(
-                &http,
-                "POST",
-                &url,
-                &[("idempotency-key", "restart"), (DELAY_HEADER, "5000")],
-                "{}",
-            )
-            .await
-        })
-    };
+    let first = spawn_slow_post(&http, &url, "restart", "5000");
     upstream.arrived("restart").await;
     let waiter = {
         let (http, url) = (http.clone(), url.clone());
@@ -308,7 +277,7 @@ async fn a_waiter_that_hangs_up_costs_nothing_further() {
     use tokio::io::AsyncWriteExt;
     let s = Setup::with(Backend::Memory, waiting("5s")).await;
     let url = s.gateway.url("/v1/payments");
-    let first = first_attempt(&s, &url, "gone", "1500");
+    let first = spawn_slow_post(&s.client, &url, "gone", "1500");
     s.upstream.arrived("gone").await;
     let mut tcp = tokio::net::TcpStream::connect(s.gateway.addr)
         .await

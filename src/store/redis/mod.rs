@@ -43,6 +43,8 @@ pub struct RedisStore {
     prefix: String,
     /// For the wake-up subscriber's own connection.
     url: String,
+    /// The routes whose settled records are announced.
+    wait_routes: Vec<String>,
     timeout: Duration,
 }
 
@@ -103,6 +105,7 @@ impl RedisStore {
             prefix: config.prefix.clone(),
             timeout: config.timeout,
             url: config.url.clone(),
+            wait_routes: config.wait_routes.clone(),
         };
         store.ping().await.map_err(|e| {
             StoreError::Unavailable(format!(
@@ -171,8 +174,14 @@ impl RedisStore {
 
     /// The wake-up channel and this key's wake id (hex), the last two
     /// arguments of every script that can settle a record.
+    /// Empty on a route that does not wait: nobody listens for it, so its
+    /// settled records are not announced.
     fn wake_args(&self, key: &RecordKey) -> (String, String) {
-        (self.wake_channel(), hex::encode(wake_id(key)))
+        if self.wait_routes.contains(&key.route) {
+            (self.wake_channel(), hex::encode(wake_id(key)))
+        } else {
+            (String::new(), String::new())
+        }
     }
 
     /// `{prefix}keys`: where the scripts announce settled records.

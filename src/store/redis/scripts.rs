@@ -10,10 +10,11 @@ use deadpool_redis::redis::Script;
 /// Milliseconds since the epoch by the server's clock, as `now`; and
 /// `announce()`, which publishes the record's wake id (the last argument)
 /// on the wake-up channel (the one before it) when it leaves `in_flight`
-/// (docs/DESIGN.md §11). Every script that can take a record out of
+/// (docs/DESIGN.md §11); an empty channel (a route that does not wait)
+/// publishes nothing. Every script that can take a record out of
 /// `in_flight` gets these two arguments last.
 const NOW: &str = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local function announce() redis.call('PUBLISH', ARGV[#ARGV - 1], ARGV[#ARGV]) end\n";
+local function announce() if ARGV[#ARGV - 1] ~= '' then redis.call('PUBLISH', ARGV[#ARGV - 1], ARGV[#ARGV]) end end\n";
 
 /// The claim: KEYS = record, token counter; ARGV = fingerprint, lease ms,
 /// retention ms, release-lapsed (1/0), attempt id, wake-up channel, wake id. Implements `transitions::claim`

@@ -128,3 +128,22 @@ pub async fn get_status(http: &HttpClient, url: &str) -> Option<StatusCode> {
         .ok()?;
     Some(response.status())
 }
+
+/// A keyed POST that the upstream holds for `delay_ms` before answering,
+/// sent in a task of its own (the first attempt of a key, still in flight
+/// while a test sends its duplicates).
+pub fn spawn_slow_post(
+    client: &HttpClient,
+    url: &str,
+    key: &'static str,
+    delay_ms: &'static str,
+) -> tokio::task::JoinHandle<Reply> {
+    let (client, url) = (client.clone(), url.to_string());
+    tokio::spawn(async move {
+        let headers = [
+            ("idempotency-key", key),
+            (super::upstream::DELAY_HEADER, delay_ms),
+        ];
+        send(&client, "POST", &url, &headers, "{}").await
+    })
+}

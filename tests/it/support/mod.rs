@@ -19,7 +19,7 @@ use std::time::Duration;
 
 pub use config::{Set, TestConfig};
 pub use gateway::{Gateway, Setup};
-pub use http::{HttpClient, Reply, client, post, send};
+pub use http::{HttpClient, Reply, client, post, send, spawn_slow_post};
 pub use store::{Backend, TestDb, TestStore, record_state};
 pub use upstream::Upstream;
 
