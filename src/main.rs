@@ -65,8 +65,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .migrate()
                     .await?;
                 println!("migrations applied to {shown}");
+            } else if config.store.url.starts_with("sqlite:") {
+                let applied = store::sqlite::SqliteStore::connect(&config.store)
+                    .await?
+                    .migrate()
+                    .await?;
+                println!("{applied} schema scripts applied to {shown}");
             } else {
-                println!("{shown}: nothing to migrate (only PostgreSQL has migrations)");
+                println!("{shown}: nothing to migrate (only PostgreSQL and SQLite have schemas)");
             }
         }
         Command::Sweep => {

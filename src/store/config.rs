@@ -15,7 +15,7 @@ use super::redact_url;
 /// Where records are kept.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
-    /// `postgres://…`, `redis://…` or `memory://`.
+    /// `postgres://…`, `redis://…`, `sqlite://…` or `memory://`.
     pub url: String,
     /// Apply embedded migrations at start.
     pub migrate: bool,
@@ -27,16 +27,16 @@ pub struct StoreConfig {
     pub prefix: String,
     /// memory only: most live records kept.
     pub max_records: usize,
-    /// How often the sweeper deletes expired records (PostgreSQL, memory).
+    /// How often the sweeper deletes expired records (PostgreSQL, SQLite, memory).
     pub sweep_interval: Duration,
     /// Most records one sweep statement deletes.
     pub sweep_batch: usize,
-    /// PostgreSQL, Redis: how long this instance may answer from memory for
+    /// PostgreSQL, Redis, SQLite: how long this instance may answer from memory for
     /// a completed record it replayed (zero: no replay cache).
     pub replay_cache_ttl: Duration,
-    /// PostgreSQL, Redis: most bytes the replay cache holds (zero: none).
+    /// PostgreSQL, Redis, SQLite: most bytes the replay cache holds (zero: none).
     pub replay_cache_size: u64,
-    /// PostgreSQL, Redis: the routes whose settled records are announced to
+    /// PostgreSQL, Redis, SQLite: the routes whose settled records are announced to
     /// waiters (`NOTIFY`, `PUBLISH`), the ones with `concurrent = "wait"`;
     /// taken from the routes, not a key of `[store]`. A notifying commit is
     /// serialised with every other one, so no other route pays for it.
@@ -64,7 +64,14 @@ pub struct InvalidStoreSetting {
 }
 
 /// The URL schemes [`super::open`] knows.
-const SCHEMES: &[&str] = &["postgres", "postgresql", "redis", "rediss", "memory"];
+const SCHEMES: &[&str] = &[
+    "postgres",
+    "postgresql",
+    "redis",
+    "rediss",
+    "sqlite",
+    "memory",
+];
 
 impl StoreConfig {
     /// Whether a store can be opened with these settings; the first setting
@@ -103,7 +110,7 @@ impl StoreConfig {
         Err(InvalidStoreSetting {
             key: "url",
             message: format!(
-                "{} must start with postgres://, redis://, rediss:// or memory://",
+                "{} must start with postgres://, redis://, rediss://, sqlite:// or memory://",
                 redact_url(&self.url)
             ),
         })
@@ -144,6 +151,7 @@ mod tests {
             "postgresql://h/db",
             "redis://h",
             "rediss://h",
+            "sqlite://idemgate.db",
         ] {
             let config = StoreConfig {
                 url: url.to_string(),

@@ -14,6 +14,7 @@ pub mod memory;
 mod pg_pool;
 pub mod postgres;
 pub mod redis;
+pub mod sqlite;
 pub mod transitions;
 
 use std::sync::Arc;
@@ -191,7 +192,7 @@ pub enum StoreError {
     )]
     Full(usize),
     /// The store URL names no backend idemgate has.
-    #[error("unsupported store URL {0:?}: use postgres://, redis:// or memory://")]
+    #[error("unsupported store URL {0:?}: use postgres://, redis://, sqlite:// or memory://")]
     UnsupportedUrl(String),
 }
 
@@ -309,6 +310,14 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Backend>, StoreError> 
             Ok(Arc::new(store))
         }
         "redis" | "rediss" => Ok(Arc::new(redis::RedisStore::connect(config).await?)),
+        "sqlite" => {
+            let store = sqlite::SqliteStore::connect(config).await?;
+            tracing::info!(
+                "sqlite:// store: durable in one file, shared by the gateway processes of this \
+                 host only; instances on several hosts need PostgreSQL or Redis"
+            );
+            Ok(Arc::new(store))
+        }
         "memory" => {
             tracing::warn!(
                 max_records = config.max_records,

@@ -136,7 +136,7 @@ async fn gateways_sharing_a_store_forward_a_key_once(backend: Backend) {
     assert_eq!(from_a.body, from_b.body);
 }
 
-per_backend!(only [postgres, redis]: gateways_sharing_a_store_forward_a_key_once);
+per_backend!(only [postgres, redis, sqlite]: gateways_sharing_a_store_forward_a_key_once);
 
 #[tokio::test]
 async fn rediss_urls_speak_tls() {

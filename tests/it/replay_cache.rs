@@ -50,6 +50,14 @@ async fn wipe_records(store: &TestStore) {
                 .await
                 .unwrap();
         }
+        Backend::Sqlite => {
+            use sqlx::Connection;
+            let mut conn = sqlx::SqliteConnection::connect(&store.url).await.unwrap();
+            sqlx::query("DELETE FROM idemgate_records")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
         Backend::Memory => unreachable!("the memory store has no replay cache"),
     }
 }
@@ -123,7 +131,7 @@ async fn a_zero_ttl_turns_the_cache_off(b: Backend) {
 }
 
 // The memory store has no replay cache.
-per_backend!(only [postgres, redis]:
+per_backend!(only [postgres, redis, sqlite]:
     a_replayed_record_is_answered_from_memory_until_the_ttl,
     a_cached_record_never_outlives_its_retention,
     a_zero_ttl_turns_the_cache_off,

@@ -212,7 +212,7 @@ mod across_instances {
         );
     }
 
-    per_backend!(only [postgres, redis]: a_waiter_on_another_instance_is_woken_by_the_store);
+    per_backend!(only [postgres, redis, sqlite]: a_waiter_on_another_instance_is_woken_by_the_store);
 }
 
 /// The store restarts while a duplicate waits: the waiter waits on (its

@@ -35,6 +35,7 @@ impl ChaosStore {
             Backend::Redis if durable => ChaosStore::Redis(PrivateRedis::start_durable()),
             Backend::Redis => ChaosStore::Redis(PrivateRedis::start()),
             Backend::Memory => unreachable!("gateway processes cannot share memory://"),
+            Backend::Sqlite => unreachable!("the chaos store is reached over the network"),
         }
     }
 

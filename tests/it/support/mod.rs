@@ -53,7 +53,7 @@ pub fn sample(metrics: &str, series: &str) -> f64 {
 
 /// Instantiate test bodies once per store: each named `async fn(Backend)`
 /// in the calling module becomes a `#[tokio::test]` in a submodule per
-/// backend (`postgres::name`, `redis::name`, `memory::name`).
+/// backend (`postgres::name`, `redis::name`, `sqlite::name`, `memory::name`).
 ///
 /// ```ignore
 /// per_backend!(replay_is_byte_exact, storm_reaches_the_upstream_once);
@@ -78,9 +78,10 @@ macro_rules! per_backend {
     };
     (@variant postgres) => { $crate::support::Backend::Postgres };
     (@variant redis) => { $crate::support::Backend::Redis };
+    (@variant sqlite) => { $crate::support::Backend::Sqlite };
     (@variant memory) => { $crate::support::Backend::Memory };
     ($($test:ident),+ $(,)?) => {
-        $crate::support::per_backend!(only [postgres, redis, memory]: $($test),+);
+        $crate::support::per_backend!(only [postgres, redis, sqlite, memory]: $($test),+);
     };
 }
 pub(crate) use per_backend;

@@ -129,6 +129,7 @@ impl Drop for RedisPrefix {
 pub enum Backend {
     Postgres,
     Redis,
+    Sqlite,
     Memory,
 }
 
@@ -137,6 +138,7 @@ impl Backend {
         match self {
             Backend::Postgres => "postgres",
             Backend::Redis => "redis",
+            Backend::Sqlite => "sqlite",
             Backend::Memory => "memory",
         }
     }
@@ -149,22 +151,29 @@ pub struct TestStore {
     prefix: String,
     _db: Option<TestDb>,
     _redis: Option<RedisPrefix>,
+    _dir: Option<tempfile::TempDir>,
     _turn: serial::Shared,
 }
 
 impl TestStore {
     pub async fn new(backend: Backend) -> Self {
         let turn = serial::shared();
-        let (url, prefix, db, redis) = match backend {
+        let (mut db, mut redis, mut dir) = (None, None, None);
+        let (url, prefix) = match backend {
             Backend::Postgres => {
-                let db = TestDb::new().await;
-                (db.url.clone(), String::new(), Some(db), None)
+                let new = TestDb::new().await;
+                (db.insert(new).url.clone(), String::new())
             }
             Backend::Redis => {
-                let p = RedisPrefix::new();
-                (redis_url(), p.prefix.clone(), None, Some(p))
+                let new = RedisPrefix::new();
+                (redis_url(), redis.insert(new).prefix.clone())
             }
-            Backend::Memory => ("memory://".to_string(), String::new(), None, None),
+            Backend::Sqlite => {
+                let new = tempfile::tempdir().unwrap();
+                let file = dir.insert(new).path().join("idemgate.db");
+                (format!("sqlite://{}", file.display()), String::new())
+            }
+            Backend::Memory => ("memory://".to_string(), String::new()),
         };
         Self {
             backend,
@@ -172,6 +181,7 @@ impl TestStore {
             prefix,
             _db: db,
             _redis: redis,
+            _dir: dir,
             _turn: turn,
         }
     }
