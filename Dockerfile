@@ -47,8 +47,13 @@ COPY --from=build /src/target/release/idemgate /usr/local/bin/idemgate
 # The README's demo upstream, for docker-compose.yml (entrypoint demo_upstream).
 COPY --from=build /src/target/release/examples/demo_upstream /usr/local/bin/demo_upstream
 COPY gateway.toml /etc/idemgate/gateway.toml
+# The image runs on PostgreSQL, named explicitly: the shipped config's
+# sqlite:// fallback would put records on the container's own disk. Override
+# with -e DATABASE_URL=postgres://… (or sqlite:///data/idemgate.db with a
+# volume at /data, for one container beside the API it protects).
 ENV IDEMGATE_CONFIG=/etc/idemgate/gateway.toml \
-    IDEMGATE_LOG_FORMAT=json
+    IDEMGATE_LOG_FORMAT=json \
+    DATABASE_URL=postgres://postgres@postgres:5432/postgres
 USER 10001:10001
 # 8080: the proxy (listen); 9090: /healthz and /readyz (admin_listen).
 EXPOSE 8080 9090

@@ -66,7 +66,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .await?;
                 println!("migrations applied to {shown}");
             } else if config.store.url.starts_with("sqlite:") {
-                let applied = store::sqlite::SqliteStore::connect(&config.store)
+                // Opened without applying the schema, so this count says
+                // what this command applied.
+                let opening = store::StoreConfig {
+                    migrate: false,
+                    ..config.store.clone()
+                };
+                let applied = store::sqlite::SqliteStore::connect(&opening)
                     .await?
                     .migrate()
                     .await?;

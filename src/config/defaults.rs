@@ -78,8 +78,9 @@ pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Text;
 // ---------------------------------------------------------------------------
 // The `[store]` table.
 
-/// `store.url` when neither the file nor the environment names one.
-pub const DEFAULT_STORE_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+/// `store.url` when the file names none: the embedded durable store, a file
+/// in the working directory (docs/DESIGN.md §15).
+pub const DEFAULT_STORE_URL: &str = "sqlite://idemgate.db";
 /// `store.migrate`: apply embedded migrations at start.
 pub const DEFAULT_STORE_MIGRATE: bool = true;
 /// `store.pool_size`: most connections the store pool opens.

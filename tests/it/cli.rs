@@ -13,7 +13,7 @@ const NO_UPSTREAM: &str = "http://127.0.0.1:9";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_rejects_unknown_key() {
-    let store = "postgres://postgres@127.0.0.1:5432/postgres";
+    let store = "postgres://postgres@127.0.0.1:5432/postgres"; // never connected to
     let typo = TestConfig::new(store, NO_UPSTREAM).route(|r| {
         r.set("retension", "1h");
     });

@@ -25,6 +25,7 @@ mod replay_cache;
 mod request_hygiene;
 mod server;
 mod shadow;
+mod sqlite;
 mod store_conformance;
 mod wait;
 mod webhooks;

@@ -2,7 +2,8 @@
 //! ([`store`]), gateway configs edited as TOML tables ([`config`]), the one
 //! test upstream ([`upstream`]), the gateway in process ([`gateway`]) or as a
 //! child process ([`process`]), private PostgreSQL and Redis servers to stop
-//! and restart ([`servers`]), an HTTP client ([`http`]), the turn-taking
+//! and restart ([`servers`]), the shared PostgreSQL and Redis servers, found
+//! or started ([`provision`]), an HTTP client ([`http`]), the turn-taking
 //! between the chaos harness and everything else ([`serial`]), and
 //! [`per_backend!`], which runs one test body on each store.
 
@@ -10,6 +11,7 @@ pub mod config;
 pub mod gateway;
 pub mod http;
 pub mod process;
+pub mod provision;
 pub mod serial;
 pub mod servers;
 pub mod store;

@@ -55,6 +55,12 @@ pub fn shared() -> Shared {
     Shared { counted: true }
 }
 
+/// A turn that holds back nobody: for the servers the whole binary shares
+/// ([`super::provision`]), which live as long as it does.
+pub fn none() -> Shared {
+    Shared { counted: false }
+}
+
 impl Drop for Shared {
     fn drop(&mut self) {
         if self.counted {

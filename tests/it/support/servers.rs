@@ -25,7 +25,16 @@ pub struct PgCluster {
 impl PgCluster {
     /// initdb a new cluster and start it on a free port.
     pub async fn new() -> Self {
-        let turn = serial::shared();
+        Self::init(serial::shared()).await
+    }
+
+    /// A cluster for the whole test binary: it takes no turn, and outlives
+    /// the binary by at most a second ([`Self::stop_at_exit`]).
+    pub async fn for_the_binary() -> Self {
+        Self::init(serial::none()).await
+    }
+
+    async fn init(turn: serial::Shared) -> Self {
         let bin = postgres_bin_dir();
         let dir = tempfile::Builder::new()
             .prefix("idemgate-pg-")
@@ -200,6 +209,18 @@ impl PgCluster {
         }
     }
 
+    /// Leave the cluster running until this process exits, then stop it
+    /// and remove its files (a watcher process does, since no destructor
+    /// runs at a test binary's exit).
+    pub fn stop_at_exit(self) {
+        let stop = shell_line(&self.stop_command());
+        let dir = self.dir.path().display().to_string();
+        let cleanup = format!("cd /; {stop}; rm -rf {}", quote(&dir));
+        watch_exit(&cleanup);
+        // Its files now belong to the watcher.
+        std::mem::forget(self);
+    }
+
     /// A connection URL for its `postgres` database.
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
@@ -241,6 +262,42 @@ fn text(out: &Output) -> String {
     )
 }
 
+/// A command line as one shell line.
+fn shell_line(command: &Command) -> String {
+    let mut words = vec![quote(&command.get_program().to_string_lossy())];
+    words.extend(command.get_args().map(|a| quote(&a.to_string_lossy())));
+    match command.get_current_dir() {
+        Some(dir) => format!(
+            "cd {} && {}",
+            quote(&dir.to_string_lossy()),
+            words.join(" ")
+        ),
+        None => words.join(" "),
+    }
+}
+
+fn quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+/// Run `cleanup` (a shell line) once this process has exited: a detached
+/// watcher polls for it twice a second.
+fn watch_exit(cleanup: &str) {
+    let script = format!(
+        "while kill -0 {} 2>/dev/null; do sleep 0.5; done; {cleanup}",
+        std::process::id()
+    );
+    let watcher = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sh runs");
+    // It outlives this process by design: nobody here waits for it.
+    std::mem::forget(watcher);
+}
+
 fn which(program: &str) -> bool {
     std::env::var_os("PATH")
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
@@ -263,7 +320,7 @@ pub fn postgres_bin_dir() -> PathBuf {
     }
     let root = Path::new("/usr/lib/postgresql");
     let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir(root)
-        .unwrap_or_else(|e| panic!("PostgreSQL server binaries are not installed at {root:?}: {e}"))
+        .unwrap_or_else(|e| panic!("PostgreSQL server binaries are not installed at {root:?} ({e}): install the `postgresql` package (apt-get install postgresql), or point IDEMGATE_TEST_PG at a server"))
         .filter_map(|entry| {
             let entry = entry.ok()?;
             let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
@@ -275,7 +332,7 @@ pub fn postgres_bin_dir() -> PathBuf {
     versions
         .pop()
         .map(|(_, bin)| bin)
-        .unwrap_or_else(|| panic!("no PostgreSQL with initdb under {root:?}"))
+        .unwrap_or_else(|| panic!("no PostgreSQL with initdb under {root:?}: install the `postgresql` package (apt-get install postgresql), or point IDEMGATE_TEST_PG at a server"))
 }
 
 /// A private `redis-server` child process on a free loopback port, so tests
@@ -306,12 +363,22 @@ impl PrivateRedis {
         Self::launch(Some(dir))
     }
 
+    /// A server for the whole test binary: it takes no turn, and outlives
+    /// the binary by at most a second ([`Self::stop_at_exit`]).
+    pub fn for_the_binary() -> Self {
+        Self::launch_with(None, serial::none())
+    }
+
     fn launch(durable: Option<tempfile::TempDir>) -> Self {
+        Self::launch_with(durable, serial::shared())
+    }
+
+    fn launch_with(durable: Option<tempfile::TempDir>, turn: serial::Shared) -> Self {
         let mut redis = Self {
             port: free_port(),
             child: None,
             durable,
-            _turn: serial::shared(),
+            _turn: turn,
         };
         redis.restart();
         redis
@@ -335,7 +402,7 @@ impl PrivateRedis {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server is installed (.ci/run installs it)");
+            .unwrap_or_else(|e| panic!("cannot run redis-server ({e}): install the `redis-server` package (apt-get install redis-server), or point IDEMGATE_TEST_REDIS at a server"));
         self.child = Some(child);
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
@@ -364,6 +431,15 @@ impl PrivateRedis {
             .id()
             .to_string();
         kill(signal, &pid);
+    }
+
+    /// Leave the server running until this process exits, then kill it (a
+    /// watcher process does, since no destructor runs at a test binary's exit).
+    pub fn stop_at_exit(mut self) {
+        let child = self.child.take().expect("redis is running");
+        watch_exit(&format!("kill -9 {}", child.id()));
+        // Not reaped by us: the watcher's kill ends it, init reaps it.
+        std::mem::forget(child);
     }
 
     /// Its `redis://` URL.

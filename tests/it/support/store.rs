@@ -14,16 +14,7 @@ use sqlx::Connection;
 use super::serial;
 use super::{Set, TestConfig};
 
-/// The server tests create their databases on.
-pub fn admin_url() -> String {
-    std::env::var("IDEMGATE_TEST_PG")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
-}
-
-/// The Redis server tests use.
-pub fn redis_url() -> String {
-    std::env::var("IDEMGATE_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379/".into())
-}
+pub use super::provision::{postgres_url as admin_url, redis_url};
 
 fn unique(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);

@@ -1,0 +1,132 @@
+//! The SQLite store as a user runs it (docs/DESIGN.md §15): the real binary
+//! on a file, killed and restarted, several processes sharing the file, the
+//! schema applied by `migrate` and by processes starting together. (The
+//! conformance suite and the pipeline tests run on SQLite through
+//! `per_backend!`, like every other store.)
+
+use std::time::Duration;
+
+use http::StatusCode;
+use sqlx::Connection;
+
+use crate::support::process::{GatewayProcess, run_command};
+use crate::support::{Backend, Set, TestConfig, TestStore, Upstream, client, post};
+
+/// A gateway config on `store`'s SQLite file.
+fn config(store: &TestStore, upstream: &Upstream) -> TestConfig {
+    store.config(&upstream.url()).store(|s| {
+        s.set("timeout", "5s");
+    })
+}
+
+async fn schema_version(url: &str) -> i64 {
+    let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+    sqlx::query_scalar("PRAGMA user_version")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_survive_a_killed_gateway() {
+    let store = TestStore::new(Backend::Sqlite).await;
+    let upstream = Upstream::start().await;
+    let config = config(&store, &upstream);
+    let http = client();
+
+    let mut first = GatewayProcess::start("sqlite-a", &config).await;
+    // `serve` says what the store reaches.
+    assert!(
+        first.stderr().contains("this host only"),
+        "{}",
+        first.stderr()
+    );
+    let created = post(&http, &first.url("/v1/payments"), "k1", r#"{"n":1}"#).await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    first.kill9();
+
+    let second = GatewayProcess::start("sqlite-b", &config).await;
+    let replay = post(&http, &second.url("/v1/payments"), "k1", r#"{"n":1}"#).await;
+    assert!(replay.is_replay(), "{replay:?}");
+    assert_eq!(replay.body, created.body);
+    let mismatch = post(&http, &second.url("/v1/payments"), "k1", r#"{"n":2}"#).await;
+    assert_eq!(mismatch.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(upstream.count("k1"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_sharing_the_file_forward_each_key_once() {
+    let store = TestStore::new(Backend::Sqlite).await;
+    let upstream = Upstream::start().await;
+    // A slow upstream: every duplicate arrives while the first is in flight.
+    let config = config(&store, &upstream);
+    let a = GatewayProcess::start("sqlite-share-a", &config).await;
+    let b = GatewayProcess::start("sqlite-share-b", &config).await;
+    let http = client();
+    let mut tasks = Vec::new();
+    for key in ["s1", "s2", "s3", "s4"] {
+        for i in 0..8 {
+            let url = if i % 2 == 0 {
+                a.url("/v1/slow/300")
+            } else {
+                b.url("/v1/slow/300")
+            };
+            let http = http.clone();
+            tasks.push(tokio::spawn(async move {
+                (key, post(&http, &url, key, "{}").await)
+            }));
+        }
+    }
+    for task in tasks {
+        let (key, reply) = task.await.unwrap();
+        assert!(
+            reply.status == StatusCode::CREATED || reply.status == StatusCode::CONFLICT,
+            "{key}: {reply:?}"
+        );
+    }
+    for key in ["s1", "s2", "s3", "s4"] {
+        assert_eq!(upstream.count(key), 1, "{key}");
+        let from_a = post(&http, &a.url("/v1/slow/300"), key, "{}").await;
+        let from_b = post(&http, &b.url("/v1/slow/300"), key, "{}").await;
+        assert!(from_a.is_replay() && from_b.is_replay(), "{key}");
+        assert_eq!(from_a.body, from_b.body);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_creates_the_file_and_its_schema_once() {
+    let store = TestStore::new(Backend::Sqlite).await;
+    let config = TestConfig::new(&store.url, "http://127.0.0.1:9");
+    let (status, stdout, stderr) = run_command("migrate", &config, Duration::from_secs(30)).await;
+    assert!(status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("1 schema scripts applied"), "{stdout}");
+    assert_eq!(schema_version(&store.url).await, 1);
+    let (status, stdout, stderr) = run_command("migrate", &config, Duration::from_secs(30)).await;
+    assert!(status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains("0 schema scripts applied"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_creating_a_new_file_together_apply_the_schema_once() {
+    for round in 0..3 {
+        let store = TestStore::new(Backend::Sqlite).await;
+        let config = TestConfig::new(&store.url, "http://127.0.0.1:9");
+        let runs: Vec<_> = (0..4)
+            .map(|i| {
+                GatewayProcess::spawn_command(&format!("migrate-{round}-{i}"), "migrate", &config)
+            })
+            .collect();
+        let mut applied = 0;
+        for mut run in runs {
+            let status = run.wait(Duration::from_secs(30)).await;
+            let (stdout, stderr) = (run.stdout(), run.stderr());
+            assert!(status.is_some_and(|s| s.success()), "{stdout}{stderr}");
+            applied += u32::from(stdout.contains("1 schema scripts applied"));
+        }
+        assert_eq!(
+            applied, 1,
+            "round {round}: exactly one process applies the schema"
+        );
+        assert_eq!(schema_version(&store.url).await, 1);
+    }
+}
