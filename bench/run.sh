@@ -9,12 +9,14 @@
 # (a static 201 upstream, and a plain proxy_pass in front of it), builds
 # idemgate in release mode, and measures, on one fixed 512-byte JSON POST:
 #   A  pass-through (no key): direct vs nginx proxy_pass vs idemgate
-#   B  a new key per request: idemgate on PostgreSQL, on Redis
-#   C  replays of a hot set of 100 completed keys: PostgreSQL, Redis
+#   B  a new key per request: idemgate on PostgreSQL, on Redis, on SQLite
+#   C  replays of a hot set of 100 completed keys: PostgreSQL, Redis, SQLite
 #   D  same-key storms: 2, 8, 32 and 64 requests per key (at c = 64)
 #   ceilings: pgbench running idemgate's own claim + complete statements and
 #   its replay claim; redis-benchmark running idemgate's own claim, complete
-#   and replay (claim on a completed record) scripts
+#   and replay (claim on a completed record) scripts; plain SQLite INSERT +
+#   UPDATE pairs in autocommit on idemgate's table and settings
+#   (bench/sqlite_ceiling.py)
 # Writes bench/results/<date>.md with medians (min–max) and the ratios.
 # idemgate runs with RUST_LOG=warn (no per-request log line); see the results.
 set -euo pipefail
@@ -25,7 +27,7 @@ REPEATS="${REPEATS:-3}"
 CONCURRENCY="${CONCURRENCY:-8 32 64}"
 HOT=100
 STORMS="${STORMS:-2 8 32 64}"
-RESULTS="bench/results/$(date -u +%Y-%m-%d).md"
+RESULTS="${RESULTS:-bench/results/$(date -u +%Y-%m-%d).md}"
 
 log() { printf '==> %s\n' "$*" >&2; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -164,6 +166,7 @@ measure() {
 # ---- A: pass-through ------------------------------------------------------------
 start_gateway pg "$PGURL"; PG_PORT="$GW_PORT"; PG_PID="$GW_PID"
 start_gateway redis "redis://127.0.0.1:$REDISPORT/"; RD_PORT="$GW_PORT"; RD_PID="$GW_PID"
+start_gateway sqlite "sqlite://$WORK/idemgate.db"; SQ_PORT="$GW_PORT"; SQ_PID="$GW_PID"
 measure A-direct "$UP" none
 measure A-nginx "$NGX" none
 measure A-idemgate "$PG_PORT" none "$PG_PID"
@@ -171,10 +174,11 @@ measure A-idemgate "$PG_PORT" none "$PG_PID"
 # ---- B: new key per request --------------------------------------------------------
 measure B-postgres "$PG_PORT" new "$PG_PID"
 measure B-redis "$RD_PORT" new "$RD_PID"
+measure B-sqlite "$SQ_PORT" new "$SQ_PID"
 
 # ---- C: replays of a hot set ----------------------------------------------------------
 BODY="$(python3 -c 'print("{\"amount\":1200,\"currency\":\"eur\",\"pad\":\"" + "x"*471 + "\"}", end="")')"
-for port in "$PG_PORT" "$RD_PORT"; do
+for port in "$PG_PORT" "$RD_PORT" "$SQ_PORT"; do
     for n in $(seq 0 $((HOT - 1))); do
         curl -s -o /dev/null -X POST "http://127.0.0.1:$port/v1/payments" -H "Content-Type: application/json" \
             -H "Idempotency-Key: $(printf 'hot-%012d' "$n")" --data-binary "$BODY"
@@ -182,6 +186,7 @@ for port in "$PG_PORT" "$RD_PORT"; do
 done
 measure C-postgres "$PG_PORT" hot "$PG_PID"
 measure C-redis "$RD_PORT" hot "$RD_PID"
+measure C-sqlite "$SQ_PORT" hot "$SQ_PID"
 
 # ---- D: same-key storms ------------------------------------------------------------
 # STORM consecutive requests of a wrk thread share a key; at c = 64 (32
@@ -189,10 +194,12 @@ measure C-redis "$RD_PORT" hot "$RD_PID"
 for size in $STORMS; do
     STORM="$size" ONLY_C=64 measure "D-postgres-s$size" "$PG_PORT" storm "$PG_PID"
     STORM="$size" ONLY_C=64 measure "D-redis-s$size" "$RD_PORT" storm "$RD_PID"
+    STORM="$size" ONLY_C=64 measure "D-sqlite-s$size" "$SQ_PORT" storm "$SQ_PID"
 done
 
 PG_RSS="$(awk '/VmHWM/ {print $2}' "/proc/$PG_PID/status")"
 RD_RSS="$(awk '/VmHWM/ {print $2}' "/proc/$RD_PID/status")"
+SQ_RSS="$(awk '/VmHWM/ {print $2}' "/proc/$SQ_PID/status")"
 
 # ---- ceilings ----------------------------------------------------------------------
 log "pgbench ceilings"
@@ -220,7 +227,7 @@ done
 log "redis-benchmark ceilings (idemgate's own claim and complete scripts)"
 python3 - "$WORK" <<'PY'
 import re, sys
-src = open("src/store/redis.rs").read()
+src = open("src/store/redis/scripts.rs").read()
 now = re.search(r'const NOW: &str =\s*"(.*?)";', src, re.S).group(1).replace("\\n", "\n")
 for name in ["CLAIM", "COMPLETE"]:
     body = re.search(r'static %s: .*?r#"(.*?)"#' % name, src, re.S).group(1)
@@ -231,9 +238,12 @@ COMPLETE_SHA="$(redis-cli -p "$REDISPORT" SCRIPT LOAD "$(cat "$WORK/complete.lua
 # One completed record, ceil:done, for the complete and replay ceilings: a
 # completion by its own token of a completed record rewrites it in full, as
 # a first completion does.
-TOKEN="$(redis-cli -p "$REDISPORT" EVALSHA "$CLAIM_SHA" 2 ceil:done ceil:token fingerprint 30000 86400000 0 | tail -n 1)"
+# Claim: fingerprint, lease, retention, release-lapsed, attempt id, then the
+# wake-up channel and id (empty: the route does not wait). Complete: token,
+# status, headers, body, retention, then the same pair.
+TOKEN="$(redis-cli -p "$REDISPORT" EVALSHA "$CLAIM_SHA" 2 ceil:done ceil:token fingerprint 30000 86400000 0 1 "" "" | tail -n 1)"
 RESPONSE='{"id":"pay_1","status":"succeeded"}'
-redis-cli -p "$REDISPORT" EVALSHA "$COMPLETE_SHA" 1 ceil:done "$TOKEN" 201 "" "$RESPONSE" 86400000 >/dev/null
+redis-cli -p "$REDISPORT" EVALSHA "$COMPLETE_SHA" 1 ceil:done "$TOKEN" 201 "" "$RESPONSE" 86400000 "" "" >/dev/null
 redis_rps() { # clients, command...
     local c="$1"; shift
     redis-benchmark -p "$REDISPORT" -c "$c" -n 200000 -r 1000000000 -q "$@" \
@@ -241,17 +251,27 @@ redis_rps() { # clients, command...
 }
 for c in $CONCURRENCY; do
     for i in $(seq 1 "$REPEATS"); do
-        echo "ceil-redis-claim $c $(redis_rps "$c" EVALSHA "$CLAIM_SHA" 2 "ceil:rec:__rand_int__" ceil:token fingerprint 30000 86400000 0) - - - -" >> "$WORK/raw"
-        echo "ceil-redis-complete $c $(redis_rps "$c" EVALSHA "$COMPLETE_SHA" 1 ceil:done "$TOKEN" 201 "" "$RESPONSE" 86400000) - - - -" >> "$WORK/raw"
-        echo "ceil-redis-replay $c $(redis_rps "$c" EVALSHA "$CLAIM_SHA" 2 ceil:done ceil:token fingerprint 30000 86400000 0) - - - -" >> "$WORK/raw"
+        echo "ceil-redis-claim $c $(redis_rps "$c" EVALSHA "$CLAIM_SHA" 2 "ceil:rec:__rand_int__" ceil:token fingerprint 30000 86400000 0 1 "" "") - - - -" >> "$WORK/raw"
+        echo "ceil-redis-complete $c $(redis_rps "$c" EVALSHA "$COMPLETE_SHA" 1 ceil:done "$TOKEN" 201 "" "$RESPONSE" 86400000 "" "") - - - -" >> "$WORK/raw"
+        echo "ceil-redis-replay $c $(redis_rps "$c" EVALSHA "$CLAIM_SHA" 2 ceil:done ceil:token fingerprint 30000 86400000 0 1 "" "") - - - -" >> "$WORK/raw"
     done
+done
+
+log "SQLite ceiling (plain INSERT + UPDATE pairs, autocommit, WAL, synchronous = FULL)"
+for c in $CONCURRENCY; do
+    for i in $(seq 1 "$REPEATS"); do
+        echo "ceil-sqlite-insert-update $c $(python3 bench/sqlite_ceiling.py "$WORK/ceiling.db" "$c" "$DURATION") - - - -" >> "$WORK/raw"
+    done
+done
+for i in $(seq 1 "$REPEATS"); do
+    echo "ceil-sqlite-serial 1 $(python3 bench/sqlite_ceiling.py "$WORK/ceiling.db" 1 "$DURATION") - - - -" >> "$WORK/raw"
 done
 
 # ---- report --------------------------------------------------------------------------
 mkdir -p bench/results
-python3 - "$WORK/raw" "$RESULTS" "$DURATION" "$REPEATS" "$PG_RSS" "$RD_RSS" "$(git rev-parse --short HEAD)" <<'PY'
+python3 - "$WORK/raw" "$RESULTS" "$DURATION" "$REPEATS" "$PG_RSS" "$RD_RSS" "$SQ_RSS" "$(git rev-parse --short HEAD)" <<'PY'
 import statistics, sys, collections, datetime
-raw, out, duration, repeats, pg_rss, rd_rss, commit = sys.argv[1:]
+raw, out, duration, repeats, pg_rss, rd_rss, sq_rss, commit = sys.argv[1:]
 rows = collections.defaultdict(list)
 for line in open(raw):
     name, c, rps, p50, p99, non2xx, cpu = line.split()
@@ -263,7 +283,7 @@ def cell(name, c):
     vals = [r[0] for r in rows.get((name, c), [])]
     if not vals: return "—"
     return f"{statistics.median(vals):,.0f} ({min(vals):,.0f}–{max(vals):,.0f})"
-cs = sorted({c for _, c in rows})
+cs = sorted({c for n, c in rows if n != "ceil-sqlite-serial"})
 storms = sorted({n for n, _ in rows if n.startswith("D-")}, key=lambda n: (n.rsplit("-s", 1)[0], int(n.rsplit("-s", 1)[1])))
 # Redis runs one script at a time: a request's two calls cost the sum of
 # their times, so the pair ceiling is 1 / (1/claim + 1/complete).
@@ -271,15 +291,16 @@ for c in {c for _, c in rows}:
     a, b = rows.get(("ceil-redis-claim", c), []), rows.get(("ceil-redis-complete", c), [])
     for x, y in zip(a, b):
         rows[("ceil-redis-claim+complete", c)].append((1 / (1 / x[0] + 1 / y[0]), "-", "-", "-", "-"))
-names = ["A-direct", "A-nginx", "A-idemgate", "B-postgres", "B-redis", "C-postgres", "C-redis"] + storms + [
+names = ["A-direct", "A-nginx", "A-idemgate", "B-postgres", "B-redis", "B-sqlite", "C-postgres", "C-redis", "C-sqlite"] + storms + [
          "ceil-pg-claim-complete", "ceil-pg-replay", "ceil-redis-claim", "ceil-redis-complete",
-         "ceil-redis-claim+complete", "ceil-redis-replay"]
+         "ceil-redis-claim+complete", "ceil-redis-replay", "ceil-sqlite-insert-update", "ceil-sqlite-serial"]
 measured = [n for n in names if not n.startswith("ceil-")]
 L = [f"# idemgate benchmark — {datetime.date.today()}", "",
      f"Commit {commit}. 2 cores shared by everything (wrk -t2, nginx 1 worker each, PostgreSQL, Redis, idemgate).",
      f"{duration} s per run, {repeats} runs per cell; requests/s as median (min–max). 512-byte JSON POST;",
      "upstream: nginx returning a static 201. idemgate with RUST_LOG=warn (no per-request log line),",
-     "PostgreSQL with synchronous_commit on (its default), Redis without persistence.", "",
+     "PostgreSQL with synchronous_commit on (its default), Redis without persistence,",
+     "SQLite with WAL and synchronous = FULL (idemgate's settings).", "",
      "## Throughput (requests/s)", "", "| run | " + " | ".join(f"c={c}" for c in cs) + " |",
      "|---|" + "---|" * len(cs)]
 for n in names:
@@ -299,6 +320,7 @@ for label, a, b, target in [
     ("B postgres ÷ pgbench claim+complete", "B-postgres", "ceil-pg-claim-complete", "≥ 0.8"),
     ("C postgres ÷ pgbench replay", "C-postgres", "ceil-pg-replay", "≥ 0.8"),
     ("B redis ÷ redis claim ⊕ complete scripts", "B-redis", "ceil-redis-claim+complete", "—"),
+    ("B sqlite ÷ plain SQLite insert+update pairs", "B-sqlite", "ceil-sqlite-insert-update", "—"),
     ("C redis ÷ redis replay (claim script on a completed record)", "C-redis", "ceil-redis-replay", "—"),
     ("A idemgate ÷ nginx proxy", "A-idemgate", "A-nginx", "≥ 1.0"),
     ("A idemgate ÷ direct", "A-idemgate", "A-direct", "—"),
@@ -307,13 +329,16 @@ for label, a, b, target in [
 ]:
     L.append(f"| {label} | " + " | ".join(ratio(a, b, c) for c in cs) + f" | {target} |")
 L += ["", "Added latency vs direct (p50 / p99, ms):", ""]
-for n in ["A-nginx", "A-idemgate", "B-postgres", "B-redis", "C-postgres", "C-redis"]:
+for n in ["A-nginx", "A-idemgate", "B-postgres", "B-redis", "B-sqlite", "C-postgres", "C-redis", "C-sqlite"]:
     parts = []
     for c in cs:
         if (n, c) in rows and ("A-direct", c) in rows:
             parts.append(f"c={c}: +{med(n,c,1) - med('A-direct',c,1):.2f} / +{med(n,c,2) - med('A-direct',c,2):.2f}")
     L.append(f"- {n}: " + "; ".join(parts))
-L += ["", f"Peak RSS: idemgate on PostgreSQL {int(pg_rss)//1024} MiB, on Redis {int(rd_rss)//1024} MiB.", ""]
+serial = [r[0] for r in rows.get(("ceil-sqlite-serial", 1), [])]
+if serial:
+    L += ["", f"Plain SQLite pairs from one connection (no lock contention): {statistics.median(serial):,.0f}/s."]
+L += ["", f"Peak RSS: idemgate on PostgreSQL {int(pg_rss)//1024} MiB, on Redis {int(rd_rss)//1024} MiB, on SQLite {int(sq_rss)//1024} MiB.", ""]
 open(out, "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 PY

@@ -36,6 +36,7 @@ if setup.execute("PRAGMA user_version").fetchone()[0] == 0:
 setup.close()
 
 done = [0] * clients
+run = f"{os.getpid()}-{time.time_ns()}"  # a file may be reused: keys of this run only
 stop = time.monotonic() + duration
 
 
@@ -43,19 +44,19 @@ def client(i):
     conn = connect()
     n = 0
     while time.monotonic() < stop:
-        key = f"ceil-{i}-{n}"
+        key = f"ceil-{run}-{i}-{n}"
         now = int(time.time() * 1e6)
         conn.execute(
             "INSERT INTO idemgate_records (route, scope, key, fingerprint, state, token, attempt,"
             " lease_until, expires_at, created_at, updated_at)"
             " VALUES ('ceiling', x'', ?, zeroblob(32), 'in_flight', ?, 1, ?, ?, ?, ?)",
-            (key, i * 10**9 + n, now + 30_000_000, now + 86_400_000_000, now, now),
+            (key, n, now + 30_000_000, now + 86_400_000_000, now, now),
         )
         conn.execute(
             "UPDATE idemgate_records SET state = 'completed', status = 201, headers = x'', body = ?,"
             " lease_until = NULL, held_reason = NULL, updated_at = ?"
             " WHERE route = 'ceiling' AND scope = x'' AND key = ? AND token = ?",
-            (BODY, now, key, i * 10**9 + n),
+            (BODY, now, key, n),
         )
         n += 1
     done[i] = n

@@ -307,12 +307,25 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Backend>, StoreError> 
             if config.migrate {
                 store.migrate().await?;
             }
+            tracing::info!(
+                url = %redact_url(url),
+                "postgres:// store: durable, shared by every gateway instance pointed at it"
+            );
             Ok(Arc::new(store))
         }
-        "redis" | "rediss" => Ok(Arc::new(redis::RedisStore::connect(config).await?)),
+        "redis" | "rediss" => {
+            let store = redis::RedisStore::connect(config).await?;
+            tracing::info!(
+                url = %redact_url(url),
+                "redis:// store: shared by every gateway instance pointed at it; as durable as \
+                 the server's persistence (appendonly, appendfsync)"
+            );
+            Ok(Arc::new(store))
+        }
         "sqlite" => {
             let store = sqlite::SqliteStore::connect(config).await?;
             tracing::info!(
+                url = %redact_url(url),
                 "sqlite:// store: durable in one file, shared by the gateway processes of this \
                  host only; instances on several hosts need PostgreSQL or Redis"
             );
@@ -322,7 +335,8 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Backend>, StoreError> 
             tracing::warn!(
                 max_records = config.max_records,
                 "memory:// store: records live in this process only and are lost on restart; \
-                 instances do not share them. Use PostgreSQL or Redis in production."
+                 instances do not share them. Use sqlite:// (one host), PostgreSQL or Redis \
+                 to keep them."
             );
             Ok(Arc::new(memory::MemoryStore::new(config.max_records)))
         }

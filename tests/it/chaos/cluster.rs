@@ -1,6 +1,7 @@
 //! What the nemesis breaks: two real idemgate processes sharing one store
-//! (a private PostgreSQL cluster or a private, durable Redis), each of which
-//! can be killed and restarted while clients keep sending.
+//! (a private PostgreSQL cluster, a private, durable Redis, or a SQLite
+//! file), each of which can be killed and restarted while clients keep
+//! sending.
 
 use std::net::SocketAddr;
 use std::sync::Mutex;
@@ -23,6 +24,46 @@ use super::{SLOW_LEASE, SLOW_TIMEOUT};
 pub enum ChaosStore {
     Postgres(PgCluster),
     Redis(PrivateRedis),
+    Sqlite(SqliteFile),
+}
+
+/// A SQLite file the gateway processes share. There is no connection to
+/// fault: the nemesis stalls it by holding its write lock from another
+/// connection, as a backup or a hung process would.
+pub struct SqliteFile {
+    dir: tempfile::TempDir,
+}
+
+impl SqliteFile {
+    fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("idemgate-chaos-sqlite-")
+            .tempdir()
+            .unwrap();
+        Self { dir }
+    }
+
+    fn url(&self) -> String {
+        format!("sqlite://{}", self.dir.path().join("chaos.db").display())
+    }
+
+    /// Take the file's write lock (`BEGIN IMMEDIATE`) and keep it `held`:
+    /// every gateway's writes wait, then fail at their `[store] timeout`.
+    pub async fn hold_write_lock(&self, held: Duration) {
+        use sqlx::Connection;
+        let mut conn = sqlx::SqliteConnection::connect(&self.url())
+            .await
+            .expect("the chaos SQLite file opens");
+        sqlx::raw_sql("BEGIN IMMEDIATE")
+            .execute(&mut conn)
+            .await
+            .expect("the write lock is taken");
+        tokio::time::sleep(held).await;
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut conn)
+            .await
+            .expect("the write lock is released");
+    }
 }
 
 impl ChaosStore {
@@ -35,7 +76,7 @@ impl ChaosStore {
             Backend::Redis if durable => ChaosStore::Redis(PrivateRedis::start_durable()),
             Backend::Redis => ChaosStore::Redis(PrivateRedis::start()),
             Backend::Memory => unreachable!("gateway processes cannot share memory://"),
-            Backend::Sqlite => unreachable!("the chaos store is reached over the network"),
+            Backend::Sqlite => ChaosStore::Sqlite(SqliteFile::new()),
         }
     }
 
@@ -43,22 +84,26 @@ impl ChaosStore {
         match self {
             ChaosStore::Postgres(pg) => pg.url(),
             ChaosStore::Redis(redis) => redis.url(),
+            ChaosStore::Sqlite(file) => file.url(),
         }
     }
 
-    /// Where the store listens.
-    pub fn addr(&self) -> SocketAddr {
+    /// Where the store listens; `None` for a file.
+    pub fn addr(&self) -> Option<SocketAddr> {
+        if let ChaosStore::Sqlite(_) = self {
+            return None;
+        }
         let url = url::Url::parse(&self.url()).expect("a store URL");
         let host = url.host_str().expect("a host");
-        format!("{host}:{}", url.port().expect("a port"))
-            .parse()
-            .expect("an IP address")
+        let addr = format!("{host}:{}", url.port().expect("a port"));
+        Some(addr.parse().expect("an IP address"))
     }
 
     /// The store's URL, reached through `proxy` (a [`super::proxy::FaultProxy`]).
     pub fn url_through(&self, proxy: SocketAddr) -> String {
+        let addr = self.addr().expect("a networked store");
         self.url()
-            .replacen(&self.addr().to_string(), &proxy.to_string(), 1)
+            .replacen(&addr.to_string(), &proxy.to_string(), 1)
     }
 }
 

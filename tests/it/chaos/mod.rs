@@ -123,6 +123,13 @@ fn redis() {
     serial::alone(|| async { passes(chaos(Backend::Redis, Variant::Normal).await) });
 }
 
+/// Two gateway processes on one SQLite file: no network between them and
+/// the store, so no store proxy; the store fault is its write lock held.
+#[test]
+fn sqlite() {
+    serial::alone(|| async { passes(chaos(Backend::Sqlite, Variant::Normal).await) });
+}
+
 /// The negative control: a checker that cannot fail proves nothing. A
 /// Redis that keeps nothing on disk, SIGKILLed and restarted during the
 /// run, forgets completed records, so their retries execute again; the
@@ -268,15 +275,23 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         hang_after: 0.002,
         grace_chunks: 64,
     };
-    let store_proxy = FaultProxy::start(store.addr(), store_rates, settings.seed ^ 0x5707e).await;
-    let config = gateway_config(
-        &store.url_through(store_proxy.addr),
-        &format!("http://{}", proxy.addr),
-        LEASE,
-    );
+    let store_proxy = match store.addr() {
+        Some(addr) => Some(FaultProxy::start(addr, store_rates, settings.seed ^ 0x5707e).await),
+        None => None,
+    };
+    let gateway_store_url = match &store_proxy {
+        Some(store_proxy) => store.url_through(store_proxy.addr),
+        None => store_url.clone(),
+    };
+    let config = gateway_config(&gateway_store_url, &format!("http://{}", proxy.addr), LEASE);
+    let calm_store = || {
+        if let Some(store_proxy) = &store_proxy {
+            store_proxy.set_mode(Mode::Calm);
+        }
+    };
     if faults_drawn.is_none() {
         proxy.set_mode(Mode::Calm);
-        store_proxy.set_mode(Mode::Calm);
+        calm_store();
     }
     let gateways = Arc::new(Gateways::start(config, 2, failpoints, settings.seed).await);
     let run = format!("{}{}", kind.name(), settings.seed % 1_000_000);
@@ -352,7 +367,7 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
 
     // Faults cleared: every key must now answer as its policy says.
     proxy.set_mode(Mode::Calm);
-    store_proxy.set_mode(Mode::Calm);
+    calm_store();
     // Fresh processes: no replay cache answers the final check.
     gateways.restart_all().await;
     let healed = workload.elapsed();
@@ -365,8 +380,8 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
     let ops = workload.history.ops();
     let executions = upstream.executions();
     let store_losses: Vec<Duration> = store_proxy
-        .fault_times()
-        .into_iter()
+        .iter()
+        .flat_map(|store_proxy| store_proxy.fault_times())
         .map(|t| t.saturating_duration_since(epoch))
         .collect();
     let deaths: Vec<(usize, Duration)> = gateways
@@ -423,7 +438,7 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         &finals,
         &verdict,
         &proxy,
-        &store_proxy,
+        store_proxy.as_ref(),
         &gateways.windows,
     );
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("chaos");
@@ -592,7 +607,7 @@ fn report(
     finals: &[FinalProbe],
     verdict: &Verdict,
     proxy: &FaultProxy,
-    store_proxy: &FaultProxy,
+    store_proxy: Option<&FaultProxy>,
     windows: &cluster::Windows,
 ) -> String {
     let mut out = String::new();
@@ -672,14 +687,23 @@ fn report(
         c.hang_before.load(Ordering::Relaxed),
         c.hang_after.load(Ordering::Relaxed)
     );
-    let s = store_proxy.counters();
-    let _ = writeln!(
-        out,
-        "- store proxy: {} connections; replies lost after the store acted: {} reset, {} hung",
-        s.connections.load(Ordering::Relaxed),
-        s.reset_after.load(Ordering::Relaxed),
-        s.hang_after.load(Ordering::Relaxed)
-    );
+    match store_proxy.map(FaultProxy::counters) {
+        Some(s) => {
+            let _ = writeln!(
+                out,
+                "- store proxy: {} connections; replies lost after the store acted: {} reset, {} hung",
+                s.connections.load(Ordering::Relaxed),
+                s.reset_after.load(Ordering::Relaxed),
+                s.hang_after.load(Ordering::Relaxed)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "- store: a file shared by the gateway processes (no store proxy)"
+            );
+        }
+    }
     let _ = writeln!(out, "\n| fault | count | recovery min | median | max |");
     let _ = writeln!(out, "|---|---|---|---|---|");
     let mut names: Vec<&str> = faults.iter().map(|f| f.name).collect();

@@ -2,7 +2,8 @@
 //! SIGKILL and restart of a gateway, a gateway frozen (SIGSTOP) past its
 //! lease and resumed (a stalled lease holder coming back after a takeover
 //! or a hold), a store stopped (PostgreSQL `-m immediate`, Redis SIGKILL)
-//! or frozen (Redis SIGSTOP) and brought back, an upstream that hangs,
+//! or frozen (Redis SIGSTOP, SQLite's write lock held by another
+//! connection) and brought back, an upstream that hangs,
 //! resets everything or refuses connections — and after each, measures how
 //! long until a new key goes through again.
 
@@ -86,6 +87,11 @@ pub async fn run(
                     pause(&mut rng, 1_000, 3_000).await;
                     redis.signal("-CONT");
                     ("Redis SIGSTOP + SIGCONT", true)
+                }
+                ChaosStore::Sqlite(file) => {
+                    let held = Duration::from_millis(rng.u64(1_000..3_000));
+                    file.hold_write_lock(held).await;
+                    ("SQLite write lock held by another connection", true)
                 }
                 ChaosStore::Redis(redis) => {
                     redis.kill();
