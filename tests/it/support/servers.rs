@@ -313,12 +313,18 @@ fn is_root() -> bool {
 }
 
 /// The newest PostgreSQL installation's `bin` directory under
-/// /usr/lib/postgresql (`IDEMGATE_TEST_PG_BIN` overrides it).
+/// /usr/lib/postgresql (Debian's layout), else the directory of the
+/// `initdb` on `PATH`; `IDEMGATE_TEST_PG_BIN` overrides both.
 pub fn postgres_bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("IDEMGATE_TEST_PG_BIN") {
         return PathBuf::from(dir);
     }
     let root = Path::new("/usr/lib/postgresql");
+    let on_path = std::env::var_os("PATH")
+        .and_then(|path| std::env::split_paths(&path).find(|dir| dir.join("initdb").is_file()));
+    if let (false, Some(dir)) = (root.is_dir(), on_path) {
+        return dir;
+    }
     let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir(root)
         .unwrap_or_else(|e| panic!("PostgreSQL server binaries are not installed at {root:?} ({e}): install the `postgresql` package (apt-get install postgresql), or point IDEMGATE_TEST_PG at a server"))
         .filter_map(|entry| {
