@@ -16,7 +16,9 @@
 //! - [`store`]: the request-path [`store::Store`] and [`store::StoreAdmin`]
 //!   traits, the state machine ([`store::transitions`]), and the PostgreSQL,
 //!   Redis and in-memory stores.
-//! - [`upstream`]: the upstream client and header hygiene.
+//! - [`upstream`]: the upstream clients (cleartext and `https://`) and
+//!   header hygiene.
+//! - [`tls`]: PEM files into rustls values (ring).
 //! - [`waiters`]: requests waiting for an in-flight key, woken by the store.
 //! - [`problem`]: every synthetic answer, as `application/problem+json`.
 //! - [`admin`]: metrics, health, readiness and `POST /keys` on the admin listener.
@@ -48,6 +50,7 @@ pub mod metrics;
 pub mod problem;
 pub mod server;
 pub mod store;
+pub mod tls;
 pub mod upstream;
 pub mod waiters;
 

@@ -1,8 +1,13 @@
-//! Talking to upstreams: the pooled hyper-util client, the request rewrite
-//! (upstream URI, `X-Forwarded-*`), and hop-by-hop header hygiene in both
-//! directions (RFC 9110 §7.6.1, including the headers `Connection` names).
+//! Talking to upstreams: the pooled hyper-util clients (cleartext, and one
+//! per set of trusted roots for `https://`, [`connector`]), the request
+//! rewrite (upstream URI, `X-Forwarded-*`), and hop-by-hop header hygiene in
+//! both directions (RFC 9110 §7.6.1, including the headers `Connection`
+//! names).
+
+mod connector;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -14,6 +19,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
 use crate::body::Body;
+use crate::config::UpstreamCa;
 
 /// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1
 /// plus the classic RFC 2616 list and the non-standard `Proxy-Connection`).
@@ -66,30 +72,71 @@ pub enum UpstreamError {
     Failed(String),
 }
 
-/// A pooled HTTP/1.1 client shared by every route.
+/// The pooled clients every route shares: one for `http://` upstreams
+/// (HTTP/1.1), and for `https://` ones one per `upstream_ca` (and one for
+/// the system's roots alone), each with its own connection pool.
 #[derive(Clone)]
 pub struct Upstream {
-    client: Client<HttpConnector, Body>,
+    cleartext: Client<HttpConnector, Body>,
+    /// By `upstream_ca` path; `None`: the system's roots only.
+    tls: Vec<(Option<PathBuf>, Client<connector::TlsConnector, Body>)>,
 }
 
 impl Upstream {
-    /// A client with connection pooling, `TCP_NODELAY` and a connect
-    /// timeout. Keep `connect_timeout` below every route's
-    /// `upstream_timeout`, so an upstream that cannot be reached is reported
-    /// as "not sent" (key released) rather than as an unknown outcome.
-    pub fn new(connect_timeout: Duration) -> Self {
+    /// Clients with connection pooling, `TCP_NODELAY` and a connect
+    /// timeout (for `https://`, TCP and the TLS handshake together), and an
+    /// HTTPS client for each of `https` (the `upstream_ca` of each route
+    /// with an `https://` upstream; `None` for the system's roots alone).
+    /// Keep `connect_timeout` below every route's `upstream_timeout`, so an
+    /// upstream that cannot be reached (or whose certificate is refused) is
+    /// reported as "not sent" (key released) rather than as an unknown
+    /// outcome.
+    pub fn new<'a>(
+        connect_timeout: Duration,
+        https: impl IntoIterator<Item = Option<&'a UpstreamCa>>,
+    ) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(connect_timeout));
-        let client = Client::builder(TokioExecutor::new())
+        let cleartext = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(60))
             .build(connector);
-        Self { client }
+        let mut tls = Vec::new();
+        for ca in https {
+            let path = ca.map(|ca| ca.path.clone());
+            if tls.iter().any(|(p, _)| *p == path) {
+                continue;
+            }
+            let extra = ca.map_or(&[][..], |ca| &ca.certs);
+            let client = Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(60))
+                .build(connector::https(connect_timeout, extra));
+            tls.push((path, client));
+        }
+        Self { cleartext, tls }
     }
 
-    /// Send a prepared request; distinguishes "never sent" from "failed after sending".
-    pub async fn send(&self, request: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
-        self.client.request(request).await.map_err(|e| {
+    /// Send a prepared request (over TLS if its URI is `https://`, trusting
+    /// `ca` besides the system's roots); distinguishes "never sent" from
+    /// "failed after sending". A failed TLS handshake (an unknown CA, a
+    /// name the certificate does not cover) is "never sent".
+    pub async fn send(
+        &self,
+        ca: Option<&UpstreamCa>,
+        request: Request<Body>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let sent = if request.uri().scheme_str() == Some("https") {
+            let path = ca.map(|ca| ca.path.as_path());
+            let (_, client) = self
+                .tls
+                .iter()
+                .find(|(p, _)| p.as_deref() == path)
+                .ok_or_else(|| UpstreamError::NotSent("no TLS client for this route".into()))?;
+            client.request(request).await
+        } else {
+            self.cleartext.request(request).await
+        };
+        sent.map_err(|e| {
             let detail = error_chain(&e);
             if e.is_connect() {
                 UpstreamError::NotSent(detail)

@@ -20,6 +20,7 @@ mod env;
 mod raw;
 mod route;
 mod secret;
+mod tls;
 mod validate;
 mod values;
 
@@ -31,6 +32,7 @@ pub use crate::store::{StoreConfig, UnknownOutcome};
 pub use defaults::*;
 pub use route::{Concurrent, LogFormat, OnStoreError, PathMatch, RecordPolicy, Route, RouteMode};
 pub use secret::AdminToken;
+pub use tls::UpstreamCa;
 
 /// A configuration problem, with the key it concerns.
 #[derive(Debug, thiserror::Error)]

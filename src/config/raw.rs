@@ -65,6 +65,7 @@ pub(super) struct RawRoute {
     #[serde(rename = "match")]
     pub(super) path: Option<String>,
     pub(super) upstream: Option<String>,
+    pub(super) upstream_ca: Option<String>,
     pub(super) methods: Option<Vec<String>>,
     pub(super) key_header: Option<String>,
     pub(super) key_from: Option<Vec<String>>,
@@ -117,6 +118,7 @@ impl RawRoute {
             name,
             path,
             upstream,
+            upstream_ca,
             methods,
             key_header,
             key_from,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use http::{HeaderName, Method, StatusCode, Uri};
 use serde::Deserialize;
 
+use super::UpstreamCa;
 use super::defaults::DEFAULT_RECORD;
 use crate::fingerprint::{BodyMode, FingerprintSpec};
 use crate::key_source::KeyPart;
@@ -152,8 +153,10 @@ pub struct Route {
     pub name: String,
     /// Which paths belong to the route.
     pub path: PathMatch,
-    /// The upstream's base URI (`http://host:port[/prefix]`).
+    /// The upstream's base URI (`http[s]://host:port[/prefix]`).
     pub upstream: Uri,
+    /// Trust anchors for an `https://` upstream besides the system's roots.
+    pub upstream_ca: Option<UpstreamCa>,
     /// Protected methods; the others pass through untouched.
     pub methods: Vec<Method>,
     /// Where the key is read (`key_from`; `key_header` is its shorthand).

@@ -31,7 +31,10 @@ impl Gateway {
         let _in_flight = InFlightGuard::new(&self.metrics);
         let started = Instant::now();
         let exchange = tokio::time::timeout(route.upstream_timeout, async {
-            let response = self.upstream.send(request).await?;
+            let response = self
+                .upstream
+                .send(route.upstream_ca.as_ref(), request)
+                .await?;
             let (parts, incoming) = response.into_parts();
             let collected = collect_up_to(incoming, route.max_recorded_response, |_| {})
                 .await

@@ -106,7 +106,14 @@ impl Gateway {
             routes: config.routes.iter().cloned().map(Arc::new).collect(),
             orphans: Orphans::start(store.clone(), metrics.clone(), &tasks),
             store,
-            upstream: Upstream::new(connect_timeout(config)),
+            upstream: Upstream::new(
+                connect_timeout(config),
+                config
+                    .routes
+                    .iter()
+                    .filter(|r| r.upstream.scheme_str() == Some("https"))
+                    .map(|r| r.upstream_ca.as_ref()),
+            ),
             tasks,
             docs_url: config.docs_url.clone(),
             body_read_timeout: config.body_read_timeout,
@@ -606,7 +613,8 @@ impl Gateway {
     ) -> Result<Response<Body>, GatewayError> {
         let end_to_end = |name: &http::HeaderName| route.travels_end_to_end(name);
         let request = upstream::prepare(request, &route.upstream, client, end_to_end);
-        let response = tokio::time::timeout(route.upstream_timeout, self.upstream.send(request))
+        let sent = self.upstream.send(route.upstream_ca.as_ref(), request);
+        let response = tokio::time::timeout(route.upstream_timeout, sent)
             .await
             .map_err(|_| GatewayError::UpstreamTimeout {
                 timeout: route.upstream_timeout,

@@ -27,5 +27,6 @@ mod server;
 mod shadow;
 mod sqlite;
 mod store_conformance;
+mod tls;
 mod wait;
 mod webhooks;

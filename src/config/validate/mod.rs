@@ -13,6 +13,7 @@ mod route;
 mod store;
 mod target;
 mod timing;
+mod tls;
 
 use std::collections::HashSet;
 

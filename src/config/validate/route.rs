@@ -3,7 +3,7 @@
 //! error a route with several bad values reports; the policies with no other
 //! home (`concurrent`, `on_*`, `max_request_body`) are checked here.
 
-use super::{fingerprint, key, keys, record, target, timing};
+use super::{fingerprint, key, keys, record, target, timing, tls};
 use crate::config::defaults::{
     DEFAULT_CONCURRENT, DEFAULT_KEY_REQUIRED, DEFAULT_MAX_REQUEST_BODY, DEFAULT_MODE,
     DEFAULT_ON_STORE_ERROR, DEFAULT_ON_UNKNOWN_OUTCOME, DEFAULT_WAIT_TIMEOUT,
@@ -18,6 +18,7 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
     let name = target::name(at, r)?;
     let path = target::path(at, r)?;
     let upstream = target::upstream(at, r)?;
+    let upstream_ca = tls::upstream_ca(at, &name, r)?;
     let methods = target::methods(at, r)?;
     let (key_from, scope_from) = keys::sources(at, r)?;
     let timing = timing::timing(at, r)?;
@@ -30,6 +31,7 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
         name,
         path,
         upstream,
+        upstream_ca,
         methods,
         key_from,
         key_required: r.key_required.unwrap_or(DEFAULT_KEY_REQUIRED),

@@ -34,7 +34,7 @@ pub(super) fn path(at: &str, r: &RawRoute) -> Result<PathMatch, ConfigError> {
     })
 }
 
-/// `upstream`: required, `http://` with a host and no query.
+/// `upstream`: required, `http://` or `https://` with a host and no query.
 pub(super) fn upstream(at: &str, r: &RawRoute) -> Result<Uri, ConfigError> {
     let text = r
         .upstream
@@ -42,11 +42,15 @@ pub(super) fn upstream(at: &str, r: &RawRoute) -> Result<Uri, ConfigError> {
         .ok_or_else(|| invalid(key(at, "upstream"), "every route needs an upstream URL"))?;
     text.parse()
         .ok()
-        .filter(|u: &Uri| u.scheme_str() == Some("http") && u.authority().is_some() && u.query().is_none())
+        .filter(|u: &Uri| {
+            matches!(u.scheme_str(), Some("http" | "https"))
+                && u.authority().is_some()
+                && u.query().is_none()
+        })
         .ok_or_else(|| {
             invalid(
                 key(at, "upstream"),
-                format!("{text:?} must be an http:// URL with a host (https upstreams are not supported)"),
+                format!("{text:?} must be an http:// or https:// URL with a host and no query"),
             )
         })
 }
@@ -91,8 +95,9 @@ mod tests {
     }
 
     #[test]
-    fn upstream_must_be_plain_http() {
-        assert!(parse(&MINIMAL.replace("http://127.0.0.1:9000", "https://h")).is_err());
+    fn upstream_must_be_http_or_https() {
+        assert!(parse(&MINIMAL.replace("http://127.0.0.1:9000", "https://h")).is_ok());
+        assert!(parse(&MINIMAL.replace("http://127.0.0.1:9000", "ftp://h")).is_err());
         assert!(parse(&MINIMAL.replace("http://127.0.0.1:9000", "not a url")).is_err());
         assert!(parse(&MINIMAL.replace("http://127.0.0.1:9000", "http://h:1/base")).is_ok());
     }

@@ -3,13 +3,15 @@
 //! test upstream ([`upstream`]), the gateway in process ([`gateway`]) or as a
 //! child process ([`process`]), private PostgreSQL and Redis servers to stop
 //! and restart ([`servers`]), the shared PostgreSQL and Redis servers, found
-//! or started ([`provision`]), an HTTP client ([`http`]), the turn-taking
+//! or started ([`provision`]), an HTTP client ([`http`]), throwaway
+//! certificates for the TLS tests ([`pki`]), the turn-taking
 //! between the chaos harness and everything else ([`serial`]), and
 //! [`per_backend!`], which runs one test body on each store.
 
 pub mod config;
 pub mod gateway;
 pub mod http;
+pub mod pki;
 pub mod process;
 pub mod provision;
 pub mod serial;

@@ -16,6 +16,9 @@
 //! On any path, the header [`DELAY_HEADER`] makes it wait that many
 //! milliseconds once the request has arrived, before it answers, and
 //! [`OP_HEADER`] names the client operation in its ledger.
+//!
+//! [`Upstream::start_tls`] serves the same over TLS, with HTTP/2 or
+//! HTTP/1.1 as ALPN chose; [`Upstream::last_version`] tells which.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -27,7 +30,7 @@ use http::{HeaderMap, Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use sha2::{Digest, Sha256};
 use tokio::net::TcpListener;
 
@@ -77,6 +80,8 @@ struct Seen {
     per_key: HashMap<String, u64>,
     /// The last request's headers.
     last_headers: HeaderMap,
+    /// The last request's HTTP version.
+    last_version: Option<http::Version>,
     /// Total requests.
     total: u64,
     /// Every execution, in order.
@@ -94,6 +99,16 @@ pub struct Upstream {
 impl Upstream {
     /// Listen on a free port of 127.0.0.1.
     pub async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// Listen on a free port of 127.0.0.1 for TLS with `tls`; HTTP/2 if
+    /// the handshake chose `h2` by ALPN, HTTP/1.1 otherwise.
+    pub async fn start_tls(tls: Arc<rustls::ServerConfig>) -> Self {
+        Self::start_with(Some(tokio_rustls::TlsAcceptor::from(tls))).await
+    }
+
+    async fn start_with(tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
         let turn = serial::shared();
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -105,11 +120,29 @@ impl Upstream {
                     continue;
                 };
                 let state = state.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req| answer(req, state.clone()));
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let Some(tls) = tls else {
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                        return;
+                    };
+                    // A failed handshake (the gateway refused the
+                    // certificate) just ends the connection.
+                    let Ok(stream) = tls.accept(stream).await else {
+                        return;
+                    };
+                    if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                        let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    } else {
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    }
                 });
             }
         });
@@ -123,6 +156,16 @@ impl Upstream {
 
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Its `https://` URL (for [`Upstream::start_tls`]).
+    pub fn https_url(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+
+    /// The HTTP version of the last request that arrived.
+    pub fn last_version(&self) -> Option<http::Version> {
+        self.seen.lock().unwrap().last_version
     }
 
     /// How many requests carrying this exact key header value arrived.
@@ -222,6 +265,7 @@ async fn answer(
         let mut s = seen.lock().unwrap();
         s.total += 1;
         s.last_headers = req.headers().clone();
+        s.last_version = Some(req.version());
         let n = s.per_key.entry(key.clone()).or_default();
         *n += 1;
         *n

@@ -1,0 +1,113 @@
+//! TLS material from PEM files: a CA bundle (`upstream_ca`, trusted for
+//! `https://` upstreams). rustls runs on ring everywhere ([`provider`]);
+//! every error names the file it is about.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::RootCertStore;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::{self, PemObject};
+
+/// A PEM file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsFileError {
+    /// The file could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not the PEM it should be.
+    #[error("{}: {message}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+impl TlsFileError {
+    fn invalid(path: &Path, message: impl Into<String>) -> Self {
+        Self::Invalid {
+            path: path.to_path_buf(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The one crypto provider: rustls's ring backend (aws-lc is a long C
+/// build, and sqlx's and deadpool-redis's TLS use ring too).
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsFileError> {
+    std::fs::read(path).map_err(|source| TlsFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn certificates(path: &Path, text: &[u8]) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
+    let certs = CertificateDer::pem_slice_iter(text)
+        .collect::<Result<Vec<_>, pem::Error>>()
+        .map_err(|e| TlsFileError::invalid(path, format!("not valid PEM: {e}")))?;
+    if certs.is_empty() {
+        return Err(TlsFileError::invalid(
+            path,
+            "holds no certificate (no `-----BEGIN CERTIFICATE-----` section)",
+        ));
+    }
+    Ok(certs)
+}
+
+/// The certificates of a CA bundle, each checked to be usable as a trust
+/// anchor. At least one.
+pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
+    let certs = certificates(path, &read(path)?)?;
+    let mut roots = RootCertStore::empty();
+    for (i, cert) in certs.iter().enumerate() {
+        roots.add(cert.clone()).map_err(|e| {
+            TlsFileError::invalid(path, format!("certificate #{} is not usable: {e}", i + 1))
+        })?;
+    }
+    Ok(certs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_and_empty_files_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.pem");
+        let err = read_ca_file(&missing).unwrap_err().to_string();
+        assert!(err.contains("missing.pem"), "{err}");
+        let empty = dir.path().join("empty.pem");
+        std::fs::write(&empty, "no pem here\n").unwrap();
+        let err = read_ca_file(&empty).unwrap_err().to_string();
+        assert!(
+            err.contains("empty.pem") && err.contains("no certificate"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn garbage_between_markers_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let bad = dir.path().join("bad.pem");
+        std::fs::write(
+            &bad,
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let err = read_ca_file(&bad).unwrap_err().to_string();
+        assert!(err.contains("bad.pem") && err.contains("#1"), "{err}");
+    }
+}

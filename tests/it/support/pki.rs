@@ -1,0 +1,133 @@
+//! Throwaway certificates for the TLS tests, made with the `openssl`
+//! command in a temporary directory at test time (never committed): a CA
+//! ([`Pki::new`]) and server certificates it signs ([`Pki::issue`]), plus
+//! the rustls configurations the tests' clients and servers use.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// A throwaway CA and the files it issued; removed on drop.
+pub struct Pki {
+    dir: tempfile::TempDir,
+}
+
+/// A server certificate and its key, as PEM files.
+#[derive(Debug, Clone)]
+pub struct Issued {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl Issued {
+    /// The certificate, DER.
+    pub fn der(&self) -> CertificateDer<'static> {
+        CertificateDer::from_pem_file(&self.cert).expect("a PEM certificate")
+    }
+
+    /// A rustls server configuration serving it, offering `alpn`.
+    pub fn server_config(&self, alpn: &[&[u8]]) -> Arc<rustls::ServerConfig> {
+        let chain = vec![self.der()];
+        let key = PrivateKeyDer::from_pem_file(&self.key).expect("a PEM key");
+        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .expect("the certificate and key match");
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(config)
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn openssl(dir: &Path, args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("openssl is installed");
+    assert!(
+        out.status.success(),
+        "openssl {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+const EC_KEY: [&str; 4] = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
+
+impl Pki {
+    /// A new CA (`ca.pem`, `ca.key`).
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("idemgate-pki-")
+            .tempdir()
+            .unwrap();
+        let mut args = vec!["req", "-x509"];
+        args.extend(EC_KEY);
+        args.extend([
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=idemgate-test-ca",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign",
+        ]);
+        openssl(dir.path(), &args);
+        Self { dir }
+    }
+
+    /// The CA certificate's PEM file.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// A server certificate `name` for `san` (`IP:127.0.0.1`,
+    /// `DNS:wrong.example`), signed by this CA.
+    pub fn issue(&self, name: &str, san: &str) -> Issued {
+        let (cert, key) = (format!("{name}.pem"), format!("{name}.key"));
+        let san = format!("subjectAltName={san}");
+        let subject = format!("/CN={name}");
+        let mut args = vec!["req", "-x509"];
+        args.extend(EC_KEY);
+        args.extend([
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &cert,
+            "-days",
+            "2",
+            "-subj",
+            &subject,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-addext",
+            &san,
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+            "-addext",
+            "extendedKeyUsage=serverAuth",
+        ]);
+        openssl(self.dir.path(), &args);
+        Issued {
+            cert: self.dir.path().join(cert),
+            key: self.dir.path().join(key),
+        }
+    }
+}
