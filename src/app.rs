@@ -23,6 +23,9 @@ pub enum RunError {
     /// The store could not be opened or migrated.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The proxy listener's certificate could not be loaded.
+    #[error("cannot load the TLS certificate: {0}")]
+    Tls(#[from] crate::tls::TlsFileError),
     /// The admin listener could not be bound.
     #[error("cannot listen on admin_listen {addr}: {source}")]
     AdminBind {
@@ -48,20 +51,25 @@ pub async fn run(
             addr: config.admin_listen,
             source,
         })?;
-    run_with(listener, admin, config, store, shutdown).await;
-    Ok(())
+    run_with(listener, admin, config, store, shutdown).await
 }
 
-/// [`run`] with listeners and store already in hand.
+/// [`run`] with listeners and store already in hand. Fails only if the
+/// `[tls]` certificate cannot be loaded (before anything is served).
 pub async fn run_with(
     listener: TcpListener,
     admin: TcpListener,
     config: Config,
     backend: Arc<dyn Backend>,
     shutdown: impl Future<Output = ()>,
-) {
+) -> Result<(), RunError> {
+    let tls = config
+        .tls
+        .as_ref()
+        .map(server::tls::Certificate::load)
+        .transpose()?;
     if let (Ok(proxy), Ok(admin)) = (listener.local_addr(), admin.local_addr()) {
-        tracing::info!(%proxy, %admin, routes = config.routes.len(), store = %store::redact_url(&config.store.url), "idemgate listening");
+        tracing::info!(%proxy, %admin, tls = tls.is_some(), routes = config.routes.len(), store = %store::redact_url(&config.store.url), "idemgate listening");
     }
     let metrics = Arc::new(Metrics::new());
     let records: Arc<dyn StoreAdmin> = backend.clone();
@@ -88,13 +96,14 @@ pub async fn run_with(
         config.store.sweep_batch,
     ));
     let gateway = Arc::new(Gateway::new(&config, path, metrics, waiters));
-    server::serve(listener, gateway, &config, shutdown).await;
+    server::serve(listener, gateway, &config, tls, shutdown).await;
     sweeper.abort();
     if let Some(relay) = relay {
         relay.abort();
     }
     stop_admin.cancel();
     let _ = admin_task.await;
+    Ok(())
 }
 
 /// Start the store's wake-up relay. Its first steps run here, before any

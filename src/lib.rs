@@ -8,7 +8,7 @@
 //! - [`app`]: wiring one gateway: store, wrappers, admin listener, sweeper, proxy.
 //! - [`config`]: the TOML file → a validated [`Config`].
 //! - [`server`]: accept loop, connection cap, HTTP/1.1 and h2c connections
-//!   and their deadlines, graceful shutdown.
+//!   (or TLS with ALPN) and their deadlines, graceful shutdown.
 //! - [`handler`]: the request pipeline (route, key, body, claim, forward, record).
 //! - [`idempotency_key`], [`key_source`], [`json_body`], [`fingerprint`]: the
 //!   key (its syntax, where a route reads it, the JSON body it may come
@@ -18,7 +18,7 @@
 //!   Redis and in-memory stores.
 //! - [`upstream`]: the upstream clients (cleartext and `https://`) and
 //!   header hygiene.
-//! - [`tls`]: PEM files into rustls values (ring).
+//! - [`tls`]: PEM files into rustls values (ring), for both sides.
 //! - [`waiters`]: requests waiting for an in-flight key, woken by the store.
 //! - [`problem`]: every synthetic answer, as `application/problem+json`.
 //! - [`admin`]: metrics, health, readiness and `POST /keys` on the admin listener.

@@ -1,20 +1,22 @@
 //! The accept loop: a cap on concurrent connections, HTTP/1.1 and h2c told
-//! apart by the first bytes, a deadline on every phase of a connection, and
-//! graceful shutdown that stops accepting, lets open requests finish, and
-//! waits for every forward task and its record before returning.
+//! apart by the first bytes (or, with `[tls]`, HTTP/2 and HTTP/1.1 by
+//! ALPN, [`tls`]), a deadline on every phase of a connection, and graceful
+//! shutdown that stops accepting, lets open requests finish, and waits for
+//! every forward task and its record before returning.
 //!
-//! A connection's first bytes are peeked at, not read ([`preface`]): the
-//! HTTP/2 client preface makes it an HTTP/2 connection ([`h2`]), anything
-//! else HTTP/1.1 ([`h1`]), served by hyper with keep-alive while busy and
+//! A cleartext connection's first bytes are peeked at, not read
+//! ([`preface`]): the HTTP/2 client preface makes it an HTTP/2 connection
+//! ([`h2`]), anything else HTTP/1.1 ([`h1`]); a TLS connection's protocol is
+//! the one ALPN chose. HTTP/1.1 is served by hyper with keep-alive while busy and
 //! *parked* with no hyper state at all once no request has been in progress
 //! for `h1::PARK_AFTER` (1 s, at most half of `header_read_timeout`), so
 //! that an idle keep-alive connection costs its socket and a small task.
 //!
 //! Deadlines (all from the configuration, none optional):
 //! - from the accept to the first request's complete head:
-//!   `header_read_timeout`, whatever the protocol (a client that sends
-//!   nothing, half an HTTP/2 preface, or SETTINGS and then nothing is cut
-//!   off);
+//!   `header_read_timeout`, whatever the protocol, the TLS handshake
+//!   included (a client that sends nothing, half a ClientHello, half an
+//!   HTTP/2 preface, or SETTINGS and then nothing is cut off);
 //! - HTTP/1.1's later request heads: `header_read_timeout` (hyper's own
 //!   timer) from the moment the connection is idle, or, once it is parked,
 //!   from the first bytes of that request; an idle connection is parked
@@ -30,6 +32,7 @@ mod h1;
 mod h2;
 mod preface;
 mod prefixed;
+pub(crate) mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -47,15 +50,22 @@ use crate::body::{Body, RequestBody};
 use crate::clock::Instant;
 use crate::config::Config;
 use crate::handler::Gateway;
+use crate::upstream::ClientOverTls;
 
 /// Serve `gateway` on `listener` until `shutdown` resolves, then drain.
-pub async fn serve(
+/// With `tls`, the listener speaks TLS with that certificate (reloaded on
+/// SIGHUP while serving).
+pub(crate) async fn serve(
     listener: TcpListener,
     gateway: Arc<Gateway>,
     config: &Config,
+    tls: Option<Arc<tls::Certificate>>,
     shutdown: impl Future<Output = ()>,
 ) {
-    let settings = Arc::new(Settings::of(config));
+    let mut settings = Settings::of(config);
+    settings.tls = tls.as_ref().map(tls::Certificate::acceptor);
+    let reloader = tls.map(|certificate| tokio::spawn(certificate.reload_on_sighup()));
+    let settings = Arc::new(settings);
     let open = accept_until(listener, config.max_connections, shutdown, {
         let gateway = gateway.clone();
         move |stream, client, stop| {
@@ -69,6 +79,9 @@ pub async fn serve(
     })
     .await;
 
+    if let Some(reloader) = reloader {
+        reloader.abort();
+    }
     tracing::info!("shutting down: finishing open requests and forwards");
     // One deadline for both phases: `shutdown_timeout` is the longest wait.
     let deadline = Instant::now() + config.shutdown_timeout;
@@ -150,6 +163,8 @@ pub(crate) struct Settings {
     http1: http1::Builder,
     http2: http2::Builder<TokioExecutor>,
     deadlines: Deadlines,
+    /// TLS on this listener; `None`: cleartext.
+    tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// A connection's deadlines.
@@ -187,6 +202,7 @@ impl Settings {
                 first_head: config.header_read_timeout,
                 idle: config.idle_timeout,
             },
+            tls: None,
         }
     }
 }
@@ -204,6 +220,37 @@ pub(crate) async fn serve_connection<H, F>(
 {
     let opened = Instant::now();
     let first_head = opened + settings.deadlines.first_head;
+    if let Some(acceptor) = &settings.tls {
+        let handshake = tokio::select! {
+            accepted = tokio::time::timeout_at(first_head, acceptor.accept(stream)) => accepted,
+            () = stop.cancelled() => return,
+        };
+        let stream = match handshake {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "TLS handshake failed: connection closed");
+                return;
+            }
+            Err(_elapsed) => {
+                tracing::debug!(
+                    "no TLS handshake and request head within header_read_timeout: connection closed"
+                );
+                return;
+            }
+        };
+        let h2 = tls::chose_h2(stream.get_ref().1.alpn_protocol());
+        // The upstream hears that the client came over TLS.
+        let handle = Arc::new(move |mut request: http::Request<RequestBody>| {
+            request.extensions_mut().insert(ClientOverTls);
+            handle(request)
+        });
+        if h2 {
+            Box::pin(h2::serve(settings, stream, handle, opened, stop)).await;
+        } else {
+            Box::pin(h1::serve(settings, stream, &handle, opened, &stop)).await;
+        }
+        return;
+    }
     let protocol = tokio::select! {
         protocol = tokio::time::timeout_at(first_head, preface::detect(&stream)) => match protocol {
             Ok(Some(protocol)) => protocol,

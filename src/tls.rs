@@ -1,14 +1,16 @@
-//! TLS material from PEM files: a CA bundle (`upstream_ca`, trusted for
-//! `https://` upstreams). rustls runs on ring everywhere ([`provider`]);
-//! every error names the file it is about.
+//! TLS material from PEM files, for both sides of the gateway: a CA bundle
+//! (`upstream_ca`, trusted for `https://` upstreams) and a certificate chain
+//! with its private key (`[tls]`, the proxy listener's). rustls runs on
+//! ring everywhere ([`provider`]); every error names the file it is about.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::sign::CertifiedKey;
 
 /// A PEM file that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +81,43 @@ pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsFile
     Ok(certs)
 }
 
+/// A certificate chain (the server's certificate first) and its private key
+/// (PKCS#8, PKCS#1 or SEC1), checked to belong together.
+pub fn read_certified_key(cert: &Path, key: &Path) -> Result<Arc<CertifiedKey>, TlsFileError> {
+    let chain = certificates(cert, &read(cert)?)?;
+    let private = PrivateKeyDer::from_pem_slice(&read(key)?).map_err(|e| match e {
+        pem::Error::NoItemsFound => TlsFileError::invalid(
+            key,
+            "holds no private key (no `-----BEGIN … PRIVATE KEY-----` section)",
+        ),
+        e => TlsFileError::invalid(key, format!("not a valid PEM private key: {e}")),
+    })?;
+    let signing = provider()
+        .key_provider
+        .load_private_key(private)
+        .map_err(|e| TlsFileError::invalid(key, format!("unusable private key: {e}")))?;
+    let certified = CertifiedKey::new(chain, signing);
+    match certified.keys_match() {
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => {}
+        Err(rustls::Error::InconsistentKeys(_)) => {
+            return Err(TlsFileError::invalid(
+                key,
+                format!(
+                    "does not match the certificate in {} (its public key differs)",
+                    cert.display()
+                ),
+            ));
+        }
+        Err(e) => {
+            return Err(TlsFileError::invalid(
+                cert,
+                format!("the first certificate cannot be read: {e}"),
+            ));
+        }
+    }
+    Ok(Arc::new(certified))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +135,10 @@ mod tests {
             err.contains("empty.pem") && err.contains("no certificate"),
             "{err}"
         );
+        let err = read_certified_key(&empty, &missing)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("empty.pem"), "{err}");
     }
 
     #[test]

@@ -61,6 +61,11 @@ fn strip_hop_by_hop_except(headers: &mut HeaderMap, end_to_end: impl Fn(&HeaderN
     }
 }
 
+/// A request extension: the client's connection is TLS, so the upstream
+/// is told `X-Forwarded-Proto: https`.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientOverTls;
+
 /// Why an exchange with the upstream failed.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
@@ -160,7 +165,8 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Rewrite a client request for `upstream` (`http://host:port[/prefix]`):
 /// the upstream URI, HTTP/1.1, hop-by-hop headers removed, `Host` set by the
-/// client to the upstream's authority, and `X-Forwarded-For/-Proto/-Host`.
+/// client to the upstream's authority, and `X-Forwarded-For/-Proto/-Host`
+/// (`-Proto` is `https` for a request marked [`ClientOverTls`]).
 /// Every other header — the idempotency key included — passes through.
 ///
 /// A body of unknown length is sent chunked whatever the method: hyper would
@@ -171,6 +177,11 @@ pub fn prepare<B: hyper::body::Body>(
     client: SocketAddr,
     end_to_end: impl Fn(&HeaderName) -> bool,
 ) -> Request<B> {
+    let proto = if request.extensions().get::<ClientOverTls>().is_some() {
+        "https"
+    } else {
+        "http"
+    };
     let body = request.body();
     let streamed = !body.is_end_stream() && body.size_hint().exact().is_none();
     let original_host = request.headers().get(header::HOST).cloned().or_else(|| {
@@ -203,7 +214,7 @@ pub fn prepare<B: hyper::body::Body>(
         headers.insert(X_FORWARDED_FOR, v);
     }
     if !headers.contains_key(&X_FORWARDED_PROTO) {
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     }
     if let Some(host) = original_host
         && !headers.contains_key(&X_FORWARDED_HOST)

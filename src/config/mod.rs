@@ -32,7 +32,7 @@ pub use crate::store::{StoreConfig, UnknownOutcome};
 pub use defaults::*;
 pub use route::{Concurrent, LogFormat, OnStoreError, PathMatch, RecordPolicy, Route, RouteMode};
 pub use secret::AdminToken;
-pub use tls::UpstreamCa;
+pub use tls::{ListenerTls, UpstreamCa};
 
 /// A configuration problem, with the key it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +79,8 @@ fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
 pub struct Config {
     /// Address of the proxy listener.
     pub listen: SocketAddr,
+    /// The proxy listener's certificate (`[tls]`); `None`: cleartext.
+    pub tls: Option<ListenerTls>,
     /// Address of the admin listener (health, readiness).
     pub admin_listen: SocketAddr,
     /// The bearer token `POST /keys` requires; `None`: key administration

@@ -33,6 +33,7 @@ pub(super) struct RawConfig {
     pub(super) shutdown_timeout: Option<String>,
     pub(super) docs_url: Option<String>,
     pub(super) log_format: Option<LogFormat>,
+    pub(super) tls: Option<RawTls>,
     #[serde(default)]
     pub(super) store: RawStore,
     #[serde(default)]
@@ -55,6 +56,14 @@ pub(super) struct RawStore {
     pub(super) sweep_batch: Option<usize>,
     pub(super) replay_cache_ttl: Option<String>,
     pub(super) replay_cache_size: Option<String>,
+}
+
+/// The `[tls]` table: the proxy listener's certificate.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) cert: Option<String>,
+    pub(super) key: Option<String>,
 }
 
 /// One `[[routes]]` table, or the `[defaults]` table.

@@ -57,7 +57,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use super::prefixed::Prefixed;
+use super::prefixed::{Prefixed, Transport};
 use super::{Settings, sleep_until};
 use crate::body::{Body, BodyTracker, BoxError, RequestBody};
 use crate::clock::Instant;
@@ -68,15 +68,16 @@ pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
 
 /// Serve an HTTP/1.1 connection until it closes, its deadlines pass, or
 /// `stop` (graceful shutdown) is cancelled.
-pub(super) async fn serve<H, F>(
+pub(super) async fn serve<H, F, S>(
     settings: &Settings,
-    stream: TcpStream,
+    stream: S,
     handle: &Arc<H>,
     opened: Instant,
     stop: &CancellationToken,
 ) where
     H: Fn(Request<RequestBody>) -> F + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
+    S: Transport,
 {
     let mut io = Prefixed::new(stream);
     // The first request's head is due `header_read_timeout` after the accept.
@@ -94,7 +95,7 @@ pub(super) async fn serve<H, F>(
             head_due = Some(parked.idle_since + settings.deadlines.first_head);
         } else {
             let until = parked.idle_since + settings.deadlines.idle;
-            if !park(io.stream(), until, stop).await {
+            if !park(io.socket(), until, stop).await {
                 return;
             }
         }
@@ -117,9 +118,9 @@ async fn park(stream: &TcpStream, until: Instant, stop: &CancellationToken) -> b
 }
 
 /// A socket given back by an idle hyper connection.
-struct Parked {
+struct Parked<S> {
     /// With what hyper read and did not use in front.
-    io: Prefixed,
+    io: Prefixed<S>,
     /// When its last response ended.
     idle_since: Instant,
 }
@@ -209,12 +210,12 @@ impl Drop for Counted {
 
 /// The socket as hyper sees it: whether its last write was refused is told
 /// to [`Activity`].
-struct Tracked {
-    io: Prefixed,
+struct Tracked<S> {
+    io: Prefixed<S>,
     activity: Arc<Activity>,
 }
 
-impl Tracked {
+impl<S> Tracked<S> {
     fn written<T>(&self, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
         self.activity
             .write_blocked
@@ -223,7 +224,7 @@ impl Tracked {
     }
 }
 
-impl AsyncRead for Tracked {
+impl<S: Transport> AsyncRead for Tracked<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -233,7 +234,7 @@ impl AsyncRead for Tracked {
     }
 }
 
-impl AsyncWrite for Tracked {
+impl<S: Transport> AsyncWrite for Tracked<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -256,8 +257,11 @@ impl AsyncWrite for Tracked {
         self.io.is_write_vectored()
     }
 
+    // hyper flushes its socket once its own buffer is empty: a refused
+    // flush means a layer below (TLS) still holds bytes to write.
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
+        let poll = Pin::new(&mut self.io).poll_flush(cx);
+        self.written(poll)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -270,16 +274,17 @@ impl AsyncWrite for Tracked {
 /// in front) to be parked, `None` if the connection is closed. `head_due`:
 /// when the first request's head must have arrived (besides hyper's own
 /// timer).
-async fn busy<H, F>(
+async fn busy<H, F, S>(
     settings: &Settings,
-    io: Prefixed,
+    io: Prefixed<S>,
     handle: &Arc<H>,
     mut head_due: Option<Instant>,
     stop: &CancellationToken,
-) -> Option<Parked>
+) -> Option<Parked<S>>
 where
     H: Fn(Request<RequestBody>) -> F + Send + Sync + 'static,
     F: Future<Output = Response<Body>> + Send + 'static,
+    S: Transport,
 {
     let activity = Arc::new(Activity::new());
     let service = {

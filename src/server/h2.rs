@@ -1,6 +1,7 @@
-//! HTTP/2 (h2c with prior knowledge) connections: hyper's, with a keeper
-//! of their deadlines. The first request's head is due `header_read_timeout`
-//! after the accept (a preface, or SETTINGS, and then nothing is cut off);
+//! HTTP/2 connections (h2c with prior knowledge, or h2 chosen by ALPN over
+//! TLS): hyper's, with a keeper of their deadlines. The first request's
+//! head is due `header_read_timeout` after the accept (a preface, or
+//! SETTINGS, and then nothing is cut off);
 //! once no request has been in progress for `idle_timeout` the connection
 //! ends gracefully (GOAWAY, then open streams finish), and so it does on
 //! `stop`.
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -90,15 +91,16 @@ impl Drop for RequestGuard {
 
 /// Serve an HTTP/2 connection until it ends, its deadlines pass, or
 /// `stop` (graceful shutdown) is cancelled.
-pub(super) async fn serve<H, F>(
+pub(super) async fn serve<H, F, S>(
     settings: &Settings,
-    stream: TcpStream,
+    stream: S,
     handle: Arc<H>,
     opened: Instant,
     stop: CancellationToken,
 ) where
     H: Fn(http::Request<RequestBody>) -> F + Send + Sync + 'static,
     F: Future<Output = http::Response<Body>> + Send + 'static,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let deadlines = settings.deadlines;
     let activity = Arc::new(Activity::new(opened));

@@ -1,6 +1,7 @@
-//! A client socket with bytes already read from it in front: what one
+//! A client connection with bytes already read from it in front: what one
 //! hyper HTTP/1.1 connection had read past its request (pipelined requests)
-//! is read first by the next one, so nothing the client sent is lost.
+//! is read first by the next one, so nothing the client sent is lost. The
+//! connection is a TCP socket, or TLS over one ([`Transport`]).
 
 use std::io;
 use std::pin::Pin;
@@ -9,31 +10,69 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+
+/// What a connection is served over: a TCP socket, or TLS over one.
+pub(super) trait Transport: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// The TCP socket underneath.
+    fn socket(&self) -> &TcpStream;
+
+    /// Whether this layer holds request bytes already taken from the
+    /// socket (TLS: decrypted and not yet read), so that waiting on the
+    /// socket for the next request would miss them.
+    fn holds_unread(&mut self) -> bool;
+}
+
+impl Transport for TcpStream {
+    fn socket(&self) -> &TcpStream {
+        self
+    }
+
+    fn holds_unread(&mut self) -> bool {
+        false
+    }
+}
+
+impl Transport for TlsStream<TcpStream> {
+    fn socket(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+
+    fn holds_unread(&mut self) -> bool {
+        // Complete records already read are decrypted now; a broken one
+        // counts as unread, so that hyper reads it and ends the connection.
+        self.get_mut()
+            .1
+            .process_new_packets()
+            .map_or(true, |state| state.plaintext_bytes_to_read() > 0)
+    }
+}
 
 /// `stream`, with `unread` read from it first.
 #[derive(Debug)]
-pub(super) struct Prefixed {
+pub(super) struct Prefixed<S> {
     unread: Bytes,
-    stream: TcpStream,
+    stream: S,
 }
 
-impl Prefixed {
+impl<S: Transport> Prefixed<S> {
     /// `stream` with nothing in front.
-    pub(super) fn new(stream: TcpStream) -> Self {
+    pub(super) fn new(stream: S) -> Self {
         Self {
             unread: Bytes::new(),
             stream,
         }
     }
 
-    /// The socket.
-    pub(super) fn stream(&self) -> &TcpStream {
-        &self.stream
+    /// The TCP socket underneath.
+    pub(super) fn socket(&self) -> &TcpStream {
+        self.stream.socket()
     }
 
-    /// Whether bytes already read wait in front of the socket.
-    pub(super) fn has_unread(&self) -> bool {
-        !self.unread.is_empty()
+    /// Whether bytes already read wait in front of the socket (here, or
+    /// inside the TLS layer).
+    pub(super) fn has_unread(&mut self) -> bool {
+        !self.unread.is_empty() || self.stream.holds_unread()
     }
 
     /// Put `bytes` (read from this stream after whatever it still holds in
@@ -54,7 +93,7 @@ impl Prefixed {
     }
 }
 
-impl AsyncRead for Prefixed {
+impl<S: Transport> AsyncRead for Prefixed<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -69,7 +108,7 @@ impl AsyncRead for Prefixed {
     }
 }
 
-impl AsyncWrite for Prefixed {
+impl<S: Transport> AsyncWrite for Prefixed<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

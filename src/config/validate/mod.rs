@@ -115,6 +115,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     };
     Ok(Config {
         listen: socket_addr("listen", raw.listen.as_deref(), DEFAULT_LISTEN)?,
+        tls: tls::listener(raw.tls)?,
         admin_listen: socket_addr(
             "admin_listen",
             raw.admin_listen.as_deref(),

@@ -1,13 +1,15 @@
 //! The TLS settings: a route's `upstream_ca` (read and checked now, so an
 //! unreadable or invalid file stops `check` and start-up, naming the file
-//! and the route).
+//! and the route) and the `[tls]` table (both files required; the chain and
+//! key are loaded once to prove they belong together, and loaded again by
+//! the listener).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::key;
-use crate::config::raw::RawRoute;
-use crate::config::{ConfigError, UpstreamCa, invalid};
-use crate::tls::read_ca_file;
+use crate::config::raw::{RawRoute, RawTls};
+use crate::config::{ConfigError, ListenerTls, UpstreamCa, invalid};
+use crate::tls::{TlsFileError, read_ca_file, read_certified_key};
 
 /// `upstream_ca` of the route `name` at `at`.
 pub(super) fn upstream_ca(
@@ -28,9 +30,46 @@ pub(super) fn upstream_ca(
     Ok(Some(UpstreamCa { path, certs }))
 }
 
+/// `[tls]`.
+pub(super) fn listener(raw: Option<RawTls>) -> Result<Option<ListenerTls>, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let required = |name: &str, value: Option<String>| {
+        value
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .ok_or_else(|| {
+                invalid(
+                    key("tls", name),
+                    "is required in [tls] (a PEM file path); remove [tls] to serve cleartext",
+                )
+            })
+    };
+    let tls = ListenerTls {
+        cert: required("cert", raw.cert)?,
+        key: required("key", raw.key)?,
+    };
+    read_certified_key(&tls.cert, &tls.key).map_err(|e| {
+        let name = if file_of(&e) == tls.cert {
+            "cert"
+        } else {
+            "key"
+        };
+        invalid(key("tls", name), e.to_string())
+    })?;
+    Ok(Some(tls))
+}
+
+fn file_of(e: &TlsFileError) -> &Path {
+    match e {
+        TlsFileError::Read { path, .. } | TlsFileError::Invalid { path, .. } => path,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use crate::config::tests::route_error;
+    use crate::config::tests::{MINIMAL, error, route_error};
 
     #[test]
     fn an_unreadable_upstream_ca_names_the_file_and_the_route() {
@@ -39,6 +78,19 @@ mod tests {
             err.contains("routes[0].upstream_ca")
                 && err.contains("\"payments\"")
                 && err.contains("/nonexistent/ca.pem"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn tls_needs_both_files_and_names_the_one_that_fails() {
+        let err = error(&format!("[tls]\ncert = \"/x/cert.pem\"\n{MINIMAL}"));
+        assert!(err.contains("tls.key") && err.contains("required"), "{err}");
+        let err = error(&format!(
+            "[tls]\ncert = \"/x/cert.pem\"\nkey = \"/x/key.pem\"\n{MINIMAL}"
+        ));
+        assert!(
+            err.contains("tls.cert") && err.contains("/x/cert.pem"),
             "{err}"
         );
     }

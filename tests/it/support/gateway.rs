@@ -17,7 +17,7 @@ pub struct Gateway {
     pub addr: SocketAddr,
     pub admin: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    task: Option<tokio::task::JoinHandle<Result<(), idemgate::RunError>>>,
 }
 
 impl Gateway {
@@ -72,7 +72,7 @@ impl Gateway {
             let _ = stop.send(());
         }
         if let Some(task) = self.task.take() {
-            task.await.unwrap();
+            task.await.unwrap().expect("the gateway ran");
         }
     }
 }

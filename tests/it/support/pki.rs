@@ -95,6 +95,11 @@ impl Pki {
         self.dir.path().join("ca.pem")
     }
 
+    /// A directory for the test's other files (removed with the CA).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// A server certificate `name` for `san` (`IP:127.0.0.1`,
     /// `DNS:wrong.example`), signed by this CA.
     pub fn issue(&self, name: &str, san: &str) -> Issued {
@@ -129,5 +134,20 @@ impl Pki {
             cert: self.dir.path().join(cert),
             key: self.dir.path().join(key),
         }
+    }
+
+    /// A rustls client configuration trusting this CA only, offering `alpn`.
+    pub fn client_config(&self, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(CertificateDer::from_pem_file(self.ca()).unwrap())
+            .unwrap();
+        let mut config = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Arc::new(config)
     }
 }

@@ -266,6 +266,18 @@ impl Drop for GatewayProcess {
     }
 }
 
+/// `idemgate serve` with `config`, which must refuse to start: it exits
+/// non-zero within 60 s. Its stderr.
+pub async fn refuses_to_start(name: &str, config: &TestConfig) -> String {
+    let mut process = GatewayProcess::spawn(name, config);
+    let status = process
+        .wait(Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|| panic!("gateway {name} still running\n{}", process.stderr()));
+    assert!(!status.success(), "gateway {name} exited with {status}");
+    process.stderr()
+}
+
 /// Run a one-shot `idemgate SUBCOMMAND --config FILE` to completion, killing
 /// it if it runs longer than `limit`. Returns (status, stdout, stderr).
 pub async fn run_command(
