@@ -177,9 +177,13 @@ impl PgStore {
         // Connect now, so that a wrong URL or a database that is down is
         // reported at start, with what to do.
         let mut first = pool.get().await.map_err(|e| {
-            StoreError::Unavailable(format!(
-                "cannot reach store at {shown}: {e}; start PostgreSQL or point [store] url at a reachable database"
-            ))
+            let hint = match &e {
+                deadpool::managed::PoolError::Backend(sqlx::Error::Tls(_)) => {
+                    "the TLS connection failed: check sslmode and sslrootcert (the CA that signed the server's certificate) in [store] url"
+                }
+                _ => "start PostgreSQL or point [store] url at a reachable database",
+            };
+            StoreError::Unavailable(format!("cannot reach store at {shown}: {e}; {hint}"))
         })?;
         first.clean();
         drop(first);

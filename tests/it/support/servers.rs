@@ -1,6 +1,7 @@
 //! Private PostgreSQL and Redis servers ([`PgCluster`], [`PrivateRedis`])
 //! on free ports, so tests can stop, freeze and restart a store without
-//! touching the shared servers other tests use.
+//! touching the shared servers other tests use. A PostgreSQL cluster can
+//! also serve TLS only ([`PgCluster::with_ssl`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -19,22 +20,32 @@ pub struct PgCluster {
     port: u16,
     as_root: bool,
     running: bool,
+    /// Serving TLS (`ssl = on`) and refusing cleartext connections.
+    ssl: bool,
     _turn: serial::Shared,
 }
 
 impl PgCluster {
     /// initdb a new cluster and start it on a free port.
     pub async fn new() -> Self {
-        Self::init(serial::shared()).await
+        Self::init(serial::shared(), None).await
     }
 
     /// A cluster for the whole test binary: it takes no turn, and outlives
     /// the binary by at most a second ([`Self::stop_at_exit`]).
     pub async fn for_the_binary() -> Self {
-        Self::init(serial::none()).await
+        Self::init(serial::none(), None).await
     }
 
-    async fn init(turn: serial::Shared) -> Self {
+    /// [`PgCluster::new`], with `ssl = on` and this certificate and key,
+    /// and a `pg_hba.conf` that accepts TCP connections over TLS only (a
+    /// cleartext connection is refused, so a client that connects at all
+    /// spoke TLS).
+    pub async fn with_ssl(cert: &Path, key: &Path) -> Self {
+        Self::init(serial::shared(), Some((cert, key))).await
+    }
+
+    async fn init(turn: serial::Shared, ssl: Option<(&Path, &Path)>) -> Self {
         let bin = postgres_bin_dir();
         let dir = tempfile::Builder::new()
             .prefix("idemgate-pg-")
@@ -47,8 +58,17 @@ impl PgCluster {
             port: 0,
             as_root,
             running: false,
+            ssl: ssl.is_some(),
             _turn: turn,
         };
+        if let Some((cert, key)) = ssl {
+            // PostgreSQL wants a key only its owner can read.
+            let (server_cert, server_key) = cluster.ssl_files();
+            std::fs::copy(cert, server_cert).unwrap();
+            std::fs::copy(key, &server_key).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&server_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
         if as_root {
             // initdb refuses to run as root: the postgres user owns the cluster.
             let mut chown = Command::new("chown");
@@ -72,6 +92,14 @@ impl PgCluster {
         ]))
         .await;
         assert!(out.status.success(), "initdb failed: {}", text(&out));
+        if cluster.ssl {
+            // Rewritten in place: the file keeps its owner (the cluster's).
+            std::fs::write(
+                cluster.data_dir().join("pg_hba.conf"),
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\n",
+            )
+            .unwrap();
+        }
         let mut last = String::new();
         for _ in 0..3 {
             cluster.port = free_port();
@@ -93,6 +121,11 @@ impl PgCluster {
 
     fn data_dir(&self) -> PathBuf {
         self.dir.path().join("data")
+    }
+
+    fn ssl_files(&self) -> (PathBuf, PathBuf) {
+        let dir = self.dir.path();
+        (dir.join("server.crt"), dir.join("server.key"))
     }
 
     fn log_file(&self) -> PathBuf {
@@ -131,11 +164,19 @@ impl PgCluster {
     }
 
     async fn try_start(&mut self) -> Result<(), String> {
-        let options = format!(
+        let mut options = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
             self.port,
             self.dir.path().display()
         );
+        if self.ssl {
+            let (cert, key) = self.ssl_files();
+            options.push_str(&format!(
+                " -c ssl=on -c ssl_cert_file={} -c ssl_key_file={}",
+                cert.display(),
+                key.display()
+            ));
+        }
         let out = run(self.command(&[
             self.tool("pg_ctl"),
             "-D".into(),
