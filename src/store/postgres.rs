@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::StatusCode;
-use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgSslMode};
 
 use super::info::from_epoch_millis;
 use super::pg_pool::PgPool;
@@ -162,6 +162,21 @@ fn settle_query<'q>(
     }
 }
 
+/// Whether the URL (`sslmode`, or sqlx's `ssl-mode`) or the environment
+/// (`PGSSLMODE`) says how to use TLS. If neither does, idemgate connects in
+/// cleartext, as it did before it could speak TLS to PostgreSQL, rather than
+/// libpq's and sqlx's default `prefer` (TLS whenever the server offers it,
+/// unverified): a server with `ssl = on` must not silently change what
+/// every connection costs. Asking for `require` or `verify-full` is what
+/// protects the connection anyway.
+fn tls_asked_for(url: &str) -> bool {
+    std::env::var_os("PGSSLMODE").is_some()
+        || url::Url::parse(url).is_ok_and(|url| {
+            url.query_pairs()
+                .any(|(name, _)| name == "sslmode" || name == "ssl-mode")
+        })
+}
+
 fn cas(rows: u64) -> Cas {
     if rows == 1 { Cas::Applied } else { Cas::Fenced }
 }
@@ -173,6 +188,11 @@ impl PgStore {
         let options = PgConnectOptions::from_str(&config.url)
             .map_err(|e| StoreError::Unavailable(format!("invalid store URL {shown}: {e}")))?
             .application_name("idemgate");
+        let options = if tls_asked_for(&config.url) {
+            options
+        } else {
+            options.ssl_mode(PgSslMode::Disable)
+        };
         let pool = PgPool::new(options.clone(), config.pool_size as usize, config.timeout);
         // Connect now, so that a wrong URL or a database that is down is
         // reported at start, with what to do.

@@ -1,7 +1,8 @@
 //! PostgreSQL over TLS (sqlx's rustls on ring): a private cluster that
 //! accepts TLS connections only, reached with `sslmode=require` and with
-//! `sslmode=verify-full` and the right `sslrootcert`; a wrong CA stops the
-//! gateway at start with an error that says to check the TLS settings.
+//! `sslmode=verify-full` and the right `sslrootcert` (and not without
+//! `sslmode`: cleartext unless asked); a wrong CA stops the gateway at
+//! start with an error that says to check the TLS settings.
 
 use crate::support::pki::Pki;
 use crate::support::process::{GatewayProcess, refuses_to_start};
@@ -29,9 +30,14 @@ async fn postgres_over_tls_connects_and_verifies_the_server() {
     let ca = ca.to_str().unwrap();
 
     // The control: the cluster refuses cleartext, so a store that opens
-    // below spoke TLS.
+    // below spoke TLS. Without sslmode idemgate does not try TLS (not
+    // libpq's `prefer`), so that is refused too.
     let plain = open(&format!("{url}?sslmode=disable")).await;
     assert!(plain.is_err(), "a cleartext connection was accepted");
+    if std::env::var_os("PGSSLMODE").is_none() {
+        let unsaid = open(&url).await;
+        assert!(unsaid.is_err(), "no sslmode: TLS was used");
+    }
 
     open(&format!("{url}?sslmode=require"))
         .await
