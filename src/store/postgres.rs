@@ -177,6 +177,19 @@ fn tls_asked_for(url: &str) -> bool {
         })
 }
 
+/// Whether connecting failed in TLS: sqlx's own TLS errors (a CA file it
+/// cannot use), or a rustls error during the handshake (a certificate that
+/// fails verification), which reaches sqlx as an I/O error.
+fn tls_failed(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Tls(_) => true,
+        sqlx::Error::Io(io) => io
+            .get_ref()
+            .is_some_and(|inner| inner.is::<rustls::Error>()),
+        _ => false,
+    }
+}
+
 fn cas(rows: u64) -> Cas {
     if rows == 1 { Cas::Applied } else { Cas::Fenced }
 }
@@ -198,7 +211,7 @@ impl PgStore {
         // reported at start, with what to do.
         let mut first = pool.get().await.map_err(|e| {
             let hint = match &e {
-                deadpool::managed::PoolError::Backend(sqlx::Error::Tls(_)) => {
+                deadpool::managed::PoolError::Backend(e) if tls_failed(e) => {
                     "the TLS connection failed: check sslmode and sslrootcert (the CA that signed the server's certificate) in [store] url"
                 }
                 _ => "start PostgreSQL or point [store] url at a reachable database",

@@ -64,7 +64,9 @@ async fn a_wrong_ca_stops_the_gateway_at_start() {
     );
     let stderr = refuses_to_start("pg-wrong-ca", &TestConfig::new(&url, &upstream.url())).await;
     assert!(
-        stderr.contains("cannot reach store") && stderr.contains("sslrootcert"),
+        stderr.contains("cannot reach store")
+            && stderr.contains("invalid peer certificate")
+            && stderr.contains("the TLS connection failed: check sslmode and sslrootcert"),
         "{stderr}"
     );
 
