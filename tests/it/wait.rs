@@ -201,9 +201,10 @@ mod across_instances {
         assert_eq!(waiter.body, first.body);
         assert_eq!(s.upstream.count("shared"), 1);
         let metrics = other.metrics().await;
-        assert_eq!(
-            metric(&metrics, "idemgate_wait_wakeups_total{cause=\"store\"}"),
-            1.0,
+        // At least the announcement; one more if the other instance's relay
+        // started listening after the waiter began (it wakes everyone once).
+        assert!(
+            metric(&metrics, "idemgate_wait_wakeups_total{cause=\"store\"}") >= 1.0,
             "{metrics}"
         );
         assert_eq!(
