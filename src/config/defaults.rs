@@ -89,6 +89,8 @@ pub const DEFAULT_STORE_POOL_SIZE: u32 = 16;
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
 /// `store.prefix`: prefix of every Redis key idemgate writes.
 pub const DEFAULT_STORE_PREFIX: &str = "idemgate:";
+/// `store.cluster`: the Redis URL names a single server, not a cluster's seed node.
+pub const DEFAULT_STORE_CLUSTER: bool = false;
 /// `store.max_records`: most live records the memory store keeps.
 pub const DEFAULT_STORE_MAX_RECORDS: usize = 100_000;
 /// `store.sweep_interval`: how often the sweeper deletes expired records.

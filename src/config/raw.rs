@@ -51,6 +51,7 @@ pub(super) struct RawStore {
     pub(super) pool_size: Option<u32>,
     pub(super) timeout: Option<String>,
     pub(super) prefix: Option<String>,
+    pub(super) cluster: Option<bool>,
     pub(super) max_records: Option<usize>,
     pub(super) sweep_interval: Option<String>,
     pub(super) sweep_batch: Option<usize>,

@@ -25,6 +25,9 @@ pub struct StoreConfig {
     pub timeout: Duration,
     /// Redis only: prefix of every key idemgate writes.
     pub prefix: String,
+    /// Redis only: the URL names one seed node of a Redis Cluster; keys are
+    /// laid out so that every script touches one hash slot.
+    pub cluster: bool,
     /// memory only: most live records kept.
     pub max_records: usize,
     /// How often the sweeper deletes expired records (PostgreSQL, SQLite, memory).
@@ -96,6 +99,19 @@ impl StoreConfig {
             return fail("pool_size", "must be at least 1");
         }
         self.validate_url()?;
+        if self.cluster && !(self.url.starts_with("redis://") || self.url.starts_with("rediss://"))
+        {
+            return fail(
+                "cluster",
+                "is only for Redis: set url to redis://HOST:PORT (a seed node of the cluster) or remove cluster = true",
+            );
+        }
+        if self.cluster && self.prefix.contains(['{', '}']) {
+            return fail(
+                "prefix",
+                "may not hold { or } with cluster = true: the store puts its own hash tag after it",
+            );
+        }
         if self.timeout.is_zero() {
             return fail("timeout", "must be greater than zero");
         }
@@ -128,6 +144,7 @@ mod tests {
             pool_size: 1,
             timeout: Duration::from_secs(1),
             prefix: String::new(),
+            cluster: false,
             max_records: 1,
             sweep_interval: Duration::from_secs(1),
             sweep_batch: 1,
@@ -171,6 +188,31 @@ mod tests {
         );
         assert_eq!(rejected_key(|c| c.pool_size = 0), "pool_size");
         assert_eq!(rejected_key(|c| c.timeout = Duration::ZERO), "timeout");
+    }
+
+    #[test]
+    fn cluster_is_only_for_redis() {
+        for url in ["memory://", "postgres://h/db", "sqlite://idemgate.db"] {
+            let key = rejected_key(|c| {
+                c.url = url.to_string();
+                c.cluster = true;
+            });
+            assert_eq!(key, "cluster", "{url}");
+        }
+        for url in ["redis://h:7000", "rediss://h:7000"] {
+            let config = StoreConfig {
+                url: url.to_string(),
+                cluster: true,
+                ..usable()
+            };
+            assert_eq!(config.validate(), Ok(()), "{url}");
+        }
+        let key = rejected_key(|c| {
+            c.url = "redis://h:7000".to_string();
+            c.cluster = true;
+            c.prefix = "app{x}:".to_string();
+        });
+        assert_eq!(key, "prefix");
     }
 
     #[test]

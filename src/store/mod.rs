@@ -315,11 +315,20 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Backend>, StoreError> 
         }
         "redis" | "rediss" => {
             let store = redis::RedisStore::connect(config).await?;
-            tracing::info!(
-                url = %redact_url(url),
-                "redis:// store: shared by every gateway instance pointed at it; as durable as \
-                 the server's persistence (appendonly, appendfsync)"
-            );
+            if config.cluster {
+                tracing::info!(
+                    url = %redact_url(url),
+                    "redis:// store on a Redis Cluster (this seed node): shared by every gateway \
+                     instance pointed at it; a failover to a replica can lose acknowledged records \
+                     (asynchronous replication)"
+                );
+            } else {
+                tracing::info!(
+                    url = %redact_url(url),
+                    "redis:// store: shared by every gateway instance pointed at it; as durable as \
+                     the server's persistence (appendonly, appendfsync)"
+                );
+            }
             Ok(Arc::new(store))
         }
         "sqlite" => {

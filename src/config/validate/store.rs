@@ -3,9 +3,10 @@
 //! store module knows which settings a store can work with).
 
 use crate::config::defaults::{
-    DEFAULT_REPLAY_CACHE_SIZE, DEFAULT_REPLAY_CACHE_TTL, DEFAULT_STORE_MAX_RECORDS,
-    DEFAULT_STORE_MIGRATE, DEFAULT_STORE_POOL_SIZE, DEFAULT_STORE_PREFIX, DEFAULT_STORE_TIMEOUT,
-    DEFAULT_STORE_URL, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL,
+    DEFAULT_REPLAY_CACHE_SIZE, DEFAULT_REPLAY_CACHE_TTL, DEFAULT_STORE_CLUSTER,
+    DEFAULT_STORE_MAX_RECORDS, DEFAULT_STORE_MIGRATE, DEFAULT_STORE_POOL_SIZE,
+    DEFAULT_STORE_PREFIX, DEFAULT_STORE_TIMEOUT, DEFAULT_STORE_URL, DEFAULT_SWEEP_BATCH,
+    DEFAULT_SWEEP_INTERVAL,
 };
 use crate::config::raw::RawStore;
 use crate::config::values::{duration, size};
@@ -26,6 +27,7 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
         prefix: raw
             .prefix
             .unwrap_or_else(|| DEFAULT_STORE_PREFIX.to_string()),
+        cluster: raw.cluster.unwrap_or(DEFAULT_STORE_CLUSTER),
         max_records: raw.max_records.unwrap_or(DEFAULT_STORE_MAX_RECORDS),
         sweep_interval: duration(
             "store.sweep_interval",
@@ -80,6 +82,7 @@ mod tests {
         assert_eq!(s.pool_size, DEFAULT_STORE_POOL_SIZE);
         assert_eq!(s.timeout, DEFAULT_STORE_TIMEOUT);
         assert_eq!(s.prefix, DEFAULT_STORE_PREFIX);
+        assert!(!s.cluster);
         assert_eq!(s.max_records, DEFAULT_STORE_MAX_RECORDS);
         assert_eq!(s.sweep_interval, DEFAULT_SWEEP_INTERVAL);
         assert_eq!(s.sweep_batch, DEFAULT_SWEEP_BATCH);
@@ -95,6 +98,10 @@ mod tests {
             ("[store]\nurl = \"postgress://h/db\"\n", "store.url"),
             ("[store]\ntimeout = \"0s\"\n", "store.timeout"),
             ("[store]\npool_size = 0\n", "store.pool_size"),
+            (
+                "[store]\nurl = \"postgres://h/db\"\ncluster = true\n",
+                "store.cluster",
+            ),
             (
                 "[store]\nreplay_cache_size = \"lots\"\n",
                 "store.replay_cache_size",

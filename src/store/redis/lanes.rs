@@ -3,10 +3,11 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use deadpool_redis::redis::aio::MultiplexedConnection;
+use super::conn::Conn;
 
-/// `pool_size` multiplexed connections, each carrying many concurrent
-/// operations (pipelined by the redis crate), used round-robin.
+/// `pool_size` multiplexed connections (to one server, or each to every
+/// node of a cluster), each carrying many concurrent operations (pipelined
+/// by the redis crate), used round-robin.
 ///
 /// deadpool-redis recycles a connection on every `get()` with an `UNWATCH` +
 /// `PING` round trip, which doubled the round trips of every operation. A
@@ -16,7 +17,7 @@ use deadpool_redis::redis::aio::MultiplexedConnection;
 /// new one.
 pub(super) struct Lanes {
     /// Each lane's connection and the generation it was opened in.
-    pub(super) slots: Vec<Mutex<Option<(MultiplexedConnection, u64)>>>,
+    pub(super) slots: Vec<Mutex<Option<(Conn, u64)>>>,
     /// Bumped by each reset; a failure resets only if its connection is of
     /// the current generation, so the late failures of connections already
     /// forgotten cannot throw away their replacements.
@@ -42,7 +43,7 @@ impl Lanes {
 
     /// The next lane, its connection if it has one, and the generation an
     /// operation on it belongs to.
-    pub(super) fn pick(&self) -> (usize, Option<MultiplexedConnection>, u64) {
+    pub(super) fn pick(&self) -> (usize, Option<Conn>, u64) {
         let lane = self.next.fetch_add(1, Ordering::Relaxed) % self.slots.len();
         match self.slot(lane).clone() {
             Some((conn, generation)) => (lane, Some(conn), generation),
@@ -50,10 +51,7 @@ impl Lanes {
         }
     }
 
-    pub(super) fn slot(
-        &self,
-        lane: usize,
-    ) -> std::sync::MutexGuard<'_, Option<(MultiplexedConnection, u64)>> {
+    pub(super) fn slot(&self, lane: usize) -> std::sync::MutexGuard<'_, Option<(Conn, u64)>> {
         // A panic while holding this lock cannot leave the Option invalid.
         self.slots[lane]
             .lock()

@@ -2,29 +2,47 @@
 //! Lua script ([`scripts`]), so it is atomic on the server; each is fenced
 //! by the same token rules as the PostgreSQL store, and reads the clock with
 //! Redis's own `TIME`, so every gateway instance agrees on leases.
-//! Operations go over a few shared multiplexed connections ([`lanes`]).
+//! Operations go over a few shared multiplexed connections ([`lanes`]), to
+//! one server or, with `[store] cluster = true`, to a Redis Cluster found
+//! from one seed node ([`conn`]).
 //!
-//! A record is one hash, `{prefix}rec:{len(route)}:{route}:{hex(scope)}:{key}`,
-//! whose TTL is the retention; the lease is a field, separate from the TTL.
-//! Tokens come from one counter, `{prefix}token`. Durability is whatever the
-//! server's persistence gives: see the README's "Choosing a store".
+//! A record is one hash whose TTL is the retention; the lease is a field,
+//! separate from the TTL. Its claims take tokens from a counter that never
+//! expires. Key names ([`layout`]):
+//!
+//! - one server: record `{prefix}rec:{len(route)}:{route}:{hex(scope)}:{key}`,
+//!   one counter `{prefix}token`;
+//! - a cluster: record `{prefix}{bN}rec:…` and its counter `{prefix}{bN}token`,
+//!   `N` one of 1024 buckets by a stable hash of the record's name, so that
+//!   every script's keys share the hash slot of the tag `{bN}`.
+//!
+//! On a cluster, key administration scans every primary, readiness asks
+//! every primary's `CLUSTER INFO` for `cluster_state:ok`, and the wake-up
+//! subscriber (classic Pub/Sub reaches every node) moves to another node
+//! when its own is lost. Durability is whatever the servers' persistence
+//! and replication give: see the README's "Choosing a store".
 
+mod conn;
 mod lanes;
+mod layout;
 mod scripts;
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use deadpool_redis::redis::aio::MultiplexedConnection;
+use deadpool_redis::redis::cluster::ClusterClient;
 use deadpool_redis::redis::{self, Script, Value};
 use futures_util::StreamExt;
 use std::sync::Arc;
 
 use crate::waiters::{self, Waiters, parse_wake_id, wake_id};
 
+use self::conn::{Conn, Node, primaries, url_of};
 use self::lanes::Lanes;
+use self::layout::Layout;
 use self::scripts::{ABANDON, CLAIM, CLEAR, COMPLETE, HOLD, INSPECT, RELEASE, RENEW};
 use deadpool_redis::{Config as PoolSettings, Connection, Pool, PoolConfig, Runtime, Timeouts};
 use http::StatusCode;
@@ -38,14 +56,39 @@ use super::{StoreConfig, UnknownOutcome};
 
 /// A Redis-backed [`Store`].
 pub struct RedisStore {
-    pool: Pool,
+    source: Source,
     lanes: Lanes,
-    prefix: String,
+    layout: Layout,
     /// For the wake-up subscriber's own connection.
     url: String,
+    /// A cluster's primaries, as last seen (empty for one server).
+    nodes: Mutex<Vec<Node>>,
+    /// How many times the wake-up subscriber connected: on a cluster, the
+    /// next attempt goes to the next node.
+    listens: AtomicUsize,
     /// The routes whose settled records are announced.
     wait_routes: Vec<String>,
     timeout: Duration,
+}
+
+/// Where new connections come from.
+enum Source {
+    /// One server: deadpool-redis's pool makes them.
+    Pool(Pool),
+    /// A cluster: each is a cluster connection of the redis crate.
+    Cluster(Box<ClusterClient>),
+}
+
+/// A cluster client starting from `urls` (the seed node, then every
+/// primary seen), bounded by the store's timeout.
+fn cluster_client(urls: Vec<String>, timeout: Duration) -> redis::RedisResult<ClusterClient> {
+    ClusterClient::builder(urls)
+        .connection_timeout(timeout)
+        .response_timeout(timeout)
+        // MOVED/ASK after a resharding or failover, and a few transport
+        // retries; `bounded` ends whatever is still waiting at the timeout.
+        .retries(3)
+        .build()
 }
 
 fn millis(d: Duration) -> u64 {
@@ -86,25 +129,42 @@ impl RedisStore {
     /// Connect (and check the server answers), failing with a clear message.
     pub async fn connect(config: &StoreConfig) -> Result<Self, StoreError> {
         let shown = redact_url(&config.url);
-        let mut settings = PoolSettings::from_url(config.url.clone());
-        settings.pool = Some(PoolConfig {
-            max_size: config.pool_size as usize,
-            timeouts: Timeouts {
-                wait: Some(config.timeout),
-                create: Some(config.timeout),
-                recycle: Some(config.timeout),
-            },
-            ..PoolConfig::default()
-        });
-        let pool = settings
-            .create_pool(Some(Runtime::Tokio1))
-            .map_err(|e| StoreError::Unavailable(format!("invalid store URL {shown}: {e}")))?;
-        let store = Self {
-            pool,
+        let invalid = |e: &dyn std::fmt::Display| {
+            StoreError::Unavailable(format!("invalid store URL {shown}: {e}"))
+        };
+        let source = if config.cluster {
+            Source::Cluster(Box::new(
+                cluster_client(vec![config.url.clone()], config.timeout)
+                    .map_err(|e| invalid(&e))?,
+            ))
+        } else {
+            let mut settings = PoolSettings::from_url(config.url.clone());
+            settings.pool = Some(PoolConfig {
+                max_size: config.pool_size as usize,
+                timeouts: Timeouts {
+                    wait: Some(config.timeout),
+                    create: Some(config.timeout),
+                    recycle: Some(config.timeout),
+                },
+                ..PoolConfig::default()
+            });
+            Source::Pool(
+                settings
+                    .create_pool(Some(Runtime::Tokio1))
+                    .map_err(|e| invalid(&e))?,
+            )
+        };
+        let mut store = Self {
+            source,
             lanes: Lanes::new(config.pool_size as usize),
-            prefix: config.prefix.clone(),
+            layout: Layout {
+                prefix: config.prefix.clone(),
+                cluster: config.cluster,
+            },
             timeout: config.timeout,
             url: config.url.clone(),
+            nodes: Mutex::new(Vec::new()),
+            listens: AtomicUsize::new(0),
             wait_routes: config.wait_routes.clone(),
         };
         store.ping().await.map_err(|e| {
@@ -112,39 +172,47 @@ impl RedisStore {
                 "cannot reach store at {shown}: {e}; start Redis or point [store] url at a reachable server"
             ))
         })?;
+        if config.cluster {
+            // Later connections start from every primary, not only the seed,
+            // so that losing the seed node loses no more than its slots.
+            let urls = store.node_urls();
+            store.source = Source::Cluster(Box::new(
+                cluster_client(urls, config.timeout).map_err(|e| invalid(&e))?,
+            ));
+        }
         Ok(store)
     }
 
-    fn record_key(&self, key: &RecordKey) -> Vec<u8> {
-        let mut k = Vec::with_capacity(self.prefix.len() + key.route.len() + key.key.len() + 80);
-        k.extend_from_slice(self.prefix.as_bytes());
-        k.extend_from_slice(
-            format!(
-                "rec:{}:{}:{}:",
-                key.route.len(),
-                key.route,
-                hex::encode(&key.scope)
-            )
-            .as_bytes(),
-        );
-        k.extend_from_slice(key.key.as_bytes());
-        k
+    /// The seed URL, then a URL for each primary seen.
+    fn node_urls(&self) -> Vec<String> {
+        let nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut urls = vec![self.url.clone()];
+        urls.extend(nodes.iter().map(|node| url_of(&self.url, node)));
+        urls
     }
 
-    /// The prefix of every record key of one route.
-    fn route_prefix(&self, route: &str) -> Vec<u8> {
-        format!("{}rec:{}:{}:", self.prefix, route.len(), route).into_bytes()
-    }
-
-    /// The [`RecordKey`] a Redis key of `route` stands for.
-    fn parse_record_key(&self, route: &str, redis_key: &[u8]) -> Option<RecordKey> {
-        let rest = redis_key.strip_prefix(&self.route_prefix(route)[..])?;
-        let colon = rest.iter().position(|b| *b == b':')?;
-        Some(RecordKey {
-            route: route.to_string(),
-            scope: hex::decode(&rest[..colon]).ok()?,
-            key: String::from_utf8(rest[colon + 1..].to_vec()).ok()?,
-        })
+    /// A cluster's primaries, asked afresh (remembered for the wake-up
+    /// subscriber); `[None]` for one server, the only node there is.
+    async fn scan_nodes(&self) -> Result<Vec<Option<Node>>, StoreError> {
+        if !self.layout.cluster {
+            return Ok(vec![None]);
+        }
+        let slots: Value = self
+            .bounded(|mut conn| async move {
+                redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        let found = primaries(&slots);
+        if found.is_empty() {
+            return Err(StoreError::Unavailable(
+                "the cluster names no primary in CLUSTER SLOTS".to_string(),
+            ));
+        }
+        *self.nodes.lock().unwrap_or_else(|e| e.into_inner()) = found.clone();
+        Ok(found.into_iter().map(Some).collect())
     }
 
     async fn clear_script(
@@ -153,7 +221,7 @@ impl RedisStore {
         force: bool,
         completed_too: bool,
     ) -> Result<bool, StoreError> {
-        let record = self.record_key(key);
+        let record = self.layout.record_key(key);
         let wake = self.wake_args(key);
         let wake = &wake;
         let flag = |b: bool| if b { "1" } else { "0" };
@@ -186,13 +254,23 @@ impl RedisStore {
 
     /// `{prefix}keys`: where the scripts announce settled records.
     fn wake_channel(&self) -> String {
-        format!("{}keys", self.prefix)
+        format!("{}keys", self.layout.prefix)
     }
 
     /// Subscribe to the wake-up channel and wake the waiters each message
     /// names, until the connection is lost (`Ok`) or cannot be made.
+    /// On a cluster, each attempt subscribes on the next node (the seed,
+    /// then each primary seen): classic Pub/Sub reaches every node, so any
+    /// live one hears every announcement.
     async fn listen(&self, waiters: &Waiters) -> Result<(), redis::RedisError> {
-        let client = redis::Client::open(self.url.as_str())?;
+        let turn = self.listens.fetch_add(1, Ordering::Relaxed);
+        let url = if self.layout.cluster {
+            let urls = self.node_urls();
+            urls[turn % urls.len()].clone()
+        } else {
+            self.url.clone()
+        };
+        let client = redis::Client::open(url.as_str())?;
         let mut pubsub = tokio::time::timeout(self.timeout, client.get_async_pubsub())
             .await
             .map_err(|_| {
@@ -212,24 +290,26 @@ impl RedisStore {
         Ok(())
     }
 
-    fn token_key(&self) -> String {
-        format!("{}token", self.prefix)
-    }
-
     /// The lane's connection, opened (through the pool) if it has none. Only
     /// one operation per lane connects; the others wait and share it.
-    async fn open_lane(&self, lane: usize) -> Result<(MultiplexedConnection, u64), StoreError> {
+    async fn open_lane(&self, lane: usize) -> Result<(Conn, u64), StoreError> {
         let _turn = self.lanes.connecting[lane].lock().await;
         if let Some(opened) = self.lanes.slot(lane).clone() {
             return Ok(opened);
         }
         let generation = self.lanes.generation.load(Ordering::SeqCst);
-        let conn = Connection::take(
-            self.pool
-                .get()
-                .await
-                .map_err(|e| StoreError::Unavailable(e.to_string()))?,
-        );
+        let unavailable = |e: &dyn std::fmt::Display| StoreError::Unavailable(e.to_string());
+        let conn = match &self.source {
+            Source::Pool(pool) => Conn::Single(Connection::take(
+                pool.get().await.map_err(|e| unavailable(&e))?,
+            )),
+            Source::Cluster(client) => Conn::Cluster(
+                client
+                    .get_async_connection()
+                    .await
+                    .map_err(|e| unavailable(&e))?,
+            ),
+        };
         *self.lanes.slot(lane) = Some((conn.clone(), generation));
         Ok((conn, generation))
     }
@@ -237,9 +317,11 @@ impl RedisStore {
     /// Run `op` on a lane's connection, bounded by `[store] timeout`. A
     /// connection that fails or does not answer in time is dropped from its
     /// lane (a half-open TCP connection would otherwise time out forever).
+    /// Not on a cluster: a cluster connection reconnects to each node by
+    /// itself, and one node's failure says nothing about the others.
     async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let (lane, conn, picked) = self.lanes.pick();
@@ -256,7 +338,7 @@ impl RedisStore {
             };
             op(conn).await.map_err(|e| {
                 if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
-                    self.lanes.reset(generation.load(Ordering::Relaxed));
+                    self.reset(generation.load(Ordering::Relaxed));
                 }
                 StoreError::Unavailable(e.to_string())
             })
@@ -264,12 +346,19 @@ impl RedisStore {
         match tokio::time::timeout(self.timeout, work).await {
             Ok(result) => result,
             Err(_) => {
-                self.lanes.reset(generation.load(Ordering::Relaxed));
+                self.reset(generation.load(Ordering::Relaxed));
                 Err(StoreError::Unavailable(format!(
                     "no answer within {:?}",
                     self.timeout
                 )))
             }
+        }
+    }
+
+    /// Forget every lane's connection (one server only: see [`Self::bounded`]).
+    fn reset(&self, generation: u64) {
+        if !self.layout.cluster {
+            self.lanes.reset(generation);
         }
     }
 
@@ -279,7 +368,7 @@ impl RedisStore {
         key: &RecordKey,
         args: &[&[u8]],
     ) -> Result<Cas, StoreError> {
-        let record = self.record_key(key);
+        let record = self.layout.record_key(key);
         let wake = self.wake_args(key);
         let wake = &wake;
         let n: i64 = self
@@ -299,8 +388,8 @@ impl RedisStore {
 #[async_trait::async_trait]
 impl Store for RedisStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let record = self.record_key(req.key);
-        let token_key = self.token_key();
+        let record = self.layout.record_key(req.key);
+        let token_key = self.layout.token_key(req.key);
         let wake = self.wake_args(req.key);
         let wake = &wake;
         let release = if req.on_unknown_outcome == UnknownOutcome::Release {
@@ -423,7 +512,7 @@ impl StoreAdmin for RedisStore {
     }
 
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
-        let record = self.record_key(key);
+        let record = self.layout.record_key(key);
         let reply: Option<Vec<Value>> = self
             .bounded(
                 |mut conn| async move { INSPECT.key(&record[..]).invoke_async(&mut conn).await },
@@ -465,49 +554,43 @@ impl StoreAdmin for RedisStore {
         state: RecordState,
         limit: usize,
     ) -> Result<Vec<RecordInfo>, StoreError> {
-        // Glob-escape the route: the pattern must match it literally.
-        let mut pattern = Vec::new();
-        for b in self.route_prefix(route) {
-            if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
-                pattern.push(b'\\');
-            }
-            pattern.push(b);
-        }
-        pattern.push(b'*');
-        // The whole route is scanned: the least recently changed records may
-        // be anywhere in it. At most 2 × limit are kept in memory.
+        let pattern = self.layout.route_pattern(route);
+        // The whole route is scanned (on a cluster, on every primary): the
+        // least recently changed records may be anywhere in it. At most
+        // 2 × limit are kept in memory.
         let mut found = Vec::new();
-        let mut cursor = 0u64;
-        loop {
-            let pattern = pattern.clone();
-            let (next, keys): (u64, Vec<Vec<u8>>) = self
-                .bounded(|mut conn| async move {
-                    redis::cmd("SCAN")
-                        .arg(cursor)
-                        .arg("MATCH")
-                        .arg(pattern)
-                        .arg("COUNT")
-                        .arg(1000)
-                        .query_async(&mut conn)
-                        .await
-                })
-                .await?;
-            for redis_key in keys {
-                let Some(key) = self.parse_record_key(route, &redis_key) else {
-                    continue;
-                };
-                if let Some(info) = self.inspect(&key).await?
-                    && info.state == state
-                {
-                    found.push(info);
-                    if found.len() > limit.saturating_mul(2).max(64) {
-                        least_recent_first(&mut found, limit);
+        for node in self.scan_nodes().await? {
+            let mut cursor = 0u64;
+            loop {
+                let (pattern, node) = (pattern.clone(), node.as_ref());
+                let (next, keys): (u64, Vec<Vec<u8>>) = self
+                    .bounded(|mut conn| async move {
+                        let mut scan = redis::cmd("SCAN");
+                        scan.arg(cursor)
+                            .arg("MATCH")
+                            .arg(pattern)
+                            .arg("COUNT")
+                            .arg(1000);
+                        conn.query_node(scan, node).await
+                    })
+                    .await?;
+                for redis_key in keys {
+                    let Some(key) = self.layout.parse_record_key(route, &redis_key) else {
+                        continue;
+                    };
+                    if let Some(info) = self.inspect(&key).await?
+                        && info.state == state
+                    {
+                        found.push(info);
+                        if found.len() > limit.saturating_mul(2).max(64) {
+                            least_recent_first(&mut found, limit);
+                        }
                     }
                 }
-            }
-            cursor = next;
-            if cursor == 0 {
-                break;
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
             }
         }
         least_recent_first(&mut found, limit);
@@ -538,10 +621,34 @@ impl StoreAdmin for RedisStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        self.bounded(
-            |mut conn| async move { redis::cmd("PING").query_async::<String>(&mut conn).await },
-        )
-        .await
-        .map(|_| ())
+        if !self.layout.cluster {
+            return self
+                .bounded(|mut conn| async move {
+                    redis::cmd("PING").query_async::<String>(&mut conn).await
+                })
+                .await
+                .map(|_| ());
+        }
+        // Every primary must answer and see the whole cluster working.
+        for node in self.scan_nodes().await? {
+            let info: String = self
+                .bounded(|mut conn| async move {
+                    let mut info = redis::cmd("CLUSTER");
+                    info.arg("INFO");
+                    conn.query_node(info, node.as_ref()).await
+                })
+                .await?;
+            if !info.lines().any(|line| line.trim() == "cluster_state:ok") {
+                let state = info
+                    .lines()
+                    .find(|line| line.starts_with("cluster_state:"))
+                    .unwrap_or("no cluster_state")
+                    .trim();
+                return Err(StoreError::Unavailable(format!(
+                    "a cluster node reports {state}"
+                )));
+            }
+        }
+        Ok(())
     }
 }

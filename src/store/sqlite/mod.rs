@@ -493,6 +493,7 @@ mod tests {
             pool_size: 4,
             timeout: Duration::from_secs(10),
             prefix: String::new(),
+            cluster: false,
             max_records: 1,
             sweep_interval: Duration::from_secs(60),
             sweep_batch: 100,

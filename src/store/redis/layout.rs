@@ -1,0 +1,228 @@
+//! Where the Redis store keeps what: the names of record keys and token
+//! counters, for a single server and for a Redis Cluster.
+//!
+//! Single server (`cluster = false`), unchanged since the first release:
+//!
+//! - record: `{prefix}rec:{len(route)}:{route}:{hex(scope)}:{key}`
+//! - tokens: `{prefix}token`, one counter for every record.
+//!
+//! Redis Cluster (`cluster = true`): a script may only touch keys of one
+//! hash slot, and the claim touches the record and a token counter. Tokens
+//! must never repeat for a key, even after its record expired or was
+//! released, so a counter per record (which would expire with it) will not
+//! do. Instead there are [`BUCKETS`] counters; a record's bucket `N` is a
+//! stable hash (FNV-1a) of its single-server key, and both carry the hash
+//! tag `{bN}`:
+//!
+//! - record: `{prefix}{bN}rec:{len(route)}:{route}:{hex(scope)}:{key}`
+//! - tokens: `{prefix}{bN}token`
+//!
+//! Every key of one bucket is in one slot, so the claim's two keys are too;
+//! the 1024 buckets spread records over every primary. The prefix may hold
+//! no brace on a cluster (`StoreConfig::validate`): Redis would take the
+//! hash tag from it.
+
+use super::super::RecordKey;
+
+/// How many token counters a cluster has (the hash tags `{b0}`…`{b1023}`).
+pub(super) const BUCKETS: u64 = 1024;
+
+/// The key names of one store.
+#[derive(Debug, Clone)]
+pub(super) struct Layout {
+    pub(super) prefix: String,
+    pub(super) cluster: bool,
+}
+
+/// FNV-1a (64 bits): the same on every machine and in every release, which
+/// the bucket of a record must be.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Escape `bytes` for a `SCAN MATCH` glob, so that they match literally.
+fn glob_escape(bytes: &[u8], into: &mut Vec<u8>) {
+    for b in bytes {
+        if matches!(b, b'*' | b'?' | b'[' | b']' | b'\\') {
+            into.push(b'\\');
+        }
+        into.push(*b);
+    }
+}
+
+impl Layout {
+    /// `rec:{len(route)}:{route}:{hex(scope)}:{key}`: the record's name after
+    /// the prefix (and the hash tag, on a cluster).
+    fn record_name(key: &RecordKey) -> Vec<u8> {
+        let mut k = Vec::with_capacity(key.route.len() + key.key.len() + 80);
+        k.extend_from_slice(
+            format!(
+                "rec:{}:{}:{}:",
+                key.route.len(),
+                key.route,
+                hex::encode(&key.scope)
+            )
+            .as_bytes(),
+        );
+        k.extend_from_slice(key.key.as_bytes());
+        k
+    }
+
+    /// The hash tag of a record's bucket, `{bN}`.
+    fn tag(name: &[u8]) -> String {
+        format!("{{b{}}}", fnv1a(name) % BUCKETS)
+    }
+
+    /// The record's Redis key.
+    pub(super) fn record_key(&self, key: &RecordKey) -> Vec<u8> {
+        let name = Self::record_name(key);
+        let mut k = Vec::with_capacity(self.prefix.len() + name.len() + 8);
+        k.extend_from_slice(self.prefix.as_bytes());
+        if self.cluster {
+            k.extend_from_slice(Self::tag(&name).as_bytes());
+        }
+        k.extend_from_slice(&name);
+        k
+    }
+
+    /// The token counter of the record's claims.
+    pub(super) fn token_key(&self, key: &RecordKey) -> String {
+        if self.cluster {
+            format!("{}{}token", self.prefix, Self::tag(&Self::record_name(key)))
+        } else {
+            format!("{}token", self.prefix)
+        }
+    }
+
+    /// The `SCAN MATCH` pattern of every record key of one route.
+    pub(super) fn route_pattern(&self, route: &str) -> Vec<u8> {
+        let mut pattern = Vec::new();
+        glob_escape(self.prefix.as_bytes(), &mut pattern);
+        if self.cluster {
+            pattern.extend_from_slice(b"{b*}");
+        }
+        glob_escape(
+            format!("rec:{}:{}:", route.len(), route).as_bytes(),
+            &mut pattern,
+        );
+        pattern.push(b'*');
+        pattern
+    }
+
+    /// The [`RecordKey`] a Redis key of `route` stands for, if it is one
+    /// (on a cluster: with the tag of its own bucket).
+    pub(super) fn parse_record_key(&self, route: &str, redis_key: &[u8]) -> Option<RecordKey> {
+        let rest = redis_key.strip_prefix(self.prefix.as_bytes())?;
+        let name = if self.cluster {
+            let close = rest.iter().position(|b| *b == b'}')?;
+            let (tag, name) = rest.split_at(close + 1);
+            (tag == Self::tag(name).as_bytes()).then_some(name)?
+        } else {
+            rest
+        };
+        let rest = name.strip_prefix(format!("rec:{}:{}:", route.len(), route).as_bytes())?;
+        let colon = rest.iter().position(|b| *b == b':')?;
+        Some(RecordKey {
+            route: route.to_string(),
+            scope: hex::decode(&rest[..colon]).ok()?,
+            key: String::from_utf8(rest[colon + 1..].to_vec()).ok()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(route: &str, key: &str) -> RecordKey {
+        RecordKey {
+            route: route.to_string(),
+            scope: vec![0xab, 0x01],
+            key: key.to_string(),
+        }
+    }
+
+    fn layout(cluster: bool) -> Layout {
+        Layout {
+            prefix: "idemgate:".to_string(),
+            cluster,
+        }
+    }
+
+    /// CRC16/XMODEM of the hash tag (or the whole key), mod 16384: the slot
+    /// Redis Cluster puts a key in.
+    fn slot(key: &[u8]) -> u16 {
+        let hashed = key
+            .iter()
+            .position(|b| *b == b'{')
+            .and_then(|open| {
+                let close = key[open + 1..].iter().position(|b| *b == b'}')?;
+                (close > 0).then(|| &key[open + 1..open + 1 + close])
+            })
+            .unwrap_or(key);
+        let mut crc: u16 = 0;
+        for b in hashed {
+            crc ^= u16::from(*b) << 8;
+            for _ in 0..8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                };
+            }
+        }
+        crc % 16384
+    }
+
+    #[test]
+    fn single_server_keys_are_unchanged() {
+        let l = layout(false);
+        let k = key("orders", "k-1");
+        assert_eq!(l.record_key(&k), b"idemgate:rec:6:orders:ab01:k-1".to_vec());
+        assert_eq!(l.token_key(&k), "idemgate:token");
+        assert_eq!(l.route_pattern("a*b"), b"idemgate:rec:3:a\\*b:*".to_vec());
+        assert_eq!(l.parse_record_key("orders", &l.record_key(&k)), Some(k));
+    }
+
+    #[test]
+    fn cluster_keys_share_a_slot_with_their_counter() {
+        let l = layout(true);
+        let mut buckets = std::collections::HashSet::new();
+        for i in 0..2000 {
+            let k = key("orders", &format!("key-{i}"));
+            let (record, token) = (l.record_key(&k), l.token_key(&k));
+            assert_eq!(slot(&record), slot(token.as_bytes()), "{k:?}");
+            assert!(String::from_utf8_lossy(&record).starts_with("idemgate:{b"));
+            assert_eq!(l.parse_record_key("orders", &record), Some(k.clone()));
+            assert_eq!(l.parse_record_key("other", &record), None);
+            buckets.insert(token);
+        }
+        // Spread over (almost) every bucket, so over every primary.
+        assert!(buckets.len() > 800, "{}", buckets.len());
+    }
+
+    #[test]
+    fn a_record_keeps_its_bucket_across_releases() {
+        // Pinned: a new hash would move records away from their counters.
+        let k = key("orders", "k-1");
+        let tag = Layout::tag(&Layout::record_name(&k));
+        assert_eq!(
+            tag,
+            format!("{{b{}}}", fnv1a(b"rec:6:orders:ab01:k-1") % 1024)
+        );
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+    }
+
+    #[test]
+    fn a_forged_tag_is_not_a_record() {
+        let l = layout(true);
+        assert_eq!(
+            l.parse_record_key("r", b"idemgate:{b9999}rec:1:r:ab:k"),
+            None
+        );
+        assert_eq!(l.parse_record_key("r", b"idemgate:rec:1:r:ab:k"), None);
+    }
+}
