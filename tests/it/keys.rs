@@ -279,3 +279,6 @@ async fn keys_on_memory_without_a_running_gateway_say_so() {
         stderr(&out)
     );
 }
+
+// show, list, release and delete on a Redis Cluster.
+per_backend!(only [redis_cluster]: keys_commands_fix_a_held_key);

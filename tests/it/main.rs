@@ -21,6 +21,7 @@ mod outage;
 mod outage_redis;
 mod pipeline;
 mod postgres_races;
+mod redis_cluster;
 mod replay_cache;
 mod request_hygiene;
 mod server;

@@ -76,6 +76,7 @@ impl ChaosStore {
             Backend::Redis if durable => ChaosStore::Redis(PrivateRedis::start_durable()),
             Backend::Redis => ChaosStore::Redis(PrivateRedis::start()),
             Backend::Memory => unreachable!("gateway processes cannot share memory://"),
+            Backend::RedisCluster => unreachable!("the chaos harness runs no Redis Cluster"),
             Backend::Sqlite => ChaosStore::Sqlite(SqliteFile::new()),
         }
     }

@@ -472,6 +472,7 @@ async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
         pool_size: 2,
         timeout: Duration::from_secs(30),
         prefix: cluster::STORE_PREFIX.into(),
+        cluster: false,
         max_records: 10_000_000,
         sweep_interval: Duration::from_secs(3600),
         sweep_batch: 1000,

@@ -58,6 +58,8 @@ pub fn sample(metrics: &str, series: &str) -> f64 {
 /// Instantiate test bodies once per store: each named `async fn(Backend)`
 /// in the calling module becomes a `#[tokio::test]` in a submodule per
 /// backend (`postgres::name`, `redis::name`, `sqlite::name`, `memory::name`).
+/// `redis_cluster` (the Redis store on a three-primary cluster) is only run
+/// when named in `only [...]`.
 ///
 /// ```ignore
 /// per_backend!(replay_is_byte_exact, storm_reaches_the_upstream_once);
@@ -82,6 +84,7 @@ macro_rules! per_backend {
     };
     (@variant postgres) => { $crate::support::Backend::Postgres };
     (@variant redis) => { $crate::support::Backend::Redis };
+    (@variant redis_cluster) => { $crate::support::Backend::RedisCluster };
     (@variant sqlite) => { $crate::support::Backend::Sqlite };
     (@variant memory) => { $crate::support::Backend::Memory };
     ($($test:ident),+ $(,)?) => {

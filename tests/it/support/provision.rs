@@ -9,12 +9,15 @@
 //!    the tests run as root; a `redis-server` without persistence), shared by
 //!    every test, stopped and removed within a second of the binary's exit.
 //!    A missing server binary fails with the package to install.
+//!
+//! The Redis Cluster backend's three nodes are only ever private (or named
+//! by `IDEMGATE_TEST_REDIS_CLUSTER`), started when a test first needs them.
 
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use super::servers::{PgCluster, PrivateRedis};
+use super::servers::{PgCluster, PrivateRedis, RedisCluster};
 
 const DEFAULT_PG: &str = "postgres://postgres@127.0.0.1:5432/postgres";
 const DEFAULT_REDIS: &str = "redis://127.0.0.1:6379/";
@@ -56,6 +59,25 @@ pub fn redis_url() -> String {
             eprintln!("tests: no Redis on 127.0.0.1:6379; started one at {url}");
             url
         })
+    })
+    .clone()
+}
+
+/// The seed node and every node of the Redis Cluster tests share (each
+/// test under a key prefix of its own): the nodes `IDEMGATE_TEST_REDIS_CLUSTER`
+/// names (comma-separated `redis://` URLs, the seed first), else three
+/// private nodes started for this binary when a test first asks.
+pub fn redis_cluster_urls() -> Vec<String> {
+    static URLS: OnceLock<Vec<String>> = OnceLock::new();
+    URLS.get_or_init(|| {
+        if let Ok(urls) = std::env::var("IDEMGATE_TEST_REDIS_CLUSTER") {
+            return urls.split(',').map(str::to_string).collect();
+        }
+        let cluster = RedisCluster::for_the_binary();
+        let urls = cluster.node_urls();
+        cluster.stop_at_exit();
+        eprintln!("tests: started a Redis Cluster at {}", urls.join(", "));
+        urls
     })
     .clone()
 }

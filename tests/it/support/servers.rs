@@ -1,7 +1,8 @@
-//! Private PostgreSQL and Redis servers ([`PgCluster`], [`PrivateRedis`])
-//! on free ports, so tests can stop, freeze and restart a store without
-//! touching the shared servers other tests use. A PostgreSQL cluster can
-//! also serve TLS only ([`PgCluster::with_ssl`]).
+//! Private PostgreSQL and Redis servers ([`PgCluster`], [`PrivateRedis`],
+//! and a three-primary [`RedisCluster`]) on free ports, so tests can stop,
+//! freeze, kill and restart a store without touching the shared servers
+//! other tests use. A PostgreSQL cluster can also serve TLS only
+//! ([`PgCluster::with_ssl`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -508,4 +509,162 @@ impl Drop for PrivateRedis {
 pub fn kill(signal: &str, pid: &str) {
     let status = Command::new("kill").args([signal, pid]).status().unwrap();
     assert!(status.success(), "kill {signal} {pid}: {status}");
+}
+
+/// A Redis Cluster of three primaries (no replicas) on free loopback ports,
+/// each `redis-server --cluster-enabled yes` in a directory of its own,
+/// joined by `redis-cli --cluster create` and ready (`cluster_state:ok` on
+/// every node) when [`Self::start`] returns. A dead node takes only its own
+/// slots down (`cluster-require-full-coverage no`). Dropping it kills every
+/// node.
+pub struct RedisCluster {
+    ports: Vec<u16>,
+    children: Vec<Option<Child>>,
+    dir: Option<tempfile::TempDir>,
+    _turn: serial::Shared,
+}
+
+impl RedisCluster {
+    /// A cluster for one test (it may kill nodes).
+    pub fn start() -> Self {
+        Self::launch(serial::shared())
+    }
+
+    /// A cluster for the whole test binary: it takes no turn, and outlives
+    /// the binary by at most a second ([`Self::stop_at_exit`]).
+    pub fn for_the_binary() -> Self {
+        Self::launch(serial::none())
+    }
+
+    fn launch(turn: serial::Shared) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("idemgate-redis-cluster-")
+            .tempdir()
+            .unwrap();
+        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let children = ports
+            .iter()
+            .map(|port| {
+                let node_dir = dir.path().join(port.to_string());
+                std::fs::create_dir(&node_dir).unwrap();
+                let port = port.to_string();
+                Command::new("redis-server")
+                    .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+                    .args(["--appendonly", "no", "--cluster-enabled", "yes"])
+                    .args(["--cluster-config-file", "nodes.conf"])
+                    .args(["--cluster-node-timeout", "2000"])
+                    // The slots of the live nodes stay served when one dies.
+                    .args(["--cluster-require-full-coverage", "no"])
+                    .arg("--dir")
+                    .arg(&node_dir)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .map(Some)
+                    .unwrap_or_else(|e| panic!("cannot run redis-server ({e}): install the `redis-server` package (apt-get install redis-server)"))
+            })
+            .collect();
+        let cluster = Self {
+            ports,
+            children,
+            dir: Some(dir),
+            _turn: turn,
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        for port in &cluster.ports {
+            while std::net::TcpStream::connect(("127.0.0.1", *port)).is_err() {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "cluster node {port} did not start"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let mut create = Command::new("redis-cli");
+        create.args(["--cluster", "create"]);
+        create.args(cluster.ports.iter().map(|p| format!("127.0.0.1:{p}")));
+        create.args(["--cluster-replicas", "0", "--cluster-yes"]);
+        let out = create
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli runs");
+        assert!(out.status.success(), "cluster create: {}", text(&out));
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        for port in cluster.ports.clone() {
+            while !cluster.info(port).contains("cluster_state:ok") {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "node {port}: {}",
+                    cluster.info(port)
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        cluster
+    }
+
+    /// `CLUSTER INFO` of the node on `port` (empty if it does not answer).
+    pub fn info(&self, port: u16) -> String {
+        Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "cluster", "info"])
+            .stdin(Stdio::null())
+            .output()
+            .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The seed node's (the first node's) `redis://` URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.ports[0])
+    }
+
+    /// The `redis://` URL of every node.
+    pub fn node_urls(&self) -> Vec<String> {
+        self.ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}/"))
+            .collect()
+    }
+
+    /// SIGKILL node `i`, then reap it.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.children[i].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Leave the cluster running until this process exits, then kill it and
+    /// remove its directory (a watcher process does).
+    pub fn stop_at_exit(mut self) {
+        let pids: Vec<String> = self
+            .children
+            .iter_mut()
+            .filter_map(|c| c.take())
+            .map(|child| {
+                let pid = child.id().to_string();
+                // Not reaped by us: the watcher's kill ends it, init reaps it.
+                std::mem::forget(child);
+                pid
+            })
+            .collect();
+        let dir = self
+            .dir
+            .take()
+            .expect("the cluster has its directory")
+            .keep();
+        watch_exit(&format!(
+            "kill -9 {}; rm -rf {}",
+            pids.join(" "),
+            quote(&dir.to_string_lossy())
+        ));
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill(i);
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! Fresh storage per test on the shared servers: a throwaway PostgreSQL
-//! database ([`TestDb`]), a Redis key prefix of its own ([`RedisPrefix`]),
-//! or the in-memory store, behind one [`TestStore`] per [`Backend`].
+//! database ([`TestDb`]), a Redis key prefix of its own ([`RedisPrefix`],
+//! on the shared Redis or the shared Redis Cluster), or the in-memory
+//! store, behind one [`TestStore`] per [`Backend`].
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +15,7 @@ use sqlx::Connection;
 use super::serial;
 use super::{Set, TestConfig};
 
-pub use super::provision::{postgres_url as admin_url, redis_url};
+pub use super::provision::{postgres_url as admin_url, redis_cluster_urls, redis_url};
 
 fn unique(prefix: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -87,14 +88,27 @@ impl Drop for TestDb {
 /// A key prefix of its own for one test; its keys are deleted on drop.
 pub struct RedisPrefix {
     pub prefix: String,
+    /// The servers holding its keys: the shared Redis, or every node of
+    /// the shared cluster.
+    nodes: Vec<String>,
     _turn: serial::Shared,
 }
 
 impl RedisPrefix {
     pub fn new() -> Self {
+        Self::on(vec![redis_url()])
+    }
+
+    /// A prefix on the shared Redis Cluster.
+    pub fn on_cluster() -> Self {
+        Self::on(redis_cluster_urls())
+    }
+
+    fn on(nodes: Vec<String>) -> Self {
         Self {
             _turn: serial::shared(),
             prefix: format!("{}:", unique("idemgate_test")),
+            nodes,
         }
     }
 }
@@ -102,12 +116,18 @@ impl RedisPrefix {
 impl Drop for RedisPrefix {
     fn drop(&mut self) {
         let pattern = format!("{}*", self.prefix);
+        let nodes = self.nodes.clone();
         let _ = std::thread::spawn(move || {
-            let client = redis::Client::open(redis_url()).ok()?;
-            let mut conn = client.get_connection().ok()?;
-            let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg(&pattern).query(&mut conn).ok()?;
-            for chunk in keys.chunks(500) {
-                let _: redis::RedisResult<()> = redis::cmd("DEL").arg(chunk).query(&mut conn);
+            for node in nodes {
+                let client = redis::Client::open(node).ok()?;
+                let mut conn = client.get_connection().ok()?;
+                let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg(&pattern).query(&mut conn).ok()?;
+                // One key per DEL: a cluster node refuses keys of two slots.
+                let mut pipe = redis::pipe();
+                for key in &keys {
+                    pipe.del(key).ignore();
+                }
+                let _: redis::RedisResult<()> = pipe.query(&mut conn);
             }
             Some(())
         })
@@ -120,6 +140,8 @@ impl Drop for RedisPrefix {
 pub enum Backend {
     Postgres,
     Redis,
+    /// The Redis store with `cluster = true`, on three primaries.
+    RedisCluster,
     Sqlite,
     Memory,
 }
@@ -129,6 +151,7 @@ impl Backend {
         match self {
             Backend::Postgres => "postgres",
             Backend::Redis => "redis",
+            Backend::RedisCluster => "redis_cluster",
             Backend::Sqlite => "sqlite",
             Backend::Memory => "memory",
         }
@@ -158,6 +181,11 @@ impl TestStore {
             Backend::Redis => {
                 let new = RedisPrefix::new();
                 (redis_url(), redis.insert(new).prefix.clone())
+            }
+            Backend::RedisCluster => {
+                let new = RedisPrefix::on_cluster();
+                let seed = new.nodes[0].clone();
+                (seed, redis.insert(new).prefix.clone())
             }
             Backend::Sqlite => {
                 let new = tempfile::tempdir().unwrap();
@@ -189,8 +217,12 @@ impl TestStore {
 
     /// [`TestConfig::new`] on this store (with its Redis prefix).
     pub fn config(&self, upstream: &str) -> TestConfig {
+        let cluster = self.backend == Backend::RedisCluster;
         TestConfig::new(&self.url, upstream).store(|s| {
             s.set("prefix", self.prefix.as_str());
+            if cluster {
+                s.set("cluster", true);
+            }
         })
     }
 
@@ -205,6 +237,7 @@ impl TestStore {
             pool_size: 8,
             timeout: Duration::from_secs(5),
             prefix: self.prefix.clone(),
+            cluster: self.backend == Backend::RedisCluster,
             max_records: 10_000,
             sweep_interval: Duration::from_secs(60),
             sweep_batch: 100,
