@@ -87,6 +87,10 @@ fn cluster_client(urls: Vec<String>, timeout: Duration) -> redis::RedisResult<Cl
         .response_timeout(timeout)
         // MOVED/ASK after a resharding or failover, and a few transport
         // retries; `bounded` ends whatever is still waiting at the timeout.
+        // A script re-sent after its reply was lost finds its own write: a
+        // claim then answers `in_flight` for its own record (nothing is
+        // forwarded: fail closed until the lease lapses), and every other
+        // script is idempotent or answers fenced.
         .retries(3)
         .build()
 }
