@@ -278,6 +278,21 @@ impl SqliteStore {
 #[async_trait::async_trait]
 impl Store for SqliteStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        // Reads first: a replay, a mismatch, a held key or a live lease is
+        // answered from a snapshot, without the write lock (nor a copy of
+        // the request for the writer's queue).
+        let row = self
+            .read(async |conn| read_row(conn, req.key).await)
+            .await?;
+        let step = claim_step(
+            row.as_ref(),
+            req.fingerprint,
+            req.on_unknown_outcome,
+            now_us(),
+        )?;
+        if let Some(answer) = read_only_answer(step, row)? {
+            return Ok(answer);
+        }
         let claim = ClaimOp {
             key: req.key.clone(),
             fingerprint: *req.fingerprint,
@@ -286,15 +301,6 @@ impl Store for SqliteStore {
             retention: req.retention,
             on_unknown: req.on_unknown_outcome,
         };
-        // Reads first: a replay, a mismatch, a held key or a live lease is
-        // answered from a snapshot, without the write lock.
-        let row = self
-            .read(async |conn| read_row(conn, req.key).await)
-            .await?;
-        let step = claim_step(row.as_ref(), &claim, now_us())?;
-        if let Some(answer) = read_only_answer(step, row)? {
-            return Ok(answer);
-        }
         match self.write(Op::Claim(claim)).await? {
             Reply::Claim(claim, settled) => {
                 if settled {
@@ -546,6 +552,7 @@ mod tests {
             assert!(matches!(claim.unwrap(), Ok(Claim::Claimed { .. })));
         }
         let commits = store.writer.commits() - before;
+        assert!(commits >= 1, "the writer counts its commits");
         assert!(
             commits < 201,
             "201 writes took {commits} commits: nothing was committed together"

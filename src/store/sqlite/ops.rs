@@ -124,10 +124,12 @@ pub(super) struct ClaimOp {
     pub(super) on_unknown: UnknownOutcome,
 }
 
-/// What a claim does, given the record under the key (if any) at `now`.
+/// What a claim for `fingerprint` does, given the record under the key (if
+/// any) at `now`.
 pub(super) fn claim_step(
     row: Option<&Row>,
-    claim: &ClaimOp,
+    fingerprint: &[u8; 32],
+    on_unknown: UnknownOutcome,
     now: i64,
 ) -> Result<ClaimStep, StoreError> {
     let live = match row {
@@ -135,10 +137,10 @@ pub(super) fn claim_step(
         _ => None,
     };
     let found = match live {
-        Some(row) => Some((row.head.phase(now)?, row.fingerprint == claim.fingerprint)),
+        Some(row) => Some((row.head.phase(now)?, row.fingerprint == fingerprint[..])),
         None => None,
     };
-    Ok(transitions::claim(found, claim.on_unknown))
+    Ok(transitions::claim(found, on_unknown))
 }
 
 /// The answer of a claim that writes nothing; `None` for the steps that write.
@@ -377,7 +379,7 @@ async fn claim_for_writing(
 ) -> Result<Reply, StoreError> {
     let key = &claim.key;
     let row = read_row(conn, key).await?;
-    let step = claim_step(row.as_ref(), claim, now)?;
+    let step = claim_step(row.as_ref(), &claim.fingerprint, claim.on_unknown, now)?;
     let lease_until = now.saturating_add(micros(claim.lease));
     Ok(match step {
         ClaimStep::Insert => {
