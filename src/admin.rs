@@ -108,6 +108,11 @@ async fn answer(request: Request<RequestBody>, admin: &Admin) -> Response<Body> 
                 metrics.pool_idle.set(pool.idle as i64);
                 metrics.pool_max.set(pool.max as i64);
             }
+            if let Some(batches) = store.batch_stats() {
+                metrics.store_batches.set(batches.batches);
+                metrics.store_batched_operations.set(batches.operations);
+                metrics.store_batch_splits.set(batches.split);
+            }
             text(StatusCode::OK, OPENMETRICS, metrics.encode())
         }
         (Method::GET | Method::HEAD, "/healthz") => text(StatusCode::OK, PLAIN, "ok\n".into()),

@@ -98,6 +98,29 @@ impl EncodeMetric for DroppedLogLines {
     }
 }
 
+/// A counter whose value is kept elsewhere (a store's own tally) and
+/// copied in at scrape time.
+#[derive(Debug, Clone, Default)]
+pub struct ScrapedCounter(Arc<std::sync::atomic::AtomicU64>);
+
+impl ScrapedCounter {
+    /// The tally's current value (it only grows).
+    pub fn set(&self, value: u64) {
+        self.0.store(value, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl EncodeMetric for ScrapedCounter {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let value = self.0.load(std::sync::atomic::Ordering::Relaxed);
+        encoder.encode_counter::<NoLabelSet, _, u64>(&value, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
 fn latency_histogram() -> Histogram {
     // 0.25 ms … ~8 s.
     Histogram::new(exponential_buckets(0.000_25, 2.0, 16))
@@ -136,6 +159,14 @@ pub struct Metrics {
     pub pool_idle: Gauge,
     /// `idemgate_store_pool_max_connections`: the pool's size limit.
     pub pool_max: Gauge,
+    /// `idemgate_store_batches_total`: batches of claims and completions
+    /// (PostgreSQL), each one round trip and one commit.
+    pub store_batches: ScrapedCounter,
+    /// `idemgate_store_batched_operations_total`: operations they carried.
+    pub store_batched_operations: ScrapedCounter,
+    /// `idemgate_store_batch_splits_total`: batches refused as a whole and
+    /// run again one operation at a time.
+    pub store_batch_splits: ScrapedCounter,
 }
 
 impl Default for Metrics {
@@ -243,6 +274,24 @@ impl Metrics {
             "The store pool's size limit",
             pool_max.clone(),
         );
+        let store_batches = ScrapedCounter::default();
+        registry.register(
+            "store_batches",
+            "Batches of claims and completions sent to PostgreSQL, each one round trip and one commit",
+            store_batches.clone(),
+        );
+        let store_batched_operations = ScrapedCounter::default();
+        registry.register(
+            "store_batched_operations",
+            "Claims and completions carried by those batches",
+            store_batched_operations.clone(),
+        );
+        let store_batch_splits = ScrapedCounter::default();
+        registry.register(
+            "store_batch_splits",
+            "Batches the database refused as a whole, whose operations then ran one at a time",
+            store_batch_splits.clone(),
+        );
         Self {
             registry,
             requests,
@@ -260,17 +309,40 @@ impl Metrics {
             pool_connections,
             pool_idle,
             pool_max,
+            store_batches,
+            store_batched_operations,
+            store_batch_splits,
         }
     }
 
-    /// Count one request.
-    pub fn request(&self, route: &str, outcome: &'static str) {
-        self.requests
-            .get_or_create(&RequestLabels {
-                route: route.to_string(),
-                outcome,
-            })
-            .inc();
+    /// One route's handles (`-`: requests no route matched), for request
+    /// outcomes labelled by `outcomes` in the order the caller indexes them.
+    pub fn for_route(&self, route: &str, outcomes: &[&'static str]) -> RouteMetrics {
+        RouteMetrics {
+            requests: outcomes
+                .iter()
+                .map(|&outcome| {
+                    self.requests
+                        .get_or_create(&RequestLabels {
+                            route: route.to_string(),
+                            outcome,
+                        })
+                        .clone()
+                })
+                .collect(),
+            upstream_seconds: self
+                .upstream_seconds
+                .get_or_create(&RouteLabels {
+                    route: route.to_string(),
+                })
+                .clone(),
+            lease_takeovers: self
+                .lease_takeovers
+                .get_or_create(&RouteLabels {
+                    route: route.to_string(),
+                })
+                .clone(),
+        }
     }
 
     /// The Prometheus text exposition of every metric.
@@ -286,6 +358,27 @@ impl Metrics {
         self.store_seconds
             .get_or_create(&StoreLabels { op, result })
             .observe(took.as_secs_f64());
+    }
+}
+
+/// One route's metric handles, looked up once when the gateway is built,
+/// so that counting a request allocates nothing and takes no lock (the
+/// families' label sets are built here, not per request).
+#[derive(Debug, Clone)]
+pub struct RouteMetrics {
+    /// `idemgate_requests_total{route, outcome}`, by the caller's outcome index.
+    requests: Vec<Counter>,
+    /// `idemgate_upstream_duration_seconds{route}`.
+    pub upstream_seconds: Histogram,
+    /// `idemgate_lease_takeovers_total{route}`.
+    pub lease_takeovers: Counter,
+}
+
+impl RouteMetrics {
+    /// Count one request with the outcome at `index` (as passed to
+    /// [`Metrics::for_route`]).
+    pub fn request(&self, index: usize) {
+        self.requests[index].inc();
     }
 }
 

@@ -85,6 +85,11 @@ pub const DEFAULT_STORE_URL: &str = "sqlite://idemgate.db";
 pub const DEFAULT_STORE_MIGRATE: bool = true;
 /// `store.pool_size`: most connections the store pool opens.
 pub const DEFAULT_STORE_POOL_SIZE: u32 = 16;
+/// `store.batches_in_flight`: PostgreSQL batches of claims and completions
+/// sent at once. One measured best (bench/results/2026-11-24.md): claims
+/// and completions that arrive while a batch is committing all join the
+/// next one.
+pub const DEFAULT_BATCHES_IN_FLIGHT: u32 = 1;
 /// `store.timeout`: longest any single store operation may take.
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
 /// `store.prefix`: prefix of every Redis key idemgate writes.

@@ -13,7 +13,7 @@ use super::{Gateway, to_client};
 use crate::body::{self, Body, Collected, Prefixed, collect_up_to};
 use crate::clock::Instant;
 use crate::config::{Route, RouteMode};
-use crate::metrics::{Metrics, RouteLabels};
+use crate::metrics::Metrics;
 use crate::problem::GatewayError;
 use crate::store::{Cas, HeldReason, RecordKey, StoreError, StoredResponse, Token, UnknownOutcome};
 use crate::upstream::UpstreamError;
@@ -42,11 +42,8 @@ impl Gateway {
             Ok::<_, UpstreamError>((parts, collected))
         })
         .await;
-        self.metrics
+        self.metrics_of(Some(&route.name))
             .upstream_seconds
-            .get_or_create(&RouteLabels {
-                route: route.name.clone(),
-            })
             .observe(started.elapsed().as_secs_f64());
 
         let (mut parts, collected) = match exchange {

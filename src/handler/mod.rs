@@ -28,6 +28,7 @@ mod outcome;
 mod renew;
 mod shadow;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +46,7 @@ use crate::config::{Concurrent, Config, OnStoreError, Route, RouteMode};
 use crate::fingerprint::Fingerprinter;
 use crate::json_body::JsonBody;
 use crate::key_source::{self, Found, PartError};
-use crate::metrics::{Metrics, RouteLabels, WakeupLabels};
+use crate::metrics::{Metrics, RouteMetrics, WakeupLabels};
 use crate::problem::GatewayError;
 use crate::store::{
     self, Claim, ClaimRequest, RecordKey, Store, StoreError, StoredResponse, Token,
@@ -63,7 +64,7 @@ pub const REPLAYED: &str = "idempotent-replayed";
 /// What one request's log line reports besides its outcome.
 #[derive(Default)]
 struct Trace {
-    route: Option<String>,
+    route: Option<Arc<Route>>,
     key_digest: Option<String>,
     token: Option<Token>,
 }
@@ -81,6 +82,10 @@ pub struct Gateway {
     /// Claimed forwards at once.
     forward_slots: Arc<Semaphore>,
     metrics: Arc<Metrics>,
+    /// Each route's metric handles, by route name.
+    route_metrics: HashMap<String, RouteMetrics>,
+    /// The handles of requests no route matched (`route="-"`).
+    unrouted: RouteMetrics,
     orphans: Orphans,
     /// Requests waiting for a key (`concurrent = "wait"`), by key.
     waiters: Arc<Waiters>,
@@ -102,6 +107,13 @@ impl Gateway {
         waiters: Arc<Waiters>,
     ) -> Self {
         let tasks = TaskTracker::new();
+        let outcomes = Outcome::ALL.map(Outcome::as_str);
+        let route_metrics = config
+            .routes
+            .iter()
+            .map(|r| (r.name.clone(), metrics.for_route(&r.name, &outcomes)))
+            .collect();
+        let unrouted = metrics.for_route("-", &outcomes);
         Self {
             routes: config.routes.iter().cloned().map(Arc::new).collect(),
             orphans: Orphans::start(store.clone(), metrics.clone(), &tasks),
@@ -120,10 +132,19 @@ impl Gateway {
             body_budget: Arc::new(Semaphore::new(config.max_buffered_request_bytes)),
             forward_slots: Arc::new(Semaphore::new(config.max_forwards_in_flight)),
             metrics,
+            route_metrics,
+            unrouted,
             waiters,
             wait_slots: Arc::new(Semaphore::new(config.max_waiting)),
             wait_bytes: Arc::new(Semaphore::new(config.max_buffered_request_bytes / 2)),
         }
+    }
+
+    /// A route's metric handles (`None`: no route matched).
+    fn metrics_of(&self, route: Option<&str>) -> &RouteMetrics {
+        route
+            .and_then(|name| self.route_metrics.get(name))
+            .unwrap_or(&self.unrouted)
     }
 
     /// The forward tasks (and the lost-claim worker); graceful shutdown
@@ -153,7 +174,7 @@ impl Gateway {
     ) -> Response<Body> {
         let started = Instant::now();
         let method = request.method().clone();
-        let path = request.uri().path().to_string();
+        let uri = request.uri().clone();
         let mut trace = Trace::default();
         let (response, outcome) = match self.clone().handle_inner(request, client, &mut trace).await
         {
@@ -161,18 +182,18 @@ impl Gateway {
             Err(error) => {
                 let outcome = Outcome::of(&error);
                 if error.status().is_server_error() {
-                    tracing::warn!(error = %error, route = trace.route.as_deref(), "request failed");
+                    tracing::warn!(error = %error, route = trace.route.as_deref().map(|r| r.name.as_str()), "request failed");
                 }
                 (error.to_response(self.docs_url.as_deref()), outcome)
             }
         };
-        self.metrics
-            .request(trace.route.as_deref().unwrap_or("-"), outcome.as_str());
+        let route = trace.route.as_deref().map(|r| r.name.as_str());
+        self.metrics_of(route).request(outcome.index());
         tracing::info!(
             target: "idemgate::request",
             method = %method,
-            path = %path,
-            route = trace.route.as_deref().unwrap_or("-"),
+            path = %uri.path(),
+            route = route.unwrap_or("-"),
             outcome = outcome.as_str(),
             status = response.status().as_u16(),
             latency_ms = started.elapsed().as_secs_f64() * 1000.0,
@@ -196,7 +217,7 @@ impl Gateway {
             .ok_or_else(|| GatewayError::NoRoute {
                 path: request.uri().path().to_string(),
             })?;
-        trace.route = Some(route.name.clone());
+        trace.route = Some(route.clone());
 
         // 2. Unprotected methods pass through untouched.
         if !route.protects(request.method()) {
@@ -503,12 +524,7 @@ impl Gateway {
                 kill_window!("after-claim");
                 if takeover {
                     tracing::warn!(route = %route.name, token, "took over a key whose lease lapsed");
-                    self.metrics
-                        .lease_takeovers
-                        .get_or_create(&RouteLabels {
-                            route: route.name.clone(),
-                        })
-                        .inc();
+                    self.metrics_of(Some(&route.name)).lease_takeovers.inc();
                 }
                 let request = upstream::prepare(
                     Request::from_parts(parts, body::full(body)),

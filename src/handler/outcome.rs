@@ -37,6 +37,29 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// Every outcome, in declaration order ([`Outcome::index`]).
+    pub const ALL: [Outcome; 14] = [
+        Self::Forwarded,
+        Self::Replayed,
+        Self::WaitedReplay,
+        Self::WaitTimeout,
+        Self::Conflict,
+        Self::Mismatch,
+        Self::MissingKey,
+        Self::InvalidKey,
+        Self::Passthrough,
+        Self::Held,
+        Self::StoreError,
+        Self::Overloaded,
+        Self::FailOpen,
+        Self::Rejected,
+    ];
+
+    /// This outcome's position in [`Outcome::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The stable label.
     pub fn as_str(self) -> &'static str {
         match self {

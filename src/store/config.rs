@@ -23,6 +23,10 @@ pub struct StoreConfig {
     pub pool_size: u32,
     /// Longest any single store operation (including getting a connection) may take.
     pub timeout: Duration,
+    /// PostgreSQL only: most batches of claims and completions sent at
+    /// once (src/store/postgres/batch.rs); fewer, larger batches commit
+    /// more keys per second.
+    pub batches_in_flight: u32,
     /// Redis only: prefix of every key idemgate writes.
     pub prefix: String,
     /// Redis only: the URL names one seed node of a Redis Cluster; keys are
@@ -98,6 +102,12 @@ impl StoreConfig {
         if self.pool_size == 0 {
             return fail("pool_size", "must be at least 1");
         }
+        if self.batches_in_flight == 0 || self.batches_in_flight > self.pool_size {
+            return fail(
+                "batches_in_flight",
+                "must be at least 1 and at most pool_size (each batch uses one pooled connection)",
+            );
+        }
         self.validate_url()?;
         if self.cluster && !(self.url.starts_with("redis://") || self.url.starts_with("rediss://"))
         {
@@ -143,6 +153,7 @@ mod tests {
             migrate: false,
             pool_size: 1,
             timeout: Duration::from_secs(1),
+            batches_in_flight: 1,
             prefix: String::new(),
             cluster: false,
             max_records: 1,
@@ -187,6 +198,14 @@ mod tests {
             "sweep_interval"
         );
         assert_eq!(rejected_key(|c| c.pool_size = 0), "pool_size");
+        assert_eq!(
+            rejected_key(|c| c.batches_in_flight = 0),
+            "batches_in_flight"
+        );
+        assert_eq!(
+            rejected_key(|c| c.batches_in_flight = c.pool_size + 1),
+            "batches_in_flight"
+        );
         assert_eq!(rejected_key(|c| c.timeout = Duration::ZERO), "timeout");
     }
 

@@ -6,12 +6,12 @@
 //! one can never overwrite it (G7). Tokens come from one store-wide counter,
 //! so they never repeat for a key, even after it was released or expired.
 
+mod batch_queue;
 mod cache;
 mod config;
 mod headers;
 mod info;
 pub mod memory;
-mod pg_pool;
 pub mod postgres;
 pub mod redis;
 pub mod sqlite;
@@ -276,6 +276,10 @@ pub trait StoreAdmin: Send + Sync + 'static {
     fn pool_stats(&self) -> Option<PoolStats> {
         None
     }
+    /// What the store's batching has done, for stores that batch.
+    fn batch_stats(&self) -> Option<BatchStats> {
+        None
+    }
 }
 
 /// A backend: both sides of one store. [`open`] returns one; its request
@@ -294,6 +298,18 @@ pub struct PoolStats {
     pub idle: u64,
     /// The most the pool opens.
     pub max: u64,
+}
+
+/// What a batching store ([`postgres::PgStore`]) has done since it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BatchStats {
+    /// Batches sent (each one round trip and one commit).
+    pub batches: u64,
+    /// Operations they carried.
+    pub operations: u64,
+    /// Batches the database refused as a whole, whose operations then ran
+    /// one by one.
+    pub split: u64,
 }
 
 /// Open the store the configuration names (by URL scheme), applying

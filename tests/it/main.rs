@@ -20,6 +20,7 @@ mod metrics;
 mod outage;
 mod outage_redis;
 mod pipeline;
+mod postgres_batches;
 mod postgres_races;
 mod redis_cluster;
 mod replay_cache;

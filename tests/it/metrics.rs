@@ -70,6 +70,15 @@ async fn counters_move_as_requests_flow() {
         4.0
     );
     assert_eq!(sample(&after, "idemgate_replay_cache_hits_total"), 1.0);
+    // PostgreSQL sends claims and completions in batches: the four claims
+    // and two completions went in at most six.
+    assert_eq!(
+        sample(&after, "idemgate_store_batched_operations_total"),
+        6.0
+    );
+    let batches = sample(&after, "idemgate_store_batches_total");
+    assert!((1.0..=6.0).contains(&batches), "{after}");
+    assert_eq!(sample(&after, "idemgate_store_batch_splits_total"), 0.0);
     assert_eq!(
         sample(
             &after,

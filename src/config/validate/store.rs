@@ -3,10 +3,10 @@
 //! store module knows which settings a store can work with).
 
 use crate::config::defaults::{
-    DEFAULT_REPLAY_CACHE_SIZE, DEFAULT_REPLAY_CACHE_TTL, DEFAULT_STORE_CLUSTER,
-    DEFAULT_STORE_MAX_RECORDS, DEFAULT_STORE_MIGRATE, DEFAULT_STORE_POOL_SIZE,
-    DEFAULT_STORE_PREFIX, DEFAULT_STORE_TIMEOUT, DEFAULT_STORE_URL, DEFAULT_SWEEP_BATCH,
-    DEFAULT_SWEEP_INTERVAL,
+    DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_REPLAY_CACHE_SIZE, DEFAULT_REPLAY_CACHE_TTL,
+    DEFAULT_STORE_CLUSTER, DEFAULT_STORE_MAX_RECORDS, DEFAULT_STORE_MIGRATE,
+    DEFAULT_STORE_POOL_SIZE, DEFAULT_STORE_PREFIX, DEFAULT_STORE_TIMEOUT, DEFAULT_STORE_URL,
+    DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL,
 };
 use crate::config::raw::RawStore;
 use crate::config::values::{duration, size};
@@ -19,6 +19,7 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
         url: raw.url.unwrap_or_else(|| DEFAULT_STORE_URL.to_string()),
         migrate: raw.migrate.unwrap_or(DEFAULT_STORE_MIGRATE),
         pool_size: raw.pool_size.unwrap_or(DEFAULT_STORE_POOL_SIZE),
+        batches_in_flight: raw.batches_in_flight.unwrap_or(DEFAULT_BATCHES_IN_FLIGHT),
         timeout: duration(
             "store.timeout",
             raw.timeout.as_deref(),
@@ -80,6 +81,7 @@ mod tests {
     fn store_defaults() {
         let s = parse(MINIMAL).unwrap().store;
         assert_eq!(s.pool_size, DEFAULT_STORE_POOL_SIZE);
+        assert_eq!(s.batches_in_flight, DEFAULT_BATCHES_IN_FLIGHT);
         assert_eq!(s.timeout, DEFAULT_STORE_TIMEOUT);
         assert_eq!(s.prefix, DEFAULT_STORE_PREFIX);
         assert!(!s.cluster);

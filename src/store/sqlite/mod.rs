@@ -498,6 +498,7 @@ mod tests {
             migrate: true,
             pool_size: 4,
             timeout: Duration::from_secs(10),
+            batches_in_flight: 1,
             prefix: String::new(),
             cluster: false,
             max_records: 1,

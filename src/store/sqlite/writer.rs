@@ -26,6 +26,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::ops::{Op, Reply, execute};
 use crate::store::StoreError;
+use crate::store::batch_queue::take_batch;
 
 /// Most operations in one transaction.
 const MAX_OPS: usize = 256;
@@ -92,17 +93,10 @@ async fn run(
                 None => return,
             },
         };
-        let mut bytes = first.op.body_bytes();
-        let mut batch = vec![first];
-        while batch.len() < MAX_OPS {
-            let Ok(job) = queue.try_recv() else { break };
-            bytes += job.op.body_bytes();
-            if bytes > MAX_BYTES {
-                next = Some(job);
-                break;
-            }
-            batch.push(job);
-        }
+        let (batch, rest) = take_batch(&mut queue, first, MAX_OPS, MAX_BYTES, |job| {
+            job.op.body_bytes()
+        });
+        next = rest;
         if commit_batch(&mut conn, batch, &context).await {
             commits.fetch_add(1, Ordering::Relaxed);
         }

@@ -470,6 +470,7 @@ async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
         url: url.to_string(),
         migrate: false,
         pool_size: 2,
+        batches_in_flight: 1,
         timeout: Duration::from_secs(30),
         prefix: cluster::STORE_PREFIX.into(),
         cluster: false,

@@ -236,6 +236,7 @@ impl TestStore {
             migrate: true,
             pool_size: 8,
             timeout: Duration::from_secs(5),
+            batches_in_flight: 1,
             prefix: self.prefix.clone(),
             cluster: self.backend == Backend::RedisCluster,
             max_records: 10_000,

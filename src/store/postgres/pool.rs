@@ -9,8 +9,12 @@
 //! protocol, is closed instead, so the pool never hands out a connection in
 //! an unknown state.
 
+use std::time::Duration;
+
 use deadpool::managed::{self, Manager, Metrics, Object, Pool, RecycleResult};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
+
+use crate::store::StoreError;
 
 /// Opens connections for the pool.
 #[derive(Debug)]
@@ -42,10 +46,38 @@ pub(super) struct PgPool {
 /// Why no connection could be had.
 pub(super) type GetError = managed::PoolError<sqlx::Error>;
 
+/// Why [`PgPool::run`] failed.
+#[derive(Debug)]
+pub(super) enum RunError {
+    /// No connection could be had.
+    Get(GetError),
+    /// The operation failed; a [`sqlx::Error::Database`] is the database
+    /// refusing a statement, anything else a transport or protocol failure.
+    Sql(sqlx::Error),
+    /// The whole operation (the connection included) took longer than this.
+    TimedOut(Duration),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Get(e) => e.fmt(f),
+            RunError::Sql(e) => e.fmt(f),
+            RunError::TimedOut(limit) => write!(f, "no answer within {limit:?}"),
+        }
+    }
+}
+
+impl From<RunError> for StoreError {
+    fn from(e: RunError) -> Self {
+        StoreError::Unavailable(e.to_string())
+    }
+}
+
 impl PgPool {
     /// A pool of at most `max` connections; waiting for one and opening one
     /// are each bounded by `timeout`. Connects lazily.
-    pub(super) fn new(options: PgConnectOptions, max: usize, timeout: std::time::Duration) -> Self {
+    pub(super) fn new(options: PgConnectOptions, max: usize, timeout: Duration) -> Self {
         let pool = Pool::builder(Connector { options })
             .max_size(max)
             .wait_timeout(Some(timeout))
@@ -62,6 +94,33 @@ impl PgPool {
             object: Some(self.pool.get().await?),
             clean: false,
         })
+    }
+
+    /// Run `op` on a pooled connection, bounded by `timeout` (getting the
+    /// connection included). The connection goes back to the pool only if
+    /// `op` ended at a protocol boundary: it succeeded or the database
+    /// refused the statement. After a transport failure every idle
+    /// connection is closed too.
+    pub(super) async fn run<T>(
+        &self,
+        timeout: Duration,
+        op: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
+    ) -> Result<T, RunError> {
+        let work = async {
+            let mut checkout = self.get().await.map_err(RunError::Get)?;
+            let result = op(checkout.conn()).await;
+            match &result {
+                Ok(_) | Err(sqlx::Error::Database(_)) => checkout.clean(),
+                Err(sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_)) => {
+                    self.close_idle();
+                }
+                Err(_) => {}
+            }
+            result.map_err(RunError::Sql)
+        };
+        tokio::time::timeout(timeout, work)
+            .await
+            .unwrap_or(Err(RunError::TimedOut(timeout)))
     }
 
     /// Close every idle connection: after one failed at the transport (the

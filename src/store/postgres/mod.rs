@@ -3,7 +3,7 @@
 //! The claim is one call of the `idemgate_claim` function (migrations/), one
 //! round trip; every later transition is one `UPDATE`/`DELETE` that is a
 //! compare-and-set on the fencing token. Connections come from a bounded
-//! pool ([`super::pg_pool`]); every operation is bounded by `[store] timeout`.
+//! pool ([`pool`]); claims and completions go in batches ([`batch`]); every operation is bounded by `[store] timeout`.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -12,14 +12,18 @@ use bytes::Bytes;
 use http::StatusCode;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgSslMode};
 
+mod batch;
+mod pool;
+
 use super::info::from_epoch_millis;
-use super::pg_pool::PgPool;
 use super::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store,
     StoreAdmin, StoreError, StoredResponse, Token, decode_headers, encode_headers, redact_url,
 };
 use super::{StoreConfig, UnknownOutcome};
 use crate::waiters::{self, Waiters, parse_wake_id, wake_id};
+use batch::Batcher;
+use pool::PgPool;
 use std::sync::Arc;
 
 /// The migrations under `migrations/`, embedded in the binary.
@@ -34,6 +38,8 @@ pub struct PgStore {
     options: PgConnectOptions,
     /// The routes whose settled records are announced.
     wait_routes: Vec<String>,
+    /// Claims and completions go through it.
+    batcher: Batcher,
 }
 
 #[derive(sqlx::FromRow)]
@@ -94,10 +100,6 @@ impl InfoRow {
 
 /// The channel of the announcements of settled records (`concurrent = "wait"`).
 const WAKE_CHANNEL: &str = "idemgate_keys";
-
-fn unavailable(e: sqlx::Error) -> StoreError {
-    StoreError::Unavailable(e.to_string())
-}
 
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -220,11 +222,17 @@ impl PgStore {
         })?;
         first.clean();
         drop(first);
+        let batcher = Batcher::start(
+            pool.clone(),
+            config.timeout,
+            config.batches_in_flight as usize,
+        );
         Ok(Self {
             pool,
             timeout: config.timeout,
             options,
             wait_routes: config.wait_routes.clone(),
+            batcher,
         })
     }
 
@@ -271,37 +279,26 @@ impl PgStore {
         Ok(())
     }
 
+    /// Submit a claim or completion to the batcher, bounded by `[store]
+    /// timeout` (its wait in the queue included).
+    async fn batched(&self, op: batch::Op) -> Result<batch::Reply, StoreError> {
+        tokio::time::timeout(self.timeout, self.batcher.submit(op))
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::Unavailable(format!(
+                    "no answer within {:?}",
+                    self.timeout
+                )))
+            })
+    }
+
     /// Run `op` on a pooled connection, bounded by `[store] timeout`
-    /// (getting the connection included). The connection goes back to the
-    /// pool only if `op` ended at a protocol boundary: it succeeded or the
-    /// database refused the statement.
+    /// ([`PgPool::run`]).
     async fn bounded<T>(
         &self,
         op: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
     ) -> Result<T, StoreError> {
-        let work = async {
-            let mut checkout = self
-                .pool
-                .get()
-                .await
-                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-            let result = op(checkout.conn()).await;
-            match &result {
-                Ok(_) | Err(sqlx::Error::Database(_)) => checkout.clean(),
-                Err(sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_)) => {
-                    self.pool.close_idle();
-                }
-                Err(_) => {}
-            }
-            result.map_err(unavailable)
-        };
-        match tokio::time::timeout(self.timeout, work).await {
-            Ok(result) => result,
-            Err(_) => Err(StoreError::Unavailable(format!(
-                "no answer within {:?}",
-                self.timeout
-            ))),
-        }
+        Ok(self.pool.run(self.timeout, op).await?)
     }
 }
 
@@ -343,23 +340,22 @@ fn claim_from_row(row: ClaimRow) -> Result<Claim, StoreError> {
 #[async_trait::async_trait]
 impl Store for PgStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        // idemgate_claim (migrations/0002_attempts.sql) implements transitions::claim.
-        let row: ClaimRow = self
-            .bounded(async |conn| {
-                sqlx::query_as("SELECT * FROM idemgate_claim($1, $2, $3, $4, $5, $6, $7, $8)")
-                    .bind(&req.key.route)
-                    .bind(&req.key.scope)
-                    .bind(&req.key.key)
-                    .bind(&req.fingerprint[..])
-                    .bind(millis(req.lease))
-                    .bind(millis(req.retention))
-                    .bind(req.on_unknown_outcome == UnknownOutcome::Release)
-                    .bind(req.attempt)
-                    .fetch_one(conn)
-                    .await
-            })
-            .await?;
-        claim_from_row(row)
+        // idemgate_claim (migrations/0002_attempts.sql) implements
+        // transitions::claim; idemgate_batch (0003) calls it per claim.
+        let op = batch::Op::Claim {
+            key: req.key.clone(),
+            fingerprint: *req.fingerprint,
+            attempt: req.attempt,
+            lease_ms: millis(req.lease),
+            retention_ms: millis(req.retention),
+            release_lapsed: req.on_unknown_outcome == UnknownOutcome::Release,
+        };
+        match self.batched(op).await? {
+            batch::Reply::Claim(claim) => Ok(claim),
+            batch::Reply::Complete(_) => Err(StoreError::Corrupt(
+                "a claim was answered as a completion".into(),
+            )),
+        }
     }
 
     async fn renew(
@@ -391,38 +387,22 @@ impl Store for PgStore {
         response: &StoredResponse,
         retention: Duration,
     ) -> Result<Cas, StoreError> {
-        // transitions::write_applies(Complete): the token; in flight,
-        // completed already, or held only because this attempt's lease lapsed.
-        let forms = settling!(
-            at_key!(
-                "UPDATE idemgate_records
-                SET state = 'completed', status = $5, headers = $6, body = $7,
-                    lease_until = NULL, held_reason = NULL,
-                    expires_at = clock_timestamp() + $8 * INTERVAL '1 millisecond',
-                    updated_at = clock_timestamp()",
-                "AND token = $4
-                AND (state IN ('in_flight', 'completed')
-                     OR (state = 'held' AND held_reason = 'lease_lapsed'))"
-            ),
-            "9",
-            "10"
-        );
-        let wake = self.wake_id_for(key);
-        let done = self
-            .bounded(async |conn| {
-                settle_query(forms, wake.as_deref(), |q| {
-                    bind_key!(q, key)
-                        .bind(token)
-                        .bind(response.status.as_u16() as i16)
-                        .bind(encode_headers(&response.headers))
-                        .bind(&response.body[..])
-                        .bind(millis(retention))
-                })
-                .execute(conn)
-                .await
-            })
-            .await?;
-        Ok(cas(done.rows_affected()))
+        // transitions::write_applies(Complete), in idemgate_batch (0003).
+        let op = batch::Op::Complete {
+            key: key.clone(),
+            token,
+            status: response.status.as_u16() as i16,
+            headers: encode_headers(&response.headers),
+            body: response.body.clone(),
+            retention_ms: millis(retention),
+            wake: self.wake_id_for(key),
+        };
+        match self.batched(op).await? {
+            batch::Reply::Complete(cas) => Ok(cas),
+            batch::Reply::Claim(_) => Err(StoreError::Corrupt(
+                "a completion was answered as a claim".into(),
+            )),
+        }
     }
 
     async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
@@ -593,6 +573,10 @@ impl StoreAdmin for PgStore {
             })
             .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    fn batch_stats(&self) -> Option<super::BatchStats> {
+        Some(self.batcher.stats())
     }
 
     fn pool_stats(&self) -> Option<super::PoolStats> {
