@@ -3,22 +3,34 @@
 #
 #   bash bench/run.sh                      # full matrix: c = 8 32 64, 3 repeats, 5 s each
 #   CONCURRENCY="32" REPEATS=1 bash bench/run.sh   # a quick look
+#   ONLY="B peer" bash bench/run.sh        # a subset (default: A B C D peer log memory ceil)
+#   BASELINE=f22ed98 bash bench/run.sh     # also that revision's A, B and C-postgres rows ("-before")
 #
-# Installs wrk and nginx-light from apt if missing, starts its own throwaway
-# PostgreSQL (initdb, free port) and Redis (free port) and two nginx servers
-# (a static 201 upstream, and a plain proxy_pass in front of it), builds
-# idemgate in release mode, and measures, on one fixed 512-byte JSON POST:
+# Installs wrk, nginx-light and redis-server from apt if missing, starts its
+# own throwaway PostgreSQL (initdb, free port) and Redis (free port), two nginx
+# servers (a static 201 upstream, and a plain proxy_pass in front of it) and a
+# small counting upstream (storms), builds idemgate in release mode, installs
+# the peer (crates.io idempotent-proxy-server, once, into $BENCH_CACHE), and
+# measures, on one fixed 512-byte JSON POST:
 #   A  pass-through (no key): direct vs nginx proxy_pass vs idemgate
-#   B  a new key per request: idemgate on PostgreSQL, on Redis, on SQLite
-#   C  replays of a hot set of 100 completed keys: PostgreSQL, Redis, SQLite
-#   D  same-key storms: 2, 8, 32 and 64 requests per key (at c = 64)
+#   B  a new key per request: idemgate on PostgreSQL, on Redis, on SQLite; the peer
+#   C  replays of a hot set of 100 completed keys: PostgreSQL, Redis (replay
+#      cache on and off), SQLite; the peer
+#   D  same-key storms: 2, 8, 32 and 64 requests per key (at c = 64), against
+#      an upstream that counts executions per key; idemgate and the peer
+#   log  pass-through and replay with idemgate's default log level (info)
+#      next to the same with RUST_LOG=warn
+#   memory  10,000 idle HTTP/1.1 connections (bench/memory.py, idle-h1)
 #   ceilings: pgbench running idemgate's own claim + complete statements and
 #   its replay claim; redis-benchmark running idemgate's own claim, complete
 #   and replay (claim on a completed record) scripts; plain SQLite INSERT +
 #   UPDATE pairs in autocommit on idemgate's table and settings
 #   (bench/sqlite_ceiling.py)
+# Rows compared with each other run interleaved (per repeat: one row, then
+# the next), not all of one then all of the other.
 # Writes bench/results/<date>.md with medians (min–max) and the ratios.
-# idemgate runs with RUST_LOG=warn (no per-request log line); see the results.
+# idemgate runs with RUST_LOG=warn (no per-request log line) except in the
+# log rows; see bench/README.md for every row and option.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -28,9 +40,18 @@ CONCURRENCY="${CONCURRENCY:-8 32 64}"
 HOT=100
 STORMS="${STORMS:-2 8 32 64}"
 RESULTS="${RESULTS:-bench/results/$(date -u +%Y-%m-%d).md}"
+ONLY="${ONLY:-A B C D peer log memory ceil}"
+BASELINE="${BASELINE:-}"
+BENCH_CACHE="${BENCH_CACHE:-$HOME/.cache/idemgate-bench}"
+PEER_VERSION=1.2.2
+TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 
 log() { printf '==> %s\n' "$*" >&2; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+want() { case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+for part in $ONLY; do
+    case "$part" in A|B|C|D|peer|log|memory|ceil) ;; *) log "ONLY: unknown part '$part' (A B C D peer log memory ceil)"; exit 2 ;; esac
+done
 
 # ---- tools ---------------------------------------------------------------------
 missing=()
@@ -50,15 +71,48 @@ cleanup() {
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
     [ -d "$WORK/pg" ] && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/pg" -m immediate stop >/dev/null 2>&1 || true
+    [ -d "$WORK/baseline-src" ] && git worktree remove --force "$WORK/baseline-src" >/dev/null 2>&1 || true
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-# ---- services ------------------------------------------------------------------
+# ---- builds --------------------------------------------------------------------
 log "building idemgate (release)"
-cargo build --release --locked --quiet
-BIN="$PWD/target/release/idemgate"
+cargo build --release --locked --quiet --bin idemgate --example demo_upstream
+BIN="$TARGET_DIR/release/idemgate"
 
+# BASELINE: that revision, built once in a temporary worktree with its own
+# target directory under the cache (keyed by the full commit id).
+BASE_BIN=""
+if [ -n "$BASELINE" ] && { want A || want B || want C; }; then
+    BASE_REV="$(git rev-parse --verify "$BASELINE^{commit}")"
+    BASE_DIR="$BENCH_CACHE/baseline/$BASE_REV"
+    BASE_BIN="$BASE_DIR/idemgate"
+    if [ ! -x "$BASE_BIN" ]; then
+        log "building baseline ${BASE_REV:0:12} (release) in a temporary worktree"
+        mkdir -p "$BASE_DIR"
+        git worktree add --quiet --detach "$WORK/baseline-src" "$BASE_REV"
+        (cd "$WORK/baseline-src" && CARGO_TARGET_DIR="$BASE_DIR/target" nice -n 10 cargo build --release --locked --quiet --bin idemgate)
+        cp "$BASE_DIR/target/release/idemgate" "$BASE_BIN.tmp" && mv "$BASE_BIN.tmp" "$BASE_BIN"
+        git worktree remove --force "$WORK/baseline-src"
+    fi
+fi
+
+# The peer: crates.io idempotent-proxy-server, built once into the cache with
+# its own CARGO_HOME (its source then sits in $PEER_ROOT/cargo/registry/src).
+PEER_BIN=""
+if want peer; then
+    PEER_ROOT="$BENCH_CACHE/idempotent-proxy-server-$PEER_VERSION"
+    PEER_BIN="$PEER_ROOT/bin/idempotent-proxy-server"
+    if [ ! -x "$PEER_BIN" ]; then
+        log "installing idempotent-proxy-server $PEER_VERSION into $PEER_ROOT (once)"
+        mkdir -p "$PEER_ROOT"
+        env -u CARGO_TARGET_DIR CARGO_HOME="$PEER_ROOT/cargo" nice -n 10 \
+            cargo install idempotent-proxy-server --locked --quiet --version "$PEER_VERSION" --root "$PEER_ROOT"
+    fi
+fi
+
+# ---- services ------------------------------------------------------------------
 PGPORT="$(free_port)"
 log "PostgreSQL on 127.0.0.1:$PGPORT"
 mkdir "$WORK/pg" && chown postgres:postgres "$WORK/pg"
@@ -95,23 +149,96 @@ http {
 EOF
 nginx -c "$WORK/nginx.conf" -p "$WORK"
 
-start_gateway() { # name store_url -> sets GW_PORT, GW_PID
-    local name="$1" url="$2" admin
+# The storm upstream: answers like the nginx upstream and counts the requests
+# that reach it per Idempotency-Key; GET /__stats answers "keys executions
+# max_per_key keys_executed_more_than_once" and resets the counts.
+CNT="$(free_port)"
+log "counting upstream on :$CNT"
+cat > "$WORK/count_upstream.py" <<'PY'
+import asyncio, collections, sys
+counts = collections.Counter()
+BODY = b'{"id":"pay_1","status":"succeeded"}'
+RESP = b"HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+class Conn(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.t, self.buf = transport, b""
+    def data_received(self, data):
+        self.buf += data
+        while True:
+            end = self.buf.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            lines = self.buf[:end].decode("latin-1").split("\r\n")
+            headers = {}
+            for line in lines[1:]:
+                k, _, v = line.partition(":")
+                headers[k.strip().lower()] = v.strip()
+            if "chunked" in headers.get("transfer-encoding", ""):
+                stop = self.buf.find(b"\r\n0\r\n\r\n", end)
+                if stop < 0:
+                    return
+                self.buf = self.buf[stop + 7:]
+            else:
+                n = int(headers.get("content-length", "0"))
+                if len(self.buf) < end + 4 + n:
+                    return
+                self.buf = self.buf[end + 4 + n:]
+            if lines[0].startswith("GET /__stats"):
+                body = ("%d %d %d %d" % (len(counts), sum(counts.values()), max(counts.values(), default=0),
+                                         sum(1 for v in counts.values() if v > 1))).encode()
+                counts.clear()
+                self.t.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            else:
+                counts[headers.get("idempotency-key", "")] += 1
+                self.t.write(RESP)
+async def main():
+    server = await asyncio.get_running_loop().create_server(Conn, "127.0.0.1", int(sys.argv[1]), backlog=4096)
+    await server.serve_forever()
+asyncio.run(main())
+PY
+python3 "$WORK/count_upstream.py" "$CNT" 2>"$WORK/count_upstream.log" &
+PIDS+=($!)
+counts() { curl -sf "http://127.0.0.1:$CNT/__stats"; }
+
+# Every gateway, current or baseline, gets this config (only the store URL,
+# the replay cache and the listeners differ by gateway): route "api" to the
+# nginx upstream, "storm" and "storm-wait" (concurrent = "wait") to the
+# counting upstream.
+start_gateway() { # name store_url [replay_cache_ttl] [binary] [log: warn|default] -> sets GW_PORT, GW_PID
+    local name="$1" url="$2" cache="${3:-}" bin="${4:-$BIN}" level="${5:-warn}" admin
     GW_PORT="$(free_port)"; admin="$(free_port)"
-    cat > "$WORK/$name.toml" <<EOF
-listen = "127.0.0.1:$GW_PORT"
-admin_listen = "127.0.0.1:$admin"
-[store]
-url = "$url"
-prefix = "bench:"
-pool_size = 32
+    {
+        echo "listen = \"127.0.0.1:$GW_PORT\""
+        echo "admin_listen = \"127.0.0.1:$admin\""
+        echo "[store]"
+        echo "url = \"$url\""
+        echo "prefix = \"bench:\""
+        echo "pool_size = 32"
+        [ -n "$cache" ] && echo "replay_cache_ttl = \"$cache\""
+        cat <<EOF
 [[routes]]
 name = "api"
 match = "/*"
 upstream = "http://127.0.0.1:$UP"
 key_required = false
+[[routes]]
+name = "storm"
+match = "/storm/*"
+upstream = "http://127.0.0.1:$CNT"
+key_required = false
+[[routes]]
+name = "storm-wait"
+match = "/storm-wait/*"
+upstream = "http://127.0.0.1:$CNT"
+key_required = false
+concurrent = "wait"
 EOF
-    RUST_LOG=warn "$BIN" serve --config "$WORK/$name.toml" 2>"$WORK/$name.log" &
+    } > "$WORK/$name.toml"
+    if [ "$level" = warn ]; then
+        RUST_LOG=warn "$bin" serve --config "$WORK/$name.toml" 2>"$WORK/$name.log" &
+    else
+        env -u RUST_LOG "$bin" serve --config "$WORK/$name.toml" 2>"$WORK/$name.log" &
+    fi
     GW_PID=$!
     PIDS+=("$GW_PID")
     for _ in $(seq 1 100); do
@@ -121,13 +248,41 @@ EOF
     log "gateway $name did not become ready"; cat "$WORK/$name.log" >&2; exit 1
 }
 
+# The peer on the same Redis (its keys are "ANON:POST:<key>", idemgate's
+# "bench:…"), the same nginx upstream (/URL_API) and the counting upstream
+# (/URL_STORM). REQUEST_TIMEOUT is its lock TTL, its result TTL and its
+# upstream timeout at once: one day, like idemgate's retention, so the hot
+# set stays completed for the whole run. POLL_INTERVAL = 10 ms, its minimum:
+# how often a duplicate in flight polls Redis for the first answer.
+start_peer() { # -> sets PEER_PORT, PEER_PID
+    PEER_PORT="$(free_port)"
+    mkdir -p "$WORK/peer"
+    cat > "$WORK/peer/.env" <<EOF
+SERVER_ADDR=127.0.0.1:$PEER_PORT
+REDIS_URL=redis://127.0.0.1:$REDISPORT/0
+URL_API=http://127.0.0.1:$UP/v1/payments
+URL_STORM=http://127.0.0.1:$CNT/storm
+REQUEST_TIMEOUT=86400000
+POLL_INTERVAL=10
+EOF
+    (cd "$WORK/peer" && exec env -u LOG -u LOG_LEVEL RUST_LOG=warn "$PEER_BIN") >"$WORK/peer.log" 2>&1 &
+    PEER_PID=$!
+    PIDS+=("$PEER_PID")
+    for _ in $(seq 1 100); do
+        # Up when it answers at all (400: no key).
+        [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PEER_PORT/URL_API" || true)" != 000 ] && return 0
+        sleep 0.1
+    done
+    log "the peer did not start"; cat "$WORK/peer.log" >&2; exit 1
+}
+
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # wrk once: prints "rps p50_ms p99_ms non2xx requests"
-wrk_once() { # port mode conns
+wrk_once() { # port mode conns [path]
     local out
     out="$(MODE="$2" HOT="$HOT" STORM="${STORM:-64}" RUN="r$RANDOM$RANDOM" wrk -t2 -c"$3" -d"${DURATION}s" --latency \
-        -s bench/post.lua "http://127.0.0.1:$1/v1/payments")"
+        -s bench/post.lua "http://127.0.0.1:$1${4:-/v1/payments}")"
     python3 - "$out" <<'PY'
 import re, sys
 out = sys.argv[1]
@@ -142,66 +297,157 @@ print(f"{rps:.0f} {ms('50%'):.3f} {ms('99%'):.3f} {non2xx.group(1) if non2xx els
 PY
 }
 
-# measure NAME PORT MODE [PID]: REPEATS runs at each concurrency (or at
-# $ONLY_C); appends "NAME c rps p50 p99 non2xx cpu_us_per_req" lines to $WORK/raw
+# measure SPEC...: each SPEC is "NAME PORT MODE [PID [PATH]]" (PID "-": no
+# CPU figure). For each concurrency (or $ONLY_C) and each repeat it runs every
+# SPEC in turn, so the rows of one call are interleaved. Appends "NAME c rps
+# p50 p99 non2xx cpu_us_per_req" lines to $WORK/raw, and for storms "NAME c
+# requests keys executions max_per_key keys_executed_twice_or_more" (from the
+# counting upstream) to $WORK/storms.
 measure() {
-    local name="$1" port="$2" mode="$3" pid="${4:-}" c i before after line
+    local c i spec name port mode pid path before after line cpu stats
     for c in ${ONLY_C:-$CONCURRENCY}; do
         for i in $(seq 1 "$REPEATS"); do
-            [ -n "$pid" ] && before="$(cpu_ticks "$pid")"
-            line="$(wrk_once "$port" "$mode" "$c")"
-            local cpu="-"
-            if [ -n "$pid" ]; then
-                after="$(cpu_ticks "$pid")"
-                cpu="$(python3 -c "import os,sys; t=($after-$before)/os.sysconf('SC_CLK_TCK'); r=int(sys.argv[1]); print(f'{t*1e6/max(r,1):.1f}')" "$(echo "$line" | awk '{print $5}')")"
-            fi
-            echo "$name $c $(echo "$line" | awk '{print $1, $2, $3, $4}') $cpu" >> "$WORK/raw"
-            log "$name c=$c #$i: $line cpu_us/req=$cpu"
+            for spec in "$@"; do
+                read -r name port mode pid path <<<"$spec"
+                pid="${pid:--}"
+                [ "$mode" = storm ] && counts >/dev/null
+                [ "$pid" != - ] && before="$(cpu_ticks "$pid")"
+                line="$(wrk_once "$port" "$mode" "$c" "$path")"
+                cpu="-"
+                if [ "$pid" != - ]; then
+                    after="$(cpu_ticks "$pid")"
+                    cpu="$(python3 -c "import os,sys; t=($after-$before)/os.sysconf('SC_CLK_TCK'); r=int(sys.argv[1]); print(f'{t*1e6/max(r,1):.1f}')" "$(echo "$line" | awk '{print $5}')")"
+                fi
+                echo "$name $c $(echo "$line" | awk '{print $1, $2, $3, $4}') $cpu" >> "$WORK/raw"
+                if [ "$mode" = storm ]; then
+                    sleep 0.5 # requests the gateway had already forwarded when wrk stopped
+                    stats="$(counts)"
+                    echo "$name $c $(echo "$line" | awk '{print $5}') $stats" >> "$WORK/storms"
+                    log "$name c=$c #$i: $line cpu_us/req=$cpu upstream(keys executions max dup_keys)=$stats"
+                else
+                    log "$name c=$c #$i: $line cpu_us/req=$cpu"
+                fi
+            done
         done
     done
 }
 
-: > "$WORK/raw"
-
-# ---- A: pass-through ------------------------------------------------------------
-start_gateway pg "$PGURL"; PG_PORT="$GW_PORT"; PG_PID="$GW_PID"
-start_gateway redis "redis://127.0.0.1:$REDISPORT/"; RD_PORT="$GW_PORT"; RD_PID="$GW_PID"
-start_gateway sqlite "sqlite://$WORK/idemgate.db"; SQ_PORT="$GW_PORT"; SQ_PID="$GW_PID"
-measure A-direct "$UP" none
-measure A-nginx "$NGX" none
-measure A-idemgate "$PG_PORT" none "$PG_PID"
-
-# ---- B: new key per request --------------------------------------------------------
-measure B-postgres "$PG_PORT" new "$PG_PID"
-measure B-redis "$RD_PORT" new "$RD_PID"
-measure B-sqlite "$SQ_PORT" new "$SQ_PID"
-
-# ---- C: replays of a hot set ----------------------------------------------------------
+# The hot set: HOT completed keys, created through the gateway at PORT.
 BODY="$(python3 -c 'print("{\"amount\":1200,\"currency\":\"eur\",\"pad\":\"" + "x"*471 + "\"}", end="")')"
-for port in "$PG_PORT" "$RD_PORT" "$SQ_PORT"; do
+preload() { # port [path]
+    local n
     for n in $(seq 0 $((HOT - 1))); do
-        curl -s -o /dev/null -X POST "http://127.0.0.1:$port/v1/payments" -H "Content-Type: application/json" \
+        curl -s -o /dev/null -X POST "http://127.0.0.1:$1${2:-/v1/payments}" -H "Content-Type: application/json" \
             -H "Idempotency-Key: $(printf 'hot-%012d' "$n")" --data-binary "$BODY"
     done
-done
-measure C-postgres "$PG_PORT" hot "$PG_PID"
-measure C-redis "$RD_PORT" hot "$RD_PID"
-measure C-sqlite "$SQ_PORT" hot "$SQ_PID"
+}
+
+: > "$WORK/raw"; : > "$WORK/storms"; : > "$WORK/rss"; : > "$WORK/rss.pids"
+
+# ---- gateways ------------------------------------------------------------------------
+# Replay cache: "5s" is idemgate's default (src/config/defaults.rs); written
+# out so the results say which rows have it.
+start_gateway pg "$PGURL" 5s; PG_PORT="$GW_PORT"; PG_PID="$GW_PID"
+start_gateway redis "redis://127.0.0.1:$REDISPORT/" 5s; RD_PORT="$GW_PORT"; RD_PID="$GW_PID"
+start_gateway sqlite "sqlite://$WORK/idemgate.db" 5s; SQ_PORT="$GW_PORT"; SQ_PID="$GW_PID"
+printf 'idemgate-postgres %s\nidemgate-redis %s\nidemgate-sqlite %s\n' "$PG_PID" "$RD_PID" "$SQ_PID" > "$WORK/rss.pids"
+if want C || want peer; then
+    start_gateway redis-nocache "redis://127.0.0.1:$REDISPORT/" 0s; RN_PORT="$GW_PORT"; RN_PID="$GW_PID"
+fi
+if want log; then
+    start_gateway redis-info "redis://127.0.0.1:$REDISPORT/" 5s "$BIN" default; RI_PORT="$GW_PORT"; RI_PID="$GW_PID"
+fi
+if [ -n "$PEER_BIN" ]; then
+    start_peer
+    echo "peer $PEER_PID" >> "$WORK/rss.pids"
+fi
+if [ -n "$BASE_BIN" ]; then
+    # Same config; its own PostgreSQL database and Redis database (its schema
+    # and migrations may differ from the current build's).
+    psql "$PGURL" -qc "CREATE DATABASE before" >/dev/null
+    start_gateway pg-before "postgres://postgres@127.0.0.1:$PGPORT/before" 5s "$BASE_BIN"; PGB_PORT="$GW_PORT"; PGB_PID="$GW_PID"
+    start_gateway redis-before "redis://127.0.0.1:$REDISPORT/1" 5s "$BASE_BIN"; RDB_PORT="$GW_PORT"; RDB_PID="$GW_PID"
+fi
+
+# ---- A: pass-through ------------------------------------------------------------
+if want A; then
+    specs=("A-direct $UP none" "A-nginx $NGX none" "A-idemgate $PG_PORT none $PG_PID")
+    [ -n "$BASE_BIN" ] && specs+=("A-idemgate-before $PGB_PORT none $PGB_PID")
+    measure "${specs[@]}"
+fi
+
+# ---- B: new key per request --------------------------------------------------------
+if want B || want peer; then
+    specs=()
+    want B && specs+=("B-postgres $PG_PORT new $PG_PID")
+    [ -n "$BASE_BIN" ] && want B && specs+=("B-postgres-before $PGB_PORT new $PGB_PID")
+    specs+=("B-redis $RD_PORT new $RD_PID")
+    [ -n "$BASE_BIN" ] && want B && specs+=("B-redis-before $RDB_PORT new $RDB_PID")
+    [ -n "$PEER_BIN" ] && specs+=("B-peer $PEER_PORT new $PEER_PID /URL_API")
+    want B && specs+=("B-sqlite $SQ_PORT new $SQ_PID")
+    measure "${specs[@]}"
+fi
+
+# ---- C: replays of a hot set ----------------------------------------------------------
+# idemgate-redis and idemgate-redis-nocache share one Redis, prefix and
+# route: one preload serves both (and the log rows).
+if want C || want peer || want log; then
+    preload "$RD_PORT"
+fi
+if want C || want peer; then
+    specs=()
+    if want C; then
+        preload "$PG_PORT"; preload "$SQ_PORT"
+        specs+=("C-postgres $PG_PORT hot $PG_PID")
+        [ -n "$BASE_BIN" ] && { preload "$PGB_PORT"; specs+=("C-postgres-before $PGB_PORT hot $PGB_PID"); }
+    fi
+    specs+=("C-redis $RD_PORT hot $RD_PID" "C-redis-nocache $RN_PORT hot $RN_PID")
+    [ -n "$PEER_BIN" ] && { preload "$PEER_PORT" /URL_API; specs+=("C-peer $PEER_PORT hot $PEER_PID /URL_API"); }
+    want C && specs+=("C-sqlite $SQ_PORT hot $SQ_PID")
+    measure "${specs[@]}"
+fi
+
+# ---- log: idemgate's per-request log line -------------------------------------------
+# The same config on the same Redis; idemgate-redis-info runs without
+# RUST_LOG (the default level, info: one line per request, to a file).
+if want log; then
+    measure "log-A-warn $RD_PORT none $RD_PID" "log-A-info $RI_PORT none $RI_PID" \
+            "log-C-warn $RD_PORT hot $RD_PID" "log-C-info $RI_PORT hot $RI_PID"
+fi
 
 # ---- D: same-key storms ------------------------------------------------------------
 # STORM consecutive requests of a wrk thread share a key; at c = 64 (32
-# connections per thread) they are in flight together.
-for size in $STORMS; do
-    STORM="$size" ONLY_C=64 measure "D-postgres-s$size" "$PG_PORT" storm "$PG_PID"
-    STORM="$size" ONLY_C=64 measure "D-redis-s$size" "$RD_PORT" storm "$RD_PID"
-    STORM="$size" ONLY_C=64 measure "D-sqlite-s$size" "$SQ_PORT" storm "$SQ_PID"
-done
+# connections per thread) they are in flight together. The upstream counts
+# the requests that reach it per key.
+if want D || want peer; then
+    for size in $STORMS; do
+        specs=()
+        want D && specs+=("D-postgres-s$size $PG_PORT storm $PG_PID /storm/payments")
+        specs+=("D-redis-s$size $RD_PORT storm $RD_PID /storm/payments")
+        specs+=("D-redis-wait-s$size $RD_PORT storm $RD_PID /storm-wait/payments")
+        [ -n "$PEER_BIN" ] && specs+=("D-peer-s$size $PEER_PORT storm $PEER_PID /URL_STORM")
+        want D && specs+=("D-sqlite-s$size $SQ_PORT storm $SQ_PID /storm/payments")
+        STORM="$size" ONLY_C=64 measure "${specs[@]}"
+    done
+fi
 
-PG_RSS="$(awk '/VmHWM/ {print $2}' "/proc/$PG_PID/status")"
-RD_RSS="$(awk '/VmHWM/ {print $2}' "/proc/$RD_PID/status")"
-SQ_RSS="$(awk '/VmHWM/ {print $2}' "/proc/$SQ_PID/status")"
+while read -r name pid; do
+    echo "$name $(awk '/VmHWM/ {print $2}' "/proc/$pid/status")" >> "$WORK/rss"
+done < "$WORK/rss.pids"
 
-# ---- ceilings ----------------------------------------------------------------------
+# ---- memory: 10,000 idle connections ------------------------------------------------
+# bench/memory.py's idle-h1 scenario (its own fresh gateway on a memory://
+# store and the demo upstream); only its last step, 10,000 connections.
+if want memory; then
+    log "memory: 10,000 idle HTTP/1.1 connections (bench/memory.py --only idle-h1)"
+    (ulimit -n 20000 2>/dev/null || true
+     IDEMGATE="$BIN" UPSTREAM="$TARGET_DIR/release/examples/demo_upstream" STEPS=10000 \
+         python3 bench/memory.py --only idle-h1) > "$WORK/memory.md"
+fi
+
+# ---- ceilings (ONLY ceil) -----------------------------------------------------------
+if want ceil; then
+preload "$PG_PORT"
 log "pgbench ceilings"
 FP="$(psql "$PGURL" -tAc "SELECT encode(fingerprint, 'hex') FROM idemgate_records WHERE key = 'hot-000000000000'")"
 cat > "$WORK/claim_complete.sql" <<EOF
@@ -267,13 +513,16 @@ for i in $(seq 1 "$REPEATS"); do
     echo "ceil-sqlite-serial 1 $(python3 bench/sqlite_ceiling.py "$WORK/ceiling.db" 1 "$DURATION") - - - -" >> "$WORK/raw"
 done
 
+fi # ceil
+
 # ---- report --------------------------------------------------------------------------
-mkdir -p bench/results
-python3 - "$WORK/raw" "$RESULTS" "$DURATION" "$REPEATS" "$PG_RSS" "$RD_RSS" "$SQ_RSS" "$(git rev-parse --short HEAD)" <<'PY'
-import statistics, sys, collections, datetime
-raw, out, duration, repeats, pg_rss, rd_rss, sq_rss, commit = sys.argv[1:]
+mkdir -p "$(dirname "$RESULTS")"
+python3 - "$WORK" "$RESULTS" "$DURATION" "$REPEATS" "$(git rev-parse --short HEAD)" "$ONLY" "${BASE_REV:-}" "${PEER_BIN:+$PEER_VERSION}" <<'PY'
+import statistics, sys, collections, datetime, os, re
+work, out, duration, repeats, commit, only, baseline, peer_version = sys.argv[1:]
+baseline = baseline[:12]
 rows = collections.defaultdict(list)
-for line in open(raw):
+for line in open(f"{work}/raw"):
     name, c, rps, p50, p99, non2xx, cpu = line.split()
     rows[(name, int(c))].append((float(rps), p50, p99, non2xx, cpu))
 def med(name, c, i=0):
@@ -284,34 +533,60 @@ def cell(name, c):
     if not vals: return "—"
     return f"{statistics.median(vals):,.0f} ({min(vals):,.0f}–{max(vals):,.0f})"
 cs = sorted({c for n, c in rows if n != "ceil-sqlite-serial"})
-storms = sorted({n for n, _ in rows if n.startswith("D-")}, key=lambda n: (n.rsplit("-s", 1)[0], int(n.rsplit("-s", 1)[1])))
+def storm_key(n):
+    base, size = n.rsplit("-s", 1)
+    order = ["D-postgres", "D-redis", "D-redis-wait", "D-peer", "D-sqlite"]
+    return (int(size), order.index(base) if base in order else 99, base)
+storms = sorted({n for n, _ in rows if n.startswith("D-")}, key=storm_key)
 # Redis runs one script at a time: a request's two calls cost the sum of
 # their times, so the pair ceiling is 1 / (1/claim + 1/complete).
 for c in {c for _, c in rows}:
     a, b = rows.get(("ceil-redis-claim", c), []), rows.get(("ceil-redis-complete", c), [])
     for x, y in zip(a, b):
         rows[("ceil-redis-claim+complete", c)].append((1 / (1 / x[0] + 1 / y[0]), "-", "-", "-", "-"))
-names = ["A-direct", "A-nginx", "A-idemgate", "B-postgres", "B-redis", "B-sqlite", "C-postgres", "C-redis", "C-sqlite"] + storms + [
+names = ["A-direct", "A-nginx", "A-idemgate", "A-idemgate-before",
+         "B-postgres", "B-postgres-before", "B-redis", "B-redis-before", "B-peer", "B-sqlite",
+         "C-postgres", "C-postgres-before", "C-redis", "C-redis-nocache", "C-peer", "C-sqlite",
+         "log-A-warn", "log-A-info", "log-C-warn", "log-C-info"] + storms + [
          "ceil-pg-claim-complete", "ceil-pg-replay", "ceil-redis-claim", "ceil-redis-complete",
          "ceil-redis-claim+complete", "ceil-redis-replay", "ceil-sqlite-insert-update", "ceil-sqlite-serial"]
 measured = [n for n in names if not n.startswith("ceil-")]
 L = [f"# idemgate benchmark — {datetime.date.today()}", "",
-     f"Commit {commit}. 2 cores shared by everything (wrk -t2, nginx 1 worker each, PostgreSQL, Redis, idemgate).",
-     f"{duration} s per run, {repeats} runs per cell; requests/s as median (min–max). 512-byte JSON POST;",
-     "upstream: nginx returning a static 201. idemgate with RUST_LOG=warn (no per-request log line),",
-     "PostgreSQL with synchronous_commit on (its default), Redis without persistence,",
-     "SQLite with WAL and synchronous = FULL (idemgate's settings).", "",
-     "## Throughput (requests/s)", "", "| run | " + " | ".join(f"c={c}" for c in cs) + " |",
+     f"Commit {commit}" + (f", baseline {baseline} (rows `-before`: the same config, its own PostgreSQL and Redis database)" if baseline else "") + f". Parts: {only}.",
+     "2 cores shared by everything (wrk -t2, nginx 1 worker each, PostgreSQL, Redis, the gateways).",
+     f"{duration} s per run, {repeats} runs per cell, compared rows interleaved; requests/s as median (min–max). 512-byte JSON POST;",
+     "upstream: nginx returning a static 201 (storms: a Python upstream counting requests per key).",
+     "idemgate with RUST_LOG=warn (no per-request log line) except `log-*-info`, replay_cache_ttl = \"5s\" (its default)",
+     "except `C-redis-nocache` (\"0s\"); PostgreSQL with synchronous_commit on (its default), Redis without persistence,",
+     "SQLite with WAL and synchronous = FULL (idemgate's settings)."]
+if peer_version:
+    L += [f"Peer: idempotent-proxy-server {peer_version} (crates.io) on the same Redis and upstreams, RUST_LOG=warn,",
+          "REQUEST_TIMEOUT=86400000 (lock and result TTL), POLL_INTERVAL=10 (ms; a duplicate in flight polls Redis until the answer)."]
+L += ["", "## Throughput (requests/s)", "", "| run | " + " | ".join(f"c={c}" for c in cs) + " |",
      "|---|" + "---|" * len(cs)]
 for n in names:
     if any((n, c) in rows for c in cs):
         L.append(f"| {n} | " + " | ".join(cell(n, c) for c in cs) + " |")
-L += ["", "## Latency and CPU (medians)", "", "| run | c | p50 ms | p99 ms | non-2xx | idemgate CPU µs/req |", "|---|---|---|---|---|---|"]
+L += ["", "## Latency and CPU (medians)", "", "| run | c | p50 ms | p99 ms | non-2xx | gateway CPU µs/req |", "|---|---|---|---|---|---|"]
 for n in measured:
     for c in cs:
         if (n, c) in rows:
-            r = rows[(n, c)]
             L.append(f"| {n} | {c} | {med(n,c,1):.2f} | {med(n,c,2):.2f} | {med(n,c,3):.0f} | {('%.1f' % med(n,c,4)) if med(n,c,4) is not None else '—'} |")
+st = collections.defaultdict(list)
+for line in open(f"{work}/storms"):
+    f = line.split()
+    if len(f) == 7:
+        st[f[0]].append([int(x) for x in f[2:]])
+if st:
+    L += ["", "## Same-key storms: executions per key (c = 64, all runs summed)", "",
+          "Requests: answered to wrk; keys: distinct keys that reached the upstream; executions: requests that reached it.",
+          "", "| run | requests | keys | executions | executions per key | max per key | keys executed more than once | non-2xx (median) |",
+          "|---|---|---|---|---|---|---|---|"]
+    for n in storms:
+        if n in st:
+            reqs, keys, ex = (sum(r[i] for r in st[n]) for i in range(3))
+            mx, dup = max(r[3] for r in st[n]), sum(r[4] for r in st[n])
+            L.append(f"| {n} | {reqs:,} | {keys:,} | {ex:,} | {ex / keys if keys else 0:.3f} | {mx} | {dup} | {med(n, 64, 3):.0f} |")
 L += ["", "## Ratios (medians)", "", "| ratio | " + " | ".join(f"c={c}" for c in cs) + " | target |", "|---|" + "---|" * len(cs) + "---|"]
 def ratio(a, b, c):
     x, y = med(a, c), med(b, c)
@@ -326,19 +601,53 @@ for label, a, b, target in [
     ("A idemgate ÷ direct", "A-idemgate", "A-direct", "—"),
     ("keyed (B postgres) ÷ unkeyed (A idemgate)", "B-postgres", "A-idemgate", "—"),
     ("keyed (B redis) ÷ unkeyed (A idemgate)", "B-redis", "A-idemgate", "—"),
+    ("new keys: idemgate Redis (B redis) ÷ peer (B peer)", "B-redis", "B-peer", "—"),
+    ("replays: idemgate Redis, cache on (C redis) ÷ peer (C peer)", "C-redis", "C-peer", "—"),
+    ("replays: idemgate Redis, cache off (C redis-nocache) ÷ peer (C peer)", "C-redis-nocache", "C-peer", "—"),
+    ("replay cache on ÷ off (C redis ÷ C redis-nocache)", "C-redis", "C-redis-nocache", "—"),
+    ("before→after: A idemgate", "A-idemgate", "A-idemgate-before", "—"),
+    ("before→after: B postgres", "B-postgres", "B-postgres-before", "—"),
+    ("before→after: B redis", "B-redis", "B-redis-before", "—"),
+    ("before→after: C postgres", "C-postgres", "C-postgres-before", "—"),
+    ("log info ÷ warn: pass-through", "log-A-info", "log-A-warn", "—"),
+    ("log info ÷ warn: replay", "log-C-info", "log-C-warn", "—"),
 ]:
-    L.append(f"| {label} | " + " | ".join(ratio(a, b, c) for c in cs) + f" | {target} |")
-L += ["", "Added latency vs direct (p50 / p99, ms):", ""]
-for n in ["A-nginx", "A-idemgate", "B-postgres", "B-redis", "B-sqlite", "C-postgres", "C-redis", "C-sqlite"]:
-    parts = []
-    for c in cs:
-        if (n, c) in rows and ("A-direct", c) in rows:
-            parts.append(f"c={c}: +{med(n,c,1) - med('A-direct',c,1):.2f} / +{med(n,c,2) - med('A-direct',c,2):.2f}")
-    L.append(f"- {n}: " + "; ".join(parts))
+    if any(med(a, c) and med(b, c) for c in cs):
+        L.append(f"| {label} | " + " | ".join(ratio(a, b, c) for c in cs) + f" | {target} |")
+if any(("log-A-info", c) in rows for c in cs):
+    L += ["", "Per-request log line (default level info vs RUST_LOG=warn), gateway CPU µs per request, info − warn:", ""]
+    for kind, a, b in [("pass-through", "log-A-info", "log-A-warn"), ("replay", "log-C-info", "log-C-warn")]:
+        parts = [f"c={c}: {med(a,c,4):.1f} − {med(b,c,4):.1f} = {med(a,c,4) - med(b,c,4):+.1f}" for c in cs
+                 if med(a, c, 4) is not None and med(b, c, 4) is not None]
+        L.append(f"- {kind}: " + "; ".join(parts))
+if any(("A-direct", c) in rows for c in cs):
+    L += ["", "Added latency vs direct (p50 / p99, ms):", ""]
+    for n in measured:
+        if n == "A-direct" or n.startswith("D-") or n.startswith("log-"):
+            continue
+        parts = []
+        for c in cs:
+            if (n, c) in rows and ("A-direct", c) in rows:
+                parts.append(f"c={c}: +{med(n,c,1) - med('A-direct',c,1):.2f} / +{med(n,c,2) - med('A-direct',c,2):.2f}")
+        if parts:
+            L.append(f"- {n}: " + "; ".join(parts))
 serial = [r[0] for r in rows.get(("ceil-sqlite-serial", 1), [])]
 if serial:
     L += ["", f"Plain SQLite pairs from one connection (no lock contention): {statistics.median(serial):,.0f}/s."]
-L += ["", f"Peak RSS: idemgate on PostgreSQL {int(pg_rss)//1024} MiB, on Redis {int(rd_rss)//1024} MiB, on SQLite {int(sq_rss)//1024} MiB.", ""]
+if os.path.exists(f"{work}/memory.md"):
+    mem = open(f"{work}/memory.md").read()
+    m = re.search(r"^\| 10000 \| (\d+) \| (\d+) \| ([\d.]+) \| ([\d.-]+) \| ([\d,–]+) \|", mem, re.M)
+    L += ["", "## Memory: 10,000 idle connections", ""]
+    if m:
+        L.append(f"10,000 idle HTTP/1.1 keep-alive connections (one answered GET each; `bench/memory.py --only idle-h1`, "
+                 f"a fresh gateway on `memory://`): VmRSS {m.group(3)} MiB, {m.group(4)} MiB over the gateway without "
+                 f"connections, {m.group(5)} bytes per open connection ({m.group(1)} still open).")
+    table = [l for l in mem.splitlines() if l.startswith("|") or l.startswith("answers:")]
+    L += [""] + table
+rss = [l.split() for l in open(f"{work}/rss")]
+if rss:
+    L += ["", "Peak RSS: " + ", ".join(f"{n} {int(k)//1024} MiB" for n, k in rss) + "."]
+L.append("")
 open(out, "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 PY
