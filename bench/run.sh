@@ -39,6 +39,7 @@ REPEATS="${REPEATS:-3}"
 CONCURRENCY="${CONCURRENCY:-8 32 64}"
 HOT=100
 STORMS="${STORMS:-2 8 32 64}"
+STORM_C="${STORM_C:-64}"
 RESULTS="${RESULTS:-bench/results/$(date -u +%Y-%m-%d).md}"
 ONLY="${ONLY:-A B C D peer log memory ceil}"
 BASELINE="${BASELINE:-}"
@@ -278,7 +279,7 @@ EOF
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-# wrk once: prints "rps p50_ms p99_ms non2xx requests"
+# wrk once: prints "rps p50_ms p99_ms non2xx requests socket_errors"
 wrk_once() { # port mode conns [path]
     local out
     out="$(MODE="$2" HOT="$HOT" STORM="${STORM:-64}" RUN="r$RANDOM$RANDOM" wrk -t2 -c"$3" -d"${DURATION}s" --latency \
@@ -293,7 +294,9 @@ def ms(label):
 rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
 reqs = int(re.search(r"(\d+) requests in", out).group(1))
 non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-print(f"{rps:.0f} {ms('50%'):.3f} {ms('99%'):.3f} {non2xx.group(1) if non2xx else 0} {reqs}")
+errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+errors = sum(int(x) for x in errors.groups()) if errors else 0
+print(f"{rps:.0f} {ms('50%'):.3f} {ms('99%'):.3f} {non2xx.group(1) if non2xx else 0} {reqs} {errors}")
 PY
 }
 
@@ -301,8 +304,8 @@ PY
 # CPU figure). For each concurrency (or $ONLY_C) and each repeat it runs every
 # SPEC in turn, so the rows of one call are interleaved. Appends "NAME c rps
 # p50 p99 non2xx cpu_us_per_req" lines to $WORK/raw, and for storms "NAME c
-# requests keys executions max_per_key keys_executed_twice_or_more" (from the
-# counting upstream) to $WORK/storms.
+# requests socket_errors keys executions max_per_key keys_executed_twice_or_more"
+# (the last four from the counting upstream) to $WORK/storms.
 measure() {
     local c i spec name port mode pid path before after line cpu stats
     for c in ${ONLY_C:-$CONCURRENCY}; do
@@ -322,7 +325,7 @@ measure() {
                 if [ "$mode" = storm ]; then
                     sleep 0.5 # requests the gateway had already forwarded when wrk stopped
                     stats="$(counts)"
-                    echo "$name $c $(echo "$line" | awk '{print $5}') $stats" >> "$WORK/storms"
+                    echo "$name $c $(echo "$line" | awk '{print $5, $6}') $stats" >> "$WORK/storms"
                     log "$name c=$c #$i: $line cpu_us/req=$cpu upstream(keys executions max dup_keys)=$stats"
                 else
                     log "$name c=$c #$i: $line cpu_us/req=$cpu"
@@ -418,7 +421,8 @@ fi
 # ---- D: same-key storms ------------------------------------------------------------
 # STORM consecutive requests of a wrk thread share a key; at c = 64 (32
 # connections per thread) they are in flight together. The upstream counts
-# the requests that reach it per key.
+# the requests that reach it per key. STORM_C: another concurrency (the peer
+# stalls above ~10 duplicates in flight: see bench/README.md).
 if want D || want peer; then
     for size in $STORMS; do
         specs=()
@@ -427,7 +431,7 @@ if want D || want peer; then
         specs+=("D-redis-wait-s$size $RD_PORT storm $RD_PID /storm-wait/payments")
         [ -n "$PEER_BIN" ] && specs+=("D-peer-s$size $PEER_PORT storm $PEER_PID /URL_STORM")
         want D && specs+=("D-sqlite-s$size $SQ_PORT storm $SQ_PID /storm/payments")
-        STORM="$size" ONLY_C=64 measure "${specs[@]}"
+        STORM="$size" ONLY_C="$STORM_C" measure "${specs[@]}"
     done
 fi
 
@@ -436,12 +440,13 @@ while read -r name pid; do
 done < "$WORK/rss.pids"
 
 # ---- memory: 10,000 idle connections ------------------------------------------------
-# bench/memory.py's idle-h1 scenario (its own fresh gateway on a memory://
-# store and the demo upstream); only its last step, 10,000 connections.
+# bench/memory.py's idle-h1 scenario as it is (its own fresh gateway on a
+# memory:// store and the demo upstream; steps 1,000, 5,000, 10,000): the
+# report takes its 10,000 row.
 if want memory; then
     log "memory: 10,000 idle HTTP/1.1 connections (bench/memory.py --only idle-h1)"
     (ulimit -n 20000 2>/dev/null || true
-     IDEMGATE="$BIN" UPSTREAM="$TARGET_DIR/release/examples/demo_upstream" STEPS=10000 \
+     IDEMGATE="$BIN" UPSTREAM="$TARGET_DIR/release/examples/demo_upstream" \
          python3 bench/memory.py --only idle-h1) > "$WORK/memory.md"
 fi
 
@@ -575,18 +580,22 @@ for n in measured:
 st = collections.defaultdict(list)
 for line in open(f"{work}/storms"):
     f = line.split()
-    if len(f) == 7:
-        st[f[0]].append([int(x) for x in f[2:]])
+    if len(f) == 8:
+        st[f[0]].append([int(x) for x in f[1:]])
 if st:
-    L += ["", "## Same-key storms: executions per key (c = 64, all runs summed)", "",
-          "Requests: answered to wrk; keys: distinct keys that reached the upstream; executions: requests that reached it.",
-          "", "| run | requests | keys | executions | executions per key | max per key | keys executed more than once | non-2xx (median) |",
-          "|---|---|---|---|---|---|---|---|"]
+    L += ["", "## Same-key storms: executions per key (all runs summed)", "",
+          "Requests: answered to wrk (any status); socket errors: wrk's (timeouts: no answer within 2 s); keys: distinct keys",
+          "that reached the upstream; executions: requests that reached it (1.000 per key: exactly once).",
+          "", "| run | c | requests | socket errors | keys | executions | executions per key | max per key | keys executed more than once | non-2xx |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     for n in storms:
         if n in st:
-            reqs, keys, ex = (sum(r[i] for r in st[n]) for i in range(3))
-            mx, dup = max(r[3] for r in st[n]), sum(r[4] for r in st[n])
-            L.append(f"| {n} | {reqs:,} | {keys:,} | {ex:,} | {ex / keys if keys else 0:.3f} | {mx} | {dup} | {med(n, 64, 3):.0f} |")
+            c = st[n][0][0]
+            # r: c requests socket_errors keys executions max_per_key keys_more_than_once
+            reqs, errs, keys, ex, dup = (sum(r[i] for r in st[n]) for i in (1, 2, 3, 4, 6))
+            mx = max(r[5] for r in st[n])
+            non2xx = sum(int(r[3]) for r in rows.get((n, c), []))
+            L.append(f"| {n} | {c} | {reqs:,} | {errs:,} | {keys:,} | {ex:,} | {ex / keys if keys else 0:.3f} | {mx} | {dup} | {non2xx:,} |")
 L += ["", "## Ratios (medians)", "", "| ratio | " + " | ".join(f"c={c}" for c in cs) + " | target |", "|---|" + "---|" * len(cs) + "---|"]
 def ratio(a, b, c):
     x, y = med(a, c), med(b, c)
