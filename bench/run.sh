@@ -416,6 +416,7 @@ fi
 if want log; then
     measure "log-A-warn $RD_PORT none $RD_PID" "log-A-info $RI_PORT none $RI_PID" \
             "log-C-warn $RD_PORT hot $RD_PID" "log-C-info $RI_PORT hot $RI_PID"
+    echo "$(wc -l < "$WORK/redis-info.log") $(wc -c < "$WORK/redis-info.log")" > "$WORK/loglines"
 fi
 
 # ---- D: same-key storms ------------------------------------------------------------
@@ -629,6 +630,9 @@ if any(("log-A-info", c) in rows for c in cs):
         parts = [f"c={c}: {med(a,c,4):.1f} − {med(b,c,4):.1f} = {med(a,c,4) - med(b,c,4):+.1f}" for c in cs
                  if med(a, c, 4) is not None and med(b, c, 4) is not None]
         L.append(f"- {kind}: " + "; ".join(parts))
+if os.path.exists(f"{work}/loglines"):
+    lines, size = open(f"{work}/loglines").read().split()
+    L.append(f"- the info gateway's log file: {int(lines):,} lines, {int(size) / 2**20:.1f} MiB (one line per request).")
 if any(("A-direct", c) in rows for c in cs):
     L += ["", "Added latency vs direct (p50 / p99, ms):", ""]
     for n in measured:
