@@ -641,7 +641,7 @@ if any(("A-direct", c) in rows for c in cs):
         parts = []
         for c in cs:
             if (n, c) in rows and ("A-direct", c) in rows:
-                parts.append(f"c={c}: +{med(n,c,1) - med('A-direct',c,1):.2f} / +{med(n,c,2) - med('A-direct',c,2):.2f}")
+                parts.append(f"c={c}: {med(n,c,1) - med('A-direct',c,1):+.2f} / {med(n,c,2) - med('A-direct',c,2):+.2f}")
         if parts:
             L.append(f"- {n}: " + "; ".join(parts))
 serial = [r[0] for r in rows.get(("ceil-sqlite-serial", 1), [])]
