@@ -1,5 +1,6 @@
-//! The Redis store (`redis://`), on deadpool-redis. Every transition is one
-//! Lua script ([`scripts`]), so it is atomic on the server; each is fenced
+//! The Redis store (`redis://`), on the redis crate (as deadpool-redis
+//! re-exports it). Every transition is one Lua script ([`scripts`]), so it
+//! is atomic on the server; each is fenced
 //! by the same token rules as the PostgreSQL store, and reads the clock with
 //! Redis's own `TIME`, so every gateway instance agrees on leases.
 //! Operations go over a few shared multiplexed connections ([`lanes`]), to
@@ -44,7 +45,6 @@ use self::conn::{Conn, Node, primaries, url_of};
 use self::lanes::Lanes;
 use self::layout::Layout;
 use self::scripts::{ABANDON, CLAIM, CLEAR, COMPLETE, HOLD, INSPECT, RELEASE, RENEW};
-use deadpool_redis::{Config as PoolSettings, Connection, Pool, PoolConfig, Runtime, Timeouts};
 use http::StatusCode;
 
 use super::info::from_epoch_millis;
@@ -73,8 +73,11 @@ pub struct RedisStore {
 
 /// Where new connections come from.
 enum Source {
-    /// One server: deadpool-redis's pool makes them.
-    Pool(Pool),
+    /// One server: a multiplexed connection each, whose connect and
+    /// response timeouts are `[store] timeout` (the redis crate's own
+    /// default response timeout, 500 ms, would otherwise cut every
+    /// operation short whatever the setting says).
+    Single(Box<(redis::Client, redis::AsyncConnectionConfig)>),
     /// A cluster: each is a cluster connection of the redis crate.
     Cluster(Box<ClusterClient>),
 }
@@ -142,21 +145,11 @@ impl RedisStore {
                     .map_err(|e| invalid(&e))?,
             ))
         } else {
-            let mut settings = PoolSettings::from_url(config.url.clone());
-            settings.pool = Some(PoolConfig {
-                max_size: config.pool_size as usize,
-                timeouts: Timeouts {
-                    wait: Some(config.timeout),
-                    create: Some(config.timeout),
-                    recycle: Some(config.timeout),
-                },
-                ..PoolConfig::default()
-            });
-            Source::Pool(
-                settings
-                    .create_pool(Some(Runtime::Tokio1))
-                    .map_err(|e| invalid(&e))?,
-            )
+            let client = redis::Client::open(config.url.as_str()).map_err(|e| invalid(&e))?;
+            let settings = redis::AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(config.timeout))
+                .set_response_timeout(Some(config.timeout));
+            Source::Single(Box::new((client, settings)))
         };
         let mut store = Self {
             source,
@@ -294,7 +287,7 @@ impl RedisStore {
         Ok(())
     }
 
-    /// The lane's connection, opened (through the pool) if it has none. Only
+    /// The lane's connection, opened if it has none. Only
     /// one operation per lane connects; the others wait and share it.
     async fn open_lane(&self, lane: usize) -> Result<(Conn, u64), StoreError> {
         let _turn = self.lanes.connecting[lane].lock().await;
@@ -304,9 +297,15 @@ impl RedisStore {
         let generation = self.lanes.generation.load(Ordering::SeqCst);
         let unavailable = |e: &dyn std::fmt::Display| StoreError::Unavailable(e.to_string());
         let conn = match &self.source {
-            Source::Pool(pool) => Conn::Single(Connection::take(
-                pool.get().await.map_err(|e| unavailable(&e))?,
-            )),
+            Source::Single(single) => {
+                let (client, settings) = single.as_ref();
+                Conn::Single(
+                    client
+                        .get_multiplexed_async_connection_with_config(settings)
+                        .await
+                        .map_err(|e| unavailable(&e))?,
+                )
+            }
             Source::Cluster(client) => Conn::Cluster(
                 client
                     .get_async_connection()
