@@ -221,34 +221,13 @@ pub(crate) async fn serve_connection<H, F>(
     let opened = Instant::now();
     let first_head = opened + settings.deadlines.first_head;
     if let Some(acceptor) = &settings.tls {
-        let handshake = tokio::select! {
-            accepted = tokio::time::timeout_at(first_head, acceptor.accept(stream)) => accepted,
-            () = stop.cancelled() => return,
-        };
-        let stream = match handshake {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(error)) => {
-                tracing::debug!(%error, "TLS handshake failed: connection closed");
-                return;
-            }
-            Err(_elapsed) => {
-                tracing::debug!(
-                    "no TLS handshake and request head within header_read_timeout: connection closed"
-                );
-                return;
-            }
-        };
-        let h2 = tls::chose_h2(stream.get_ref().1.alpn_protocol());
-        // The upstream hears that the client came over TLS.
-        let handle = Arc::new(move |mut request: http::Request<RequestBody>| {
-            request.extensions_mut().insert(ClientOverTls);
-            handle(request)
-        });
-        if h2 {
-            Box::pin(h2::serve(settings, stream, handle, opened, stop)).await;
-        } else {
-            Box::pin(h1::serve(settings, stream, &handle, opened, &stop)).await;
-        }
+        // Boxed: a cleartext connection's task does not carry the TLS
+        // handshake's state (several KB a connection, 10,000 idle
+        // connections went from 46 to 110 MiB when it was inline).
+        Box::pin(serve_tls(
+            settings, acceptor, stream, handle, opened, first_head, stop,
+        ))
+        .await;
         return;
     }
     let protocol = tokio::select! {
@@ -272,10 +251,82 @@ pub(crate) async fn serve_connection<H, F>(
     }
 }
 
+/// [`serve_connection`] on a TLS listener: the handshake within the
+/// first-head deadline, then HTTP/2 or HTTP/1.1 as ALPN chose.
+async fn serve_tls<H, F>(
+    settings: &Settings,
+    acceptor: &tokio_rustls::TlsAcceptor,
+    stream: TcpStream,
+    handle: H,
+    opened: Instant,
+    first_head: Instant,
+    stop: CancellationToken,
+) where
+    H: Fn(http::Request<RequestBody>) -> F + Send + Sync + 'static,
+    F: Future<Output = http::Response<Body>> + Send + 'static,
+{
+    let handshake = tokio::select! {
+        accepted = tokio::time::timeout_at(first_head, acceptor.accept(stream)) => accepted,
+        () = stop.cancelled() => return,
+    };
+    let stream = match handshake {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(error)) => {
+            tracing::debug!(%error, "TLS handshake failed: connection closed");
+            return;
+        }
+        Err(_elapsed) => {
+            tracing::debug!(
+                "no TLS handshake and request head within header_read_timeout: connection closed"
+            );
+            return;
+        }
+    };
+    let h2 = tls::chose_h2(stream.get_ref().1.alpn_protocol());
+    // The upstream hears that the client came over TLS.
+    let handle = Arc::new(move |mut request: http::Request<RequestBody>| {
+        request.extensions_mut().insert(ClientOverTls);
+        handle(request)
+    });
+    if h2 {
+        Box::pin(h2::serve(settings, stream, handle, opened, stop)).await;
+    } else {
+        Box::pin(h1::serve(settings, stream, &handle, opened, &stop)).await;
+    }
+}
+
 /// Sleep until `at`; forever if `None`.
 async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every open connection's task is at least this future: what it
+    /// holds inline, 10,000 idle connections hold 10,000 times. The TLS
+    /// handshake's state (boxed in [`serve_tls`]) once sat inline here and
+    /// took an idle connection from 4.4 to 10.7 KB.
+    #[tokio::test]
+    async fn a_connections_task_stays_small() {
+        let config = crate::config::Config::parse(
+            "[store]\nurl = \"memory://\"\n[[routes]]\nname = \"r\"\nmatch = \"/*\"\nupstream = \"http://127.0.0.1:1\"\n",
+        )
+        .unwrap();
+        let settings = Settings::of(&config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (stream, _) = listener.accept().await.unwrap();
+        let handle =
+            |_: http::Request<RequestBody>| async { http::Response::new(crate::body::empty()) };
+        let task = serve_connection(&settings, stream, handle, CancellationToken::new());
+        let size = std::mem::size_of_val(&task);
+        assert!(size <= 1024, "a connection's task is {size} bytes");
     }
 }
