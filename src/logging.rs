@@ -18,6 +18,10 @@ use crate::config::LogFormat;
 /// line, a few MiB at most).
 pub const LOG_QUEUE_LINES: usize = 16_384;
 
+/// Bytes the writer thread gathers before a write(2); it flushes whenever
+/// the queue runs empty, so a line never waits for more to come.
+const LOG_BUFFER_BYTES: usize = 64 * 1024;
+
 static DROPPED: OnceLock<ErrorCounter> = OnceLock::new();
 
 /// Flushes the queued lines when dropped: keep it alive until the process
@@ -37,7 +41,12 @@ pub fn init(format: LogFormat) -> LogGuard {
         .lossy(true)
         .buffered_lines_limit(LOG_QUEUE_LINES)
         .thread_name("idemgate-log")
-        .finish(std::io::stderr());
+        // Buffered: the writer thread flushes once per batch of queued
+        // lines, one write(2) for all of them instead of one per line.
+        .finish(std::io::BufWriter::with_capacity(
+            LOG_BUFFER_BYTES,
+            std::io::stderr(),
+        ));
     // sqlx reports migration notices at INFO on every start: keep it to warnings.
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
