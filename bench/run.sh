@@ -602,16 +602,20 @@ def ratio(a, b, c):
     x, y = med(a, c), med(b, c)
     return f"{x / y:.2f}" if x and y else "—"
 for label, a, b, target in [
-    ("B postgres ÷ pgbench claim+complete", "B-postgres", "ceil-pg-claim-complete", "≥ 0.8"),
+    ("B postgres ÷ pgbench claim+complete", "B-postgres", "ceil-pg-claim-complete", "≥ 1.0 (stretch 2.0)"),
+    ("B postgres ÷ B redis (PostgreSQL as fast as Redis)", "B-postgres", "B-redis", "≥ 0.9"),
     ("C postgres ÷ pgbench replay", "C-postgres", "ceil-pg-replay", "≥ 0.8"),
     ("B redis ÷ redis claim ⊕ complete scripts", "B-redis", "ceil-redis-claim+complete", "—"),
     ("B sqlite ÷ plain SQLite insert+update pairs", "B-sqlite", "ceil-sqlite-insert-update", "—"),
     ("C redis ÷ redis replay (claim script on a completed record)", "C-redis", "ceil-redis-replay", "—"),
-    ("A idemgate ÷ nginx proxy", "A-idemgate", "A-nginx", "≥ 1.0"),
+    ("A idemgate ÷ nginx proxy", "A-idemgate", "A-nginx", "—"),
+    ("A idemgate with its default info log (log-A-info) ÷ nginx proxy", "log-A-info", "A-nginx", "≥ 1.0"),
+    ("replay (C postgres) ÷ static upstream direct", "C-postgres", "A-direct", "≥ 0.8"),
+    ("replay (C redis) ÷ static upstream direct", "C-redis", "A-direct", "≥ 0.8"),
     ("A idemgate ÷ direct", "A-idemgate", "A-direct", "—"),
     ("keyed (B postgres) ÷ unkeyed (A idemgate)", "B-postgres", "A-idemgate", "—"),
-    ("keyed (B redis) ÷ unkeyed (A idemgate)", "B-redis", "A-idemgate", "—"),
-    ("new keys: idemgate Redis (B redis) ÷ peer (B peer)", "B-redis", "B-peer", "—"),
+    ("keyed (B redis) ÷ unkeyed (A idemgate)", "B-redis", "A-idemgate", "≥ 0.6"),
+    ("new keys: idemgate Redis (B redis) ÷ peer (B peer)", "B-redis", "B-peer", "≥ 1.5"),
     ("replays: idemgate Redis, cache on (C redis) ÷ peer (C peer)", "C-redis", "C-peer", "—"),
     ("replays: idemgate Redis, cache off (C redis-nocache) ÷ peer (C peer)", "C-redis-nocache", "C-peer", "—"),
     ("replay cache on ÷ off (C redis ÷ C redis-nocache)", "C-redis", "C-redis-nocache", "—"),
@@ -624,6 +628,17 @@ for label, a, b, target in [
 ]:
     if any(med(a, c) and med(b, c) for c in cs):
         L.append(f"| {label} | " + " | ".join(ratio(a, b, c) for c in cs) + f" | {target} |")
+def cpu_ratio(a, b, c):
+    x, y = med(a, c, 4), med(b, c, 4)
+    return f"{x / y:.2f}" if x and y else "—"
+for label, a, b, target in [
+    ("gateway CPU per new key (B postgres) ÷ per pass-through (A idemgate)", "B-postgres", "A-idemgate", "≤ 2.0"),
+    ("gateway CPU per new key (B redis) ÷ per pass-through (A idemgate)", "B-redis", "A-idemgate", "≤ 2.0"),
+    ("before→after gateway CPU: B postgres", "B-postgres", "B-postgres-before", "—"),
+    ("before→after gateway CPU: C postgres", "C-postgres", "C-postgres-before", "—"),
+]:
+    if any(med(a, c, 4) and med(b, c, 4) for c in cs):
+        L.append(f"| {label} | " + " | ".join(cpu_ratio(a, b, c) for c in cs) + f" | {target} |")
 if any(("log-A-info", c) in rows for c in cs):
     L += ["", "Per-request log line (default level info vs RUST_LOG=warn), gateway CPU µs per request, info − warn:", ""]
     for kind, a, b in [("pass-through", "log-A-info", "log-A-warn"), ("replay", "log-C-info", "log-C-warn")]:
