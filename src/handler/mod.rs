@@ -333,11 +333,9 @@ impl Gateway {
             scope,
             key,
         };
-        // 5 in the client's task, 6–7 in a task of its own (G6): a client
-        // that goes away after its claim changes nothing — a committed
-        // claim is always forwarded and settled — and one that goes away
-        // during it leaves a lost claim, whose record is removed; neither
-        // is ever left to lapse into `held`.
+        // 5–7 in a task of its own (G6): from the claim on, a client that
+        // goes away changes nothing — a committed claim is always forwarded
+        // and settled, never left to lapse into `held`.
         let claim = Claiming {
             route,
             record_key,
@@ -360,11 +358,7 @@ impl Gateway {
         Ok((response, outcome))
     }
 
-    /// Claim in the client's task, and forward a claimed request in a
-    /// task of its own (G6). A client that leaves during the claim leaves
-    /// a lost claim behind, pursued like one whose answer never came
-    /// ([`LostClaim`]); replays, `409`s, `422`s and held keys are answered
-    /// here, without a task.
+    /// Claim (and forward) in a task of its own.
     async fn claim_in_task(
         self: &Arc<Self>,
         claim: Claiming,
@@ -376,38 +370,11 @@ impl Gateway {
             .map_err(|_| {
                 GatewayError::Overloaded("budget for forwards in flight (max_forwards_in_flight)")
             })?;
-        let attempt = store::new_attempt_id();
-        let claimed = {
-            let mut lost = LostClaim {
-                orphans: &self.orphans,
-                route: &claim.route,
-                key: &claim.record_key,
-                attempt,
-                armed: true,
-            };
-            let claimed = self
-                .store
-                .claim(&ClaimRequest {
-                    key: &claim.record_key,
-                    fingerprint: &claim.fingerprint,
-                    attempt,
-                    lease: claim.route.lease,
-                    retention: claim.route.retention,
-                    on_unknown_outcome: claim.route.on_unknown_outcome,
-                })
-                .await;
-            lost.armed = false;
-            claimed
-        };
-        let (token, takeover) = match self.unclaimed(&claim, attempt, claimed)? {
-            Ok(claimed) => claimed,
-            Err(instead) => return self.instead_of_forwarding(claim, instead).await,
-        };
         let (reply, answer) = oneshot::channel();
         let gateway = self.clone();
         self.tasks.spawn(async move {
             // The claim's body reservation ends with it.
-            let result = gateway.forward_claimed(claim, token, takeover).await;
+            let result = gateway.claim_and_forward(claim).await;
             // The response is no longer buffered here.
             drop(forward_slot);
             let _ = reply.send(result);
@@ -475,42 +442,60 @@ impl Gateway {
         }
     }
 
-    /// What a claim's answer means when it is not this request's to
-    /// forward under the key: `Ok` (the token, and whether it took over a
-    /// lapsed lease) when it is.
-    fn unclaimed(
-        &self,
-        claim: &Claiming,
-        attempt: store::AttemptId,
-        claimed: Result<Claim, StoreError>,
-    ) -> Result<Result<(Token, bool), Unclaimed>, GatewayError> {
-        let route = &claim.route;
-        let claimed = match claimed {
-            Ok(claimed) => claimed,
+    /// Claim the key, then answer from the claim or forward and settle.
+    async fn claim_and_forward(
+        self: Arc<Self>,
+        claim: Claiming,
+    ) -> Result<(Response<Body>, Outcome, Option<Token>), GatewayError> {
+        let Claiming {
+            route,
+            record_key,
+            fingerprint,
+            parts,
+            body,
+            client,
+            reservation: _reservation,
+            after_waiting,
+        } = claim;
+        let attempt = store::new_attempt_id();
+        let claim = self
+            .store
+            .claim(&ClaimRequest {
+                key: &record_key,
+                fingerprint: &fingerprint,
+                attempt,
+                lease: route.lease,
+                retention: route.retention,
+                on_unknown_outcome: route.on_unknown_outcome,
+            })
+            .await;
+        let claim = match claim {
+            Ok(claim) => claim,
             Err(error) => {
                 if let StoreError::Unavailable(_) = error {
                     // The claim may commit once the store resumes although
                     // this request is never forwarded under it.
-                    self.orphans.report(
-                        &route.name,
-                        claim.record_key.clone(),
-                        attempt,
-                        route.lease,
-                    );
+                    self.orphans
+                        .report(&route.name, record_key, attempt, route.lease);
                 }
-                if claim.after_waiting {
+                if after_waiting {
                     return Err(GatewayError::StoreUnavailable(error));
                 }
                 if route.mode == RouteMode::Shadow {
                     // A store error never blocks a shadow route.
                     tracing::warn!(route = %route.name, error = %error, "store error on a shadow route: forwarded");
-                    return Ok(Err(Unclaimed::ForwardPlain(Outcome::FailOpen)));
+                    let request = Request::from_parts(parts, body::full(body));
+                    let response = self.forward_plain(&route, request, client).await?;
+                    return Ok((response, Outcome::FailOpen, None));
                 }
-                return Ok(Err(Unclaimed::StoreError(error)));
+                let (response, outcome) = self
+                    .on_store_error(&route, parts, body, client, error)
+                    .await?;
+                return Ok((response, outcome, None));
             }
         };
         if route.mode == RouteMode::Shadow {
-            let would = match &claimed {
+            let would = match &claim {
                 Claim::Claimed { .. } => Would::Forward,
                 Claim::Replay(_) => Would::Replay,
                 Claim::InFlight { .. } => Would::Conflict,
@@ -521,79 +506,36 @@ impl Gateway {
                 &self.metrics,
                 &route.name,
                 would,
-                Some(&key_digest(&claim.record_key.key)),
+                Some(&key_digest(&record_key.key)),
             );
             if would != Would::Forward {
-                return Ok(Err(Unclaimed::ForwardPlain(Outcome::Passthrough)));
+                let request = Request::from_parts(parts, body::full(body));
+                let response = self.forward_plain(&route, request, client).await?;
+                return Ok((response, Outcome::Passthrough, None));
             }
         }
-        match claimed {
-            Claim::Replay(stored) => Ok(Err(Unclaimed::Answer(replay(stored), Outcome::Replayed))),
+        match claim {
+            Claim::Replay(stored) => Ok((replay(stored), Outcome::Replayed, None)),
             Claim::InFlight { retry_after } => Err(GatewayError::InFlight { retry_after }),
             Claim::Mismatch => Err(GatewayError::Mismatch),
             Claim::Held(reason) => Err(GatewayError::Held(reason)),
-            Claim::Claimed { token, takeover } => Ok(Ok((token, takeover))),
-        }
-    }
-
-    /// Carry out an [`Unclaimed`]: nothing is recorded.
-    async fn instead_of_forwarding(
-        &self,
-        claim: Claiming,
-        instead: Unclaimed,
-    ) -> Result<(Response<Body>, Outcome, Option<Token>), GatewayError> {
-        let Claiming {
-            route,
-            parts,
-            body,
-            client,
-            ..
-        } = claim;
-        let (response, outcome) = match instead {
-            Unclaimed::Answer(response, outcome) => (response, outcome),
-            Unclaimed::ForwardPlain(outcome) => {
-                let request = Request::from_parts(parts, body::full(body));
-                let response = self.forward_plain(&route, request, client).await?;
-                (response, outcome)
+            Claim::Claimed { token, takeover } => {
+                // Window (a): the claim has committed, nothing was sent.
+                kill_window!("after-claim");
+                if takeover {
+                    tracing::warn!(route = %route.name, token, "took over a key whose lease lapsed");
+                    self.metrics_of(Some(&route.name)).lease_takeovers.inc();
+                }
+                let request = upstream::prepare(
+                    Request::from_parts(parts, body::full(body)),
+                    &route.upstream,
+                    client,
+                    |name| route.travels_end_to_end(name),
+                );
+                let response = self.attempt(&route, &record_key, token, request).await?;
+                Ok((response, Outcome::Forwarded, Some(token)))
             }
-            Unclaimed::StoreError(error) => {
-                self.on_store_error(&route, parts, body, client, error)
-                    .await?
-            }
-        };
-        Ok((response, outcome, None))
-    }
-
-    /// Forward a claimed request and settle its record (in its own task).
-    async fn forward_claimed(
-        self: Arc<Self>,
-        claim: Claiming,
-        token: Token,
-        takeover: bool,
-    ) -> Result<(Response<Body>, Outcome, Option<Token>), GatewayError> {
-        let Claiming {
-            route,
-            record_key,
-            parts,
-            body,
-            client,
-            reservation: _reservation,
-            ..
-        } = claim;
-        // Window (a): the claim has committed, nothing was sent.
-        kill_window!("after-claim");
-        if takeover {
-            tracing::warn!(route = %route.name, token, "took over a key whose lease lapsed");
-            self.metrics_of(Some(&route.name)).lease_takeovers.inc();
         }
-        let request = upstream::prepare(
-            Request::from_parts(parts, body::full(body)),
-            &route.upstream,
-            client,
-            |name| route.travels_end_to_end(name),
-        );
-        let response = self.attempt(&route, &record_key, token, request).await?;
-        Ok((response, Outcome::Forwarded, Some(token)))
     }
 
     /// The key, or what to do instead: a problem (enforce), or a forward
@@ -747,42 +689,6 @@ struct Claiming {
     /// Claimed again by a request that waited: the key is known to be in
     /// flight, so a store error is returned as such and never fails open.
     after_waiting: bool,
-}
-
-/// What a claim that is not this request's to forward leads to.
-enum Unclaimed {
-    /// Answer this (a replay).
-    Answer(Response<Body>, Outcome),
-    /// Forward without a record (shadow mode), counted as this outcome.
-    ForwardPlain(Outcome),
-    /// The store failed: fail closed or open, per route (G8).
-    StoreError(StoreError),
-}
-
-/// A claim in progress in the client's task. If the client leaves before
-/// the claim's answer arrives (its task is dropped), the claim may still
-/// commit with nobody to forward under it: dropped while armed, this
-/// reports it as a lost claim, and the lost-claim worker removes the
-/// record it may have created (src/handler/orphans.rs).
-struct LostClaim<'a> {
-    orphans: &'a Orphans,
-    route: &'a Route,
-    key: &'a RecordKey,
-    attempt: store::AttemptId,
-    armed: bool,
-}
-
-impl Drop for LostClaim<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.orphans.report(
-                &self.route.name,
-                self.key.clone(),
-                self.attempt,
-                self.route.lease,
-            );
-        }
-    }
 }
 
 /// A request counted as waiting (`idemgate_waiting`, `max_waiting`, and
