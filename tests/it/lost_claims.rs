@@ -113,3 +113,58 @@ async fn postgres_frozen_during_a_claim() {
     .await;
     gateway.shutdown().await;
 }
+
+/// G6 from the claim on: a client that hangs up while its claim waits on a
+/// frozen store changes nothing. The claim and the forward run in a task of
+/// their own, so once the store resumes the request is forwarded exactly
+/// once and recorded, and the client's retry gets the replay: the key never
+/// stays in flight or turns `held`.
+#[tokio::test]
+async fn a_client_gone_during_its_claim_changes_nothing() {
+    use tokio::io::AsyncWriteExt;
+
+    let redis = PrivateRedis::start();
+    let upstream = Upstream::start().await;
+    let config = TestConfig::new(&redis.url(), &upstream.url())
+        .store(|s| {
+            s.set("timeout", "10s").set("pool_size", 1);
+        })
+        .route(|r| {
+            r.set("lease", "3s");
+        });
+    let gateway = Gateway::start(&config).await;
+    let c: HttpClient = client();
+    let url = gateway.url("/v1/payments");
+    assert_eq!(
+        post(&c, &url, "warm", "{}").await.status,
+        StatusCode::CREATED
+    );
+
+    redis.signal("-STOP");
+    let mut conn = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
+    conn.write_all(
+        b"POST /v1/payments HTTP/1.1\r\nHost: x\r\nIdempotency-Key: gone\r\n\
+          Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(conn);
+    thaw_after(Duration::from_millis(1000), &|| redis.signal("-CONT")).await;
+
+    let replayed = eventually(Duration::from_secs(30), || {
+        let (c, url) = (c.clone(), url.clone());
+        async move {
+            let reply = post(&c, &url, "gone", "{}").await;
+            assert_ne!(reply.status, StatusCode::BAD_GATEWAY, "held: {reply:?}");
+            (reply.status == StatusCode::CREATED).then_some(reply)
+        }
+    })
+    .await
+    .expect("the retry is answered");
+    assert!(
+        replayed.is_replay(),
+        "the gone client's request was forwarded and recorded: {replayed:?}"
+    );
+    assert_eq!(upstream.count("gone"), 1);
+}
