@@ -17,12 +17,20 @@
 //!   global order, so concurrent batches cannot deadlock (single-row
 //!   statements hold one lock and wait for none while holding it).
 //! - **One key's failure never fails its neighbours.** If PostgreSQL
-//!   refuses a batch (an error raised for one key rolls back the whole
-//!   transaction, so nothing of it happened), each of its operations runs
-//!   again alone, in its own transaction; only the one that fails again
-//!   fails. A transport failure or a timeout fails the whole batch as it
-//!   would fail one operation: the answer is lost, and the handler treats
-//!   a lost claim as an orphan (src/handler/orphans.rs).
+//!   refuses a batch with an error that one key can cause (raised by the
+//!   claim function, a data or constraint error, a deadlock or
+//!   serialization failure: the whole transaction rolled back, so nothing
+//!   of it happened), each of its operations runs again alone, in its own
+//!   transaction; only the one that fails again fails. Any other failure —
+//!   the transport, a timeout, a server shutting down or read-only, a
+//!   missing function — fails the whole batch as it would fail one
+//!   operation: the answer is lost, and the handler treats a lost claim as
+//!   an orphan (src/handler/orphans.rs).
+//! - **No commit after its caller gave up.** Each operation carries its
+//!   caller's deadline (`[store] timeout` from when it was submitted). A
+//!   batch runs only until the latest deadline among its operations, and
+//!   an operation whose caller has left is never sent — not when the batch
+//!   starts, and not when a refused batch is run again one by one.
 //! - **Bounded.** A batch holds at most [`MAX_OPS`] operations and
 //!   [`MAX_BYTES`] of response bodies; the queue holds [`QUEUE`] operations
 //!   (callers wait for room within `[store] timeout`). An operation whose
@@ -36,6 +44,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::clock::Instant;
 
 use super::pool::{PgPool, RunError};
 use super::{ClaimRow, claim_from_row};
@@ -109,6 +119,8 @@ fn lock_order(a: &RecordKey, b: &RecordKey) -> CmpOrdering {
 struct Job {
     op: Op,
     reply: oneshot::Sender<Result<Reply, StoreError>>,
+    /// When its caller stops waiting.
+    deadline: Instant,
 }
 
 #[derive(Debug, Default)]
@@ -124,30 +136,47 @@ struct Counters {
 pub(super) struct Batcher {
     jobs: mpsc::Sender<Job>,
     counters: Arc<Counters>,
+    /// How long a caller waits (`[store] timeout`).
+    timeout: Duration,
 }
 
 impl Batcher {
     /// Start the dispatcher: batches run on `pool`, at most `concurrency`
-    /// at once, each bounded by `timeout`.
+    /// at once; callers wait `timeout` for their answer.
     pub(super) fn start(pool: PgPool, timeout: Duration, concurrency: usize) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE);
         let counters = Arc::new(Counters::default());
         let slots = Arc::new(Semaphore::new(concurrency.max(1)));
-        tokio::spawn(dispatch(queue, slots, pool, timeout, counters.clone()));
-        Self { jobs, counters }
+        tokio::spawn(dispatch(queue, slots, pool, counters.clone()));
+        Self {
+            jobs,
+            counters,
+            timeout,
+        }
     }
 
-    /// Queue `op` and wait for its committed answer. The caller bounds the
-    /// wait; an operation whose caller left is dropped if its batch has not
-    /// started, and may be committed if it has.
+    /// Queue `op` and wait for its committed answer, at most `[store]
+    /// timeout` (the wait for room in the queue included). An operation
+    /// whose caller left is never sent if its batch has not started, and
+    /// may be committed if it has.
     pub(super) async fn submit(&self, op: Op) -> Result<Reply, StoreError> {
+        let deadline = Instant::now() + self.timeout;
         let (reply, answer) = oneshot::channel();
         let stopped = || StoreError::Unavailable("the PostgreSQL batch dispatcher stopped".into());
-        self.jobs
-            .send(Job { op, reply })
+        let exchange = async {
+            self.jobs
+                .send(Job {
+                    op,
+                    reply,
+                    deadline,
+                })
+                .await
+                .map_err(|_| stopped())?;
+            answer.await.map_err(|_| stopped())?
+        };
+        tokio::time::timeout_at(deadline, exchange)
             .await
-            .map_err(|_| stopped())?;
-        answer.await.map_err(|_| stopped())?
+            .unwrap_or_else(|_| Err(RunError::TimedOut(self.timeout).into()))
     }
 
     /// What the dispatcher has done so far.
@@ -165,7 +194,6 @@ async fn dispatch(
     mut queue: mpsc::Receiver<Job>,
     slots: Arc<Semaphore>,
     pool: PgPool,
-    timeout: Duration,
     counters: Arc<Counters>,
 ) {
     let mut next: Option<Job> = None;
@@ -191,29 +219,34 @@ async fn dispatch(
         }
         let (pool, counters) = (pool.clone(), counters.clone());
         tokio::spawn(async move {
-            run(&pool, timeout, batch, &counters).await;
+            run(&pool, batch, &counters).await;
             drop(slot);
         });
     }
 }
 
 /// Run one batch and answer each of its callers.
-async fn run(pool: &PgPool, timeout: Duration, mut batch: Vec<Job>, counters: &Counters) {
+async fn run(pool: &PgPool, mut batch: Vec<Job>, counters: &Counters) {
     // Stable: one key's operations keep their arrival order.
     batch.sort_by(|a, b| lock_order(a.op.key(), b.op.key()));
     counters.batches.fetch_add(1, Ordering::Relaxed);
     counters
         .operations
         .fetch_add(batch.len() as u64, Ordering::Relaxed);
-    match call(pool, timeout, &batch).await {
+    let latest = batch.iter().map(|job| job.deadline).max();
+    match call(pool, time_left(latest), &batch).await {
         Ok(rows) => answer(batch, rows),
-        Err(RunError::Sql(sqlx::Error::Database(_))) if batch.len() > 1 => {
+        Err(e) if refused_for_one_key(&e) && batch.len() > 1 => {
             // Refused as a whole: nothing of it happened. Each operation
-            // again, alone, so only the one that is refused again fails.
+            // again, alone, so only the one that is refused again fails;
+            // never one whose caller has left meanwhile.
             counters.split.fetch_add(1, Ordering::Relaxed);
             for job in batch {
+                if job.reply.is_closed() {
+                    continue;
+                }
                 let alone = [job];
-                match call(pool, timeout, &alone).await {
+                match call(pool, time_left(Some(alone[0].deadline)), &alone).await {
                     Ok(rows) => answer(alone, rows),
                     Err(e) => fail(alone, e),
                 }
@@ -221,6 +254,31 @@ async fn run(pool: &PgPool, timeout: Duration, mut batch: Vec<Job>, counters: &C
         }
         Err(e) => fail(batch, e),
     }
+}
+
+/// The time from now until `deadline` (none left: zero, so the call fails
+/// at once as timed out).
+fn time_left(deadline: Option<Instant>) -> Duration {
+    deadline.map_or(Duration::ZERO, |d| {
+        d.saturating_duration_since(Instant::now())
+    })
+}
+
+/// Whether PostgreSQL refused the batch with an error one of its keys can
+/// cause, so that running each operation alone isolates it: an exception
+/// raised by the claim function (class P0), a data or integrity error
+/// (22, 23), a deadlock or serialization failure (40). Any other error
+/// (connection, a server shutting down or read-only, a missing function)
+/// would fail every operation alone just the same.
+fn refused_for_one_key(e: &RunError) -> bool {
+    let RunError::Sql(sqlx::Error::Database(db)) = e else {
+        return false;
+    };
+    db.code().is_some_and(|code| {
+        ["P0", "22", "23", "40"]
+            .iter()
+            .any(|class| code.starts_with(class))
+    })
 }
 
 /// Every caller of `batch` hears `error`.
@@ -242,6 +300,10 @@ struct BatchRow {
 
 /// One call of `idemgate_batch` for `batch`, in its order.
 async fn call(pool: &PgPool, timeout: Duration, batch: &[Job]) -> Result<Vec<BatchRow>, RunError> {
+    if timeout.is_zero() {
+        // Its callers have stopped waiting: nothing is sent.
+        return Err(RunError::TimedOut(timeout));
+    }
     let n = batch.len();
     let mut kinds = Vec::with_capacity(n);
     let mut routes = Vec::with_capacity(n);

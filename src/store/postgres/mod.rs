@@ -282,14 +282,7 @@ impl PgStore {
     /// Submit a claim or completion to the batcher, bounded by `[store]
     /// timeout` (its wait in the queue included).
     async fn batched(&self, op: batch::Op) -> Result<batch::Reply, StoreError> {
-        tokio::time::timeout(self.timeout, self.batcher.submit(op))
-            .await
-            .unwrap_or_else(|_| {
-                Err(StoreError::Unavailable(format!(
-                    "no answer within {:?}",
-                    self.timeout
-                )))
-            })
+        self.batcher.submit(op).await
     }
 
     /// Run `op` on a pooled connection, bounded by `[store] timeout`
