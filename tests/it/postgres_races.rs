@@ -205,3 +205,54 @@ async fn an_operation_cut_off_by_the_timeout_frees_its_connection() {
         other => panic!("{other:?}"),
     }
 }
+
+/// The server ending a session (a restart, a failover,
+/// `pg_terminate_backend`) reaches the next operation on that connection as
+/// a clean `FATAL` error (SQLSTATE 57P01), not a broken socket. That
+/// operation fails; the connection must not go back to the pool, or the
+/// one after it fails too.
+#[tokio::test]
+async fn a_session_the_server_ended_costs_one_failed_operation() {
+    let db = TestStore::new(Backend::Postgres).await;
+    let s = store_with(&db, 1, Duration::from_secs(10)).await;
+    let claim_key = |k: &'static str| {
+        let s = s.clone();
+        async move {
+            s.claim(&ClaimRequest {
+                key: &RecordKey {
+                    route: "r".into(),
+                    scope: Vec::new(),
+                    key: k.into(),
+                },
+                fingerprint: &[1; 32],
+                attempt: idemgate::store::new_attempt_id(),
+                lease: Duration::from_secs(30),
+                retention: Duration::from_secs(3600),
+                on_unknown_outcome: UnknownOutcome::Hold,
+            })
+            .await
+        }
+    };
+    assert!(matches!(claim_key("a").await, Ok(Claim::Claimed { .. })));
+
+    let mut admin = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let ended: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          WHERE datname = current_database() AND application_name = 'idemgate') t",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(ended, 1, "the store's one pooled connection");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    assert!(
+        claim_key("b").await.is_err(),
+        "the operation on the ended session fails"
+    );
+    let next = claim_key("c").await;
+    assert!(
+        matches!(next, Ok(Claim::Claimed { .. })),
+        "the next one gets a new connection: {next:?}"
+    );
+}

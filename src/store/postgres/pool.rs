@@ -99,7 +99,8 @@ impl PgPool {
     /// Run `op` on a pooled connection, bounded by `timeout` (getting the
     /// connection included). The connection goes back to the pool only if
     /// `op` ended at a protocol boundary: it succeeded or the database
-    /// refused the statement. After a transport failure every idle
+    /// refused the statement (not an error that ends the session). After a
+    /// transport failure, or the server ending the session, every idle
     /// connection is closed too.
     pub(super) async fn run<T>(
         &self,
@@ -110,6 +111,12 @@ impl PgPool {
             let mut checkout = self.get().await.map_err(RunError::Get)?;
             let result = op(checkout.conn()).await;
             match &result {
+                Err(sqlx::Error::Database(db)) if ends_the_session(db.code().as_deref()) => {
+                    // The server ended this session (a restart, a
+                    // failover, pg_terminate_backend): the others went
+                    // with it.
+                    self.close_idle();
+                }
                 Ok(_) | Err(sqlx::Error::Database(_)) => checkout.clean(),
                 Err(sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_)) => {
                     self.close_idle();
@@ -139,6 +146,15 @@ impl PgPool {
             status.max_size as u64,
         )
     }
+}
+
+/// Whether an error's SQLSTATE says the server ended the session, so the
+/// connection is dead although the error arrived cleanly: class 57
+/// (operator intervention: `admin_shutdown` on a restart or
+/// `pg_terminate_backend`, `crash_shutdown`, `cannot_connect_now`) and
+/// class 08 (connection exception).
+fn ends_the_session(code: Option<&str>) -> bool {
+    code.is_some_and(|code| code.starts_with("57") || code.starts_with("08"))
 }
 
 /// A checked-out connection. It returns to the pool only after
