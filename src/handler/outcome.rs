@@ -105,3 +105,20 @@ impl Outcome {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `index` is the position in `ALL`, and `ALL` lists each outcome once:
+    /// the per-route request counters are indexed by it.
+    #[test]
+    fn every_outcome_is_listed_once_at_its_index() {
+        for (i, outcome) in Outcome::ALL.into_iter().enumerate() {
+            assert_eq!(outcome.index(), i, "{outcome:?}");
+        }
+        let labels: std::collections::HashSet<_> =
+            Outcome::ALL.iter().map(|o| o.as_str()).collect();
+        assert_eq!(labels.len(), Outcome::ALL.len());
+    }
+}

@@ -2,7 +2,7 @@
 //!
 //! Every backend follows these rules. The memory store executes these
 //! functions; the PostgreSQL store (`idemgate_claim` in
-//! `migrations/0001_records.sql` and the statements in `postgres.rs`) and
+//! `migrations/0001_records.sql` and the statements in `postgres/`) and
 //! the Redis store (the Lua scripts in `redis.rs`) implement the same rules
 //! in their own language and cite the function they implement, so a change
 //! here names every place that must follow. The conformance suite holds all

@@ -6,8 +6,8 @@
 //! opaque upstream; nothing says each commit must carry one key.
 //!
 //! - **No added latency at low load.** A dispatcher task takes the first
-//!   queued operation as soon as a batch slot is free (at most
-//!   `concurrency` batches run at once) and adds whatever else is queued by
+//!   queued operation as soon as a batch slot is free (at most `[store]
+//!   batches_in_flight` batches run at once) and adds whatever else is queued by
 //!   then: a lone operation goes at once, alone. Under load the slots are
 //!   busy, operations queue, and batches grow by themselves.
 //! - **Per-key semantics unchanged.** A batch sorts its operations by
@@ -53,9 +53,9 @@ use crate::store::batch_queue::take_batch;
 use crate::store::{BatchStats, Cas, Claim, RecordKey, StoreError};
 
 /// Most operations in one batch.
-pub(super) const MAX_OPS: usize = 256;
+const MAX_OPS: usize = 256;
 /// Most bytes of response bodies in one batch (a larger body goes alone).
-pub(super) const MAX_BYTES: usize = 8 << 20;
+const MAX_BYTES: usize = 8 << 20;
 /// Most operations queued for the dispatcher.
 const QUEUE: usize = 4096;
 
@@ -234,7 +234,7 @@ async fn run(pool: &PgPool, mut batch: Vec<Job>, counters: &Counters) {
         .operations
         .fetch_add(batch.len() as u64, Ordering::Relaxed);
     let latest = batch.iter().map(|job| job.deadline).max();
-    match call(pool, time_left(latest), &batch).await {
+    match call(pool, time_left(latest.unwrap_or_else(Instant::now)), &batch).await {
         Ok(rows) => answer(batch, rows),
         Err(e) if refused_for_one_key(&e) && batch.len() > 1 => {
             // Refused as a whole: nothing of it happened. Each operation
@@ -246,7 +246,7 @@ async fn run(pool: &PgPool, mut batch: Vec<Job>, counters: &Counters) {
                     continue;
                 }
                 let alone = [job];
-                match call(pool, time_left(Some(alone[0].deadline)), &alone).await {
+                match call(pool, time_left(alone[0].deadline), &alone).await {
                     Ok(rows) => answer(alone, rows),
                     Err(e) => fail(alone, e),
                 }
@@ -258,10 +258,8 @@ async fn run(pool: &PgPool, mut batch: Vec<Job>, counters: &Counters) {
 
 /// The time from now until `deadline` (none left: zero, so the call fails
 /// at once as timed out).
-fn time_left(deadline: Option<Instant>) -> Duration {
-    deadline.map_or(Duration::ZERO, |d| {
-        d.saturating_duration_since(Instant::now())
-    })
+fn time_left(deadline: Instant) -> Duration {
+    deadline.saturating_duration_since(Instant::now())
 }
 
 /// Whether PostgreSQL refused the batch with an error one of its keys can

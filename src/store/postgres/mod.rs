@@ -3,7 +3,8 @@
 //! The claim is one call of the `idemgate_claim` function (migrations/), one
 //! round trip; every later transition is one `UPDATE`/`DELETE` that is a
 //! compare-and-set on the fencing token. Connections come from a bounded
-//! pool ([`pool`]); claims and completions go in batches ([`batch`]); every operation is bounded by `[store] timeout`.
+//! pool ([`pool`]); claims and completions go in batches ([`batch`]); every
+//! operation is bounded by `[store] timeout`.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -279,12 +280,6 @@ impl PgStore {
         Ok(())
     }
 
-    /// Submit a claim or completion to the batcher, bounded by `[store]
-    /// timeout` (its wait in the queue included).
-    async fn batched(&self, op: batch::Op) -> Result<batch::Reply, StoreError> {
-        self.batcher.submit(op).await
-    }
-
     /// Run `op` on a pooled connection, bounded by `[store] timeout`
     /// ([`PgPool::run`]).
     async fn bounded<T>(
@@ -343,7 +338,7 @@ impl Store for PgStore {
             retention_ms: millis(req.retention),
             release_lapsed: req.on_unknown_outcome == UnknownOutcome::Release,
         };
-        match self.batched(op).await? {
+        match self.batcher.submit(op).await? {
             batch::Reply::Claim(claim) => Ok(claim),
             batch::Reply::Complete(_) => Err(StoreError::Corrupt(
                 "a claim was answered as a completion".into(),
@@ -390,7 +385,7 @@ impl Store for PgStore {
             retention_ms: millis(retention),
             wake: self.wake_id_for(key),
         };
-        match self.batched(op).await? {
+        match self.batcher.submit(op).await? {
             batch::Reply::Complete(cas) => Ok(cas),
             batch::Reply::Claim(_) => Err(StoreError::Corrupt(
                 "a completion was answered as a claim".into(),
