@@ -113,6 +113,9 @@ async fn answer(request: Request<RequestBody>, admin: &Admin) -> Response<Body> 
                 metrics.store_batched_operations.set(batches.operations);
                 metrics.store_batch_splits.set(batches.split);
             }
+            if let Some(front) = store.front_stats() {
+                metrics.front.scrape(&front);
+            }
             text(StatusCode::OK, OPENMETRICS, metrics.encode())
         }
         (Method::GET | Method::HEAD, "/healthz") => text(StatusCode::OK, PLAIN, "ok\n".into()),

@@ -75,6 +75,13 @@ pub struct WakeupLabels {
     pub cause: &'static str,
 }
 
+/// How the Redis front answered a claim.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FrontAnswerLabels {
+    /// `replay`, `conflict`, `mismatch` or `held`.
+    pub answer: &'static str,
+}
+
 /// A store operation and its result.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StoreLabels {
@@ -108,6 +115,10 @@ impl ScrapedCounter {
     pub fn set(&self, value: u64) {
         self.0.store(value, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+impl prometheus_client::metrics::TypedMetric for ScrapedCounter {
+    const TYPE: MetricType = MetricType::Counter;
 }
 
 impl EncodeMetric for ScrapedCounter {
@@ -167,6 +178,106 @@ pub struct Metrics {
     /// `idemgate_store_batch_splits_total`: batches refused as a whole and
     /// run again one operation at a time.
     pub store_batch_splits: ScrapedCounter,
+    /// The Redis front's figures (`[store.front]`), copied in at scrape time.
+    pub front: FrontMetrics,
+}
+
+/// `idemgate_front_*`: what the Redis front of the PostgreSQL store did
+/// (zero without `[store.front]`).
+#[derive(Debug, Clone, Default)]
+pub struct FrontMetrics {
+    /// `idemgate_front_up`: 1 while this instance uses the front.
+    pub up: Gauge,
+    /// `idemgate_front_answers_total{answer}`: claims the front answered.
+    pub answers: Family<FrontAnswerLabels, ScrapedCounter>,
+    /// `idemgate_front_misses_total`: claims it passed to PostgreSQL.
+    pub misses: ScrapedCounter,
+    /// `idemgate_front_errors_total`: front operations that failed.
+    pub errors: ScrapedCounter,
+    /// `idemgate_front_outages_total`: times this instance stopped using it.
+    pub outages: ScrapedCounter,
+    /// `idemgate_front_outbox_relayed_total`: outbox rows applied to it.
+    pub relayed: ScrapedCounter,
+    /// `idemgate_front_outbox_backlog`: rows waiting in the outbox.
+    pub backlog: Gauge,
+    /// `idemgate_front_outbox_lag_seconds`: the oldest waiting row's age.
+    pub lag_seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// `idemgate_front_repairs_total`: settled records PostgreSQL answered
+    /// that were then given to the front.
+    pub repairs: ScrapedCounter,
+}
+
+impl FrontMetrics {
+    fn register(&self, registry: &mut Registry) {
+        let front = registry.sub_registry_with_prefix("front");
+        front.register(
+            "up",
+            "1 while this instance uses the Redis front, 0 while it answers from PostgreSQL alone",
+            self.up.clone(),
+        );
+        front.register(
+            "answers",
+            "Claims the Redis front answered, by answer",
+            self.answers.clone(),
+        );
+        front.register(
+            "misses",
+            "Claims the Redis front passed on to PostgreSQL",
+            self.misses.clone(),
+        );
+        front.register(
+            "errors",
+            "Redis front operations that failed or timed out",
+            self.errors.clone(),
+        );
+        front.register(
+            "outages",
+            "Times this instance stopped using the Redis front after a failure",
+            self.outages.clone(),
+        );
+        front.register(
+            "outbox_relayed",
+            "Outbox rows applied to the Redis front",
+            self.relayed.clone(),
+        );
+        front.register(
+            "outbox_backlog",
+            "Rows waiting in the front's outbox",
+            self.backlog.clone(),
+        );
+        front.register(
+            "outbox_lag_seconds",
+            "Age of the oldest row waiting in the front's outbox",
+            self.lag_seconds.clone(),
+        );
+        front.register(
+            "repairs",
+            "Settled records PostgreSQL answered that were then given to the Redis front",
+            self.repairs.clone(),
+        );
+    }
+
+    /// Copy in the store's tallies.
+    pub fn scrape(&self, stats: &crate::store::FrontStats) {
+        self.up.set(i64::from(stats.up));
+        for (answer, value) in [
+            ("replay", stats.replays),
+            ("conflict", stats.conflicts),
+            ("mismatch", stats.mismatches),
+            ("held", stats.held),
+        ] {
+            self.answers
+                .get_or_create(&FrontAnswerLabels { answer })
+                .set(value);
+        }
+        self.misses.set(stats.misses);
+        self.errors.set(stats.errors);
+        self.outages.set(stats.outages);
+        self.relayed.set(stats.relayed);
+        self.backlog.set(stats.backlog);
+        self.lag_seconds.set(stats.lag.as_secs_f64());
+        self.repairs.set(stats.repairs);
+    }
 }
 
 impl Default for Metrics {
@@ -292,6 +403,8 @@ impl Metrics {
             "Batches the database refused as a whole, whose operations then ran one at a time",
             store_batch_splits.clone(),
         );
+        let front = FrontMetrics::default();
+        front.register(&mut registry);
         Self {
             registry,
             requests,
@@ -312,6 +425,7 @@ impl Metrics {
             store_batches,
             store_batched_operations,
             store_batch_splits,
+            front,
         }
     }
 

@@ -92,6 +92,9 @@ pub const DEFAULT_STORE_POOL_SIZE: u32 = 16;
 pub const DEFAULT_BATCHES_IN_FLIGHT: u32 = 1;
 /// `store.timeout`: longest any single store operation may take.
 pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
+/// `store.front.timeout`: longest a front (Redis) operation may take before
+/// the front counts as down and requests go to PostgreSQL alone.
+pub const DEFAULT_FRONT_TIMEOUT: Duration = Duration::from_millis(250);
 /// `store.prefix`: prefix of every Redis key idemgate writes.
 pub const DEFAULT_STORE_PREFIX: &str = "idemgate:";
 /// `store.cluster`: the Redis URL names a single server, not a cluster's seed node.

@@ -58,6 +58,15 @@ pub(super) struct RawStore {
     pub(super) sweep_batch: Option<usize>,
     pub(super) replay_cache_ttl: Option<String>,
     pub(super) replay_cache_size: Option<String>,
+    pub(super) front: Option<RawFront>,
+}
+
+/// The `[store.front]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFront {
+    pub(super) url: Option<String>,
+    pub(super) timeout: Option<String>,
 }
 
 /// The `[tls]` table: the proxy listener's certificate.

@@ -48,6 +48,24 @@ pub struct StoreConfig {
     /// taken from the routes, not a key of `[store]`. A notifying commit is
     /// serialised with every other one, so no other route pays for it.
     pub wait_routes: Vec<String>,
+    /// PostgreSQL only: a Redis front (`[store.front]`, src/store/front/).
+    pub front: Option<FrontConfig>,
+}
+
+/// `[store.front]`: a Redis server in front of the PostgreSQL store, which
+/// answers what it safely can (replays, `409`s, `422`s, held keys) without
+/// a PostgreSQL round trip.
+#[derive(Debug, Clone)]
+pub struct FrontConfig {
+    /// `redis://…` or `rediss://…`: one server.
+    pub url: String,
+    /// Longest any front operation may take; past it the front counts as
+    /// down and requests go to PostgreSQL alone.
+    pub timeout: Duration,
+    /// How long a fence keeps a finished attempt's late writes out of the
+    /// front: the longest lease of any route plus a minute (taken from the
+    /// routes, not a key of `[store.front]`).
+    pub fence_life: Duration,
 }
 
 /// What happens to a key whose attempt's outcome became unknown.
@@ -125,6 +143,26 @@ impl StoreConfig {
         if self.timeout.is_zero() {
             return fail("timeout", "must be greater than zero");
         }
+        if let Some(front) = &self.front {
+            if !(self.url.starts_with("postgres://") || self.url.starts_with("postgresql://")) {
+                return fail(
+                    "front",
+                    "is a Redis front for the PostgreSQL store: set [store] url to postgres://… or remove [store.front]",
+                );
+            }
+            if !(front.url.starts_with("redis://") || front.url.starts_with("rediss://")) {
+                return Err(InvalidStoreSetting {
+                    key: "front.url",
+                    message: format!(
+                        "{} must start with redis:// or rediss:// (one Redis server)",
+                        redact_url(&front.url)
+                    ),
+                });
+            }
+            if front.timeout.is_zero() {
+                return fail("front.timeout", "must be greater than zero");
+            }
+        }
         Ok(())
     }
 
@@ -162,6 +200,7 @@ mod tests {
             replay_cache_ttl: Duration::ZERO,
             replay_cache_size: 0,
             wait_routes: Vec::new(),
+            front: None,
         }
     }
 
@@ -232,6 +271,41 @@ mod tests {
             c.prefix = "app{x}:".to_string();
         });
         assert_eq!(key, "prefix");
+    }
+
+    #[test]
+    fn a_front_needs_postgres_behind_it_and_redis_in_it() {
+        let front = |url: &str| FrontConfig {
+            url: url.to_string(),
+            timeout: Duration::from_millis(250),
+            fence_life: Duration::from_secs(90),
+        };
+        let config = StoreConfig {
+            url: "postgres://h/db".to_string(),
+            front: Some(front("redis://h:6379")),
+            ..usable()
+        };
+        assert_eq!(config.validate(), Ok(()));
+        for url in ["memory://", "redis://h", "sqlite://x.db"] {
+            let key = rejected_key(|c| {
+                c.url = url.to_string();
+                c.front = Some(front("redis://h:6379"));
+            });
+            assert_eq!(key, "front", "{url}");
+        }
+        let key = rejected_key(|c| {
+            c.url = "postgres://h/db".to_string();
+            c.front = Some(front("postgres://h/db"));
+        });
+        assert_eq!(key, "front.url");
+        let key = rejected_key(|c| {
+            c.url = "postgres://h/db".to_string();
+            c.front = Some(FrontConfig {
+                timeout: Duration::ZERO,
+                ..front("redis://h")
+            });
+        });
+        assert_eq!(key, "front.timeout");
     }
 
     #[test]

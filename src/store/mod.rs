@@ -9,6 +9,7 @@
 mod batch_queue;
 mod cache;
 mod config;
+pub mod front;
 mod headers;
 mod info;
 pub mod memory;
@@ -27,7 +28,8 @@ use http::{HeaderMap, StatusCode};
 
 use crate::fingerprint::Fingerprint;
 
-pub use config::{InvalidStoreSetting, StoreConfig, UnknownOutcome};
+pub use config::{FrontConfig, InvalidStoreSetting, StoreConfig, UnknownOutcome};
+pub use front::FrontStats;
 pub use headers::{decode_headers, encode_headers};
 pub use info::{RecordInfo, RecordState};
 
@@ -280,6 +282,10 @@ pub trait StoreAdmin: Send + Sync + 'static {
     fn batch_stats(&self) -> Option<BatchStats> {
         None
     }
+    /// What a Redis front has done, for the front store.
+    fn front_stats(&self) -> Option<FrontStats> {
+        None
+    }
 }
 
 /// A backend: both sides of one store. [`open`] returns one; its request
@@ -318,6 +324,17 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Backend>, StoreError> 
     let url = config.url.as_str();
     let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
     match scheme {
+        "postgres" | "postgresql" if config.front.is_some() => {
+            let front = config.front.as_ref().expect("matched on is_some");
+            let store = front::FrontStore::connect(config, front).await?;
+            tracing::info!(
+                url = %redact_url(url),
+                front = %redact_url(&front.url),
+                "postgres:// store with a Redis front: PostgreSQL is the truth; the front answers \
+                 replays, 409s, 422s and held keys it knows of, and is kept true by an outbox"
+            );
+            Ok(Arc::new(store))
+        }
         "postgres" | "postgresql" => {
             let store = postgres::PgStore::connect(config).await?;
             if config.migrate {

@@ -622,9 +622,10 @@ async fn abandon_removes_only_the_attempts_unforwarded_record(b: Backend) {
     assert_eq!(s.abandon(&taken, 52).await.unwrap(), Cas::Applied);
 }
 
-// Every backend, and the Redis store on a Redis Cluster too.
+// Every backend, the Redis store on a Redis Cluster too, and PostgreSQL
+// with its Redis front.
 per_backend!(
-    only [postgres, redis, redis_cluster, sqlite, memory]:
+    only [postgres, redis, redis_cluster, sqlite, memory, front]:
     claim_outcomes,
     fenced_late_writer_cannot_overwrite,
     lapsed_lease_is_held_under_hold,

@@ -50,6 +50,10 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         .filter(|r| r.concurrent == crate::config::Concurrent::Wait)
         .map(|r| r.name.clone())
         .collect();
+    if let Some(front) = &mut store.front {
+        let longest = routes.iter().map(|r| r.lease).max().unwrap_or_default();
+        front.fence_life = store::fence_life(longest);
+    }
     let max_connections = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
     if max_connections == 0 {
         return Err(invalid("max_connections", "must be at least 1"));

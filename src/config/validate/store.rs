@@ -3,15 +3,17 @@
 //! store module knows which settings a store can work with).
 
 use crate::config::defaults::{
-    DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_REPLAY_CACHE_SIZE, DEFAULT_REPLAY_CACHE_TTL,
-    DEFAULT_STORE_CLUSTER, DEFAULT_STORE_MAX_RECORDS, DEFAULT_STORE_MIGRATE,
-    DEFAULT_STORE_POOL_SIZE, DEFAULT_STORE_PREFIX, DEFAULT_STORE_TIMEOUT, DEFAULT_STORE_URL,
-    DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL,
+    DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_FRONT_TIMEOUT, DEFAULT_REPLAY_CACHE_SIZE,
+    DEFAULT_REPLAY_CACHE_TTL, DEFAULT_STORE_CLUSTER, DEFAULT_STORE_MAX_RECORDS,
+    DEFAULT_STORE_MIGRATE, DEFAULT_STORE_POOL_SIZE, DEFAULT_STORE_PREFIX, DEFAULT_STORE_TIMEOUT,
+    DEFAULT_STORE_URL, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL,
 };
-use crate::config::raw::RawStore;
+use std::time::Duration;
+
+use crate::config::raw::{RawFront, RawStore};
 use crate::config::values::{duration, size};
 use crate::config::{ConfigError, invalid};
-use crate::store::StoreConfig;
+use crate::store::{FrontConfig, StoreConfig};
 
 /// The `[store]` table, validated.
 pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
@@ -48,6 +50,7 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
         )? as u64,
         // Filled in once the routes are known.
         wait_routes: Vec::new(),
+        front: raw.front.map(front).transpose()?,
     };
     store
         .validate()
@@ -55,10 +58,32 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
     Ok(store)
 }
 
+/// The `[store.front]` table; its fence life is set once the routes are known.
+fn front(raw: RawFront) -> Result<FrontConfig, ConfigError> {
+    let url = raw.url.ok_or_else(|| {
+        invalid(
+            "store.front.url",
+            "is required: the Redis server in front of PostgreSQL (redis://HOST:PORT)",
+        )
+    })?;
+    Ok(FrontConfig {
+        url,
+        timeout: duration(
+            "store.front.timeout",
+            raw.timeout.as_deref(),
+            DEFAULT_FRONT_TIMEOUT,
+        )?,
+        fence_life: Duration::ZERO,
+    })
+}
+
+/// The front's fence life: the longest lease of any route, plus a minute.
+pub(super) fn fence_life(longest_lease: Duration) -> Duration {
+    longest_lease + Duration::from_secs(60)
+}
+
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::config::tests::{MINIMAL, error, parse};
 

@@ -107,7 +107,7 @@ pub(super) enum Reply {
 }
 
 /// The global order of row locks: (route, scope, key), bytewise.
-fn lock_order(a: &RecordKey, b: &RecordKey) -> CmpOrdering {
+pub(super) fn lock_order(a: &RecordKey, b: &RecordKey) -> CmpOrdering {
     (a.route.as_bytes(), &a.scope[..], a.key.as_bytes()).cmp(&(
         b.route.as_bytes(),
         &b.scope[..],

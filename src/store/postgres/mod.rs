@@ -14,7 +14,10 @@ use http::StatusCode;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgSslMode};
 
 mod batch;
+mod outbox;
 mod pool;
+
+pub(in crate::store) use outbox::{Dirty, SyncError, Truth};
 
 use super::info::from_epoch_millis;
 use super::{
@@ -200,10 +203,25 @@ fn cas(rows: u64) -> Cas {
 impl PgStore {
     /// Connect, failing with a message that says what to do when the database is unreachable.
     pub async fn connect(config: &StoreConfig) -> Result<Self, StoreError> {
+        Self::connect_as(config, false).await
+    }
+
+    /// [`Self::connect`]; with `outbox`, every connection sets
+    /// `idemgate.front = on`, so that every change that can make a front
+    /// stale writes its outbox row (migrations/0004_front_outbox.sql).
+    pub(in crate::store) async fn connect_as(
+        config: &StoreConfig,
+        outbox: bool,
+    ) -> Result<Self, StoreError> {
         let shown = redact_url(&config.url);
         let options = PgConnectOptions::from_str(&config.url)
             .map_err(|e| StoreError::Unavailable(format!("invalid store URL {shown}: {e}")))?
             .application_name("idemgate");
+        let options = if outbox {
+            options.options([("idemgate.front", "on")])
+        } else {
+            options
+        };
         let options = if tls_asked_for(&config.url) {
             options
         } else {

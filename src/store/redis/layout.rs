@@ -55,7 +55,7 @@ fn glob_escape(bytes: &[u8], into: &mut Vec<u8>) {
 impl Layout {
     /// `rec:{len(route)}:{route}:{hex(scope)}:{key}`: the record's name after
     /// the prefix (and the hash tag, on a cluster).
-    fn record_name(key: &RecordKey) -> Vec<u8> {
+    pub(super) fn record_name(key: &RecordKey) -> Vec<u8> {
         let mut k = Vec::with_capacity(key.route.len() + key.key.len() + 80);
         k.extend_from_slice(
             format!(

@@ -24,6 +24,7 @@
 //! and replication give: see the README's "Choosing a store".
 
 mod conn;
+mod front;
 mod lanes;
 mod layout;
 mod scripts;
@@ -38,6 +39,8 @@ use deadpool_redis::redis::cluster::ClusterClient;
 use deadpool_redis::redis::{self, Script, Value};
 use futures_util::StreamExt;
 use std::sync::Arc;
+
+pub(in crate::store) use front::{FrontEntry, Published, Settled};
 
 use crate::waiters::{self, Waiters, parse_wake_id, wake_id};
 
@@ -136,6 +139,28 @@ impl RedisStore {
     /// Connect (and check the server answers), failing with a clear message.
     pub async fn connect(config: &StoreConfig) -> Result<Self, StoreError> {
         let shown = redact_url(&config.url);
+        let mut store = Self::unchecked(config)?;
+        store.ping().await.map_err(|e| {
+            StoreError::Unavailable(format!(
+                "cannot reach store at {shown}: {e}; start Redis or point [store] url at a reachable server"
+            ))
+        })?;
+        if config.cluster {
+            // Later connections start from every primary, not only the seed,
+            // so that losing the seed node loses no more than its slots.
+            let urls = store.node_urls();
+            store.source =
+                Source::Cluster(Box::new(cluster_client(urls, config.timeout).map_err(
+                    |e| StoreError::Unavailable(format!("invalid store URL {shown}: {e}")),
+                )?));
+        }
+        Ok(store)
+    }
+
+    /// The store, without asking whether the server answers: connections
+    /// are made by the first operations that need them.
+    pub(in crate::store) fn unchecked(config: &StoreConfig) -> Result<Self, StoreError> {
+        let shown = redact_url(&config.url);
         let invalid = |e: &dyn std::fmt::Display| {
             StoreError::Unavailable(format!("invalid store URL {shown}: {e}"))
         };
@@ -151,7 +176,7 @@ impl RedisStore {
                 .set_response_timeout(Some(config.timeout));
             Source::Single(Box::new((client, settings)))
         };
-        let mut store = Self {
+        Ok(Self {
             source,
             lanes: Lanes::new(config.pool_size as usize),
             layout: Layout {
@@ -163,21 +188,7 @@ impl RedisStore {
             nodes: Mutex::new(Vec::new()),
             listens: AtomicUsize::new(0),
             wait_routes: config.wait_routes.clone(),
-        };
-        store.ping().await.map_err(|e| {
-            StoreError::Unavailable(format!(
-                "cannot reach store at {shown}: {e}; start Redis or point [store] url at a reachable server"
-            ))
-        })?;
-        if config.cluster {
-            // Later connections start from every primary, not only the seed,
-            // so that losing the seed node loses no more than its slots.
-            let urls = store.node_urls();
-            store.source = Source::Cluster(Box::new(
-                cluster_client(urls, config.timeout).map_err(|e| invalid(&e))?,
-            ));
-        }
-        Ok(store)
+        })
     }
 
     /// The seed URL, then a URL for each primary seen.

@@ -507,6 +507,7 @@ mod tests {
             replay_cache_ttl: Duration::ZERO,
             replay_cache_size: 0,
             wait_routes: Vec::new(),
+            front: None,
         }
     }
 

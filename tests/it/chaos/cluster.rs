@@ -77,6 +77,7 @@ impl ChaosStore {
             Backend::Redis => ChaosStore::Redis(PrivateRedis::start()),
             Backend::Memory => unreachable!("gateway processes cannot share memory://"),
             Backend::RedisCluster => unreachable!("the chaos harness runs no Redis Cluster"),
+            Backend::Front => unreachable!("the chaos harness runs no front store yet"),
             Backend::Sqlite => ChaosStore::Sqlite(SqliteFile::new()),
         }
     }

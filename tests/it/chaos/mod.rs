@@ -480,6 +480,7 @@ async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
         replay_cache_ttl: Duration::ZERO,
         replay_cache_size: 0,
         wait_routes: Vec::new(),
+        front: None,
     };
     let store = idemgate::store::open(&config)
         .await

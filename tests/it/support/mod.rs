@@ -87,8 +87,9 @@ macro_rules! per_backend {
     (@variant redis_cluster) => { $crate::support::Backend::RedisCluster };
     (@variant sqlite) => { $crate::support::Backend::Sqlite };
     (@variant memory) => { $crate::support::Backend::Memory };
+    (@variant front) => { $crate::support::Backend::Front };
     ($($test:ident),+ $(,)?) => {
-        $crate::support::per_backend!(only [postgres, redis, sqlite, memory]: $($test),+);
+        $crate::support::per_backend!(only [postgres, redis, sqlite, memory, front]: $($test),+);
     };
 }
 pub(crate) use per_backend;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use deadpool_redis::redis;
 use idemgate::config::StoreConfig;
 use idemgate::store::Backend as Store;
+use idemgate::store::FrontConfig;
 use sqlx::Connection;
 
 use super::serial;
@@ -144,6 +145,8 @@ pub enum Backend {
     RedisCluster,
     Sqlite,
     Memory,
+    /// PostgreSQL with a Redis front (`[store.front]`) on the shared Redis.
+    Front,
 }
 
 impl Backend {
@@ -154,6 +157,7 @@ impl Backend {
             Backend::RedisCluster => "redis_cluster",
             Backend::Sqlite => "sqlite",
             Backend::Memory => "memory",
+            Backend::Front => "front",
         }
     }
 }
@@ -193,6 +197,11 @@ impl TestStore {
                 (format!("sqlite://{}", file.display()), String::new())
             }
             Backend::Memory => ("memory://".to_string(), String::new()),
+            Backend::Front => {
+                let new = TestDb::new().await;
+                let url = db.insert(new).url.clone();
+                (url, redis.insert(RedisPrefix::new()).prefix.clone())
+            }
         };
         Self {
             backend,
@@ -210,18 +219,24 @@ impl TestStore {
         &self.prefix
     }
 
-    /// The PostgreSQL URL, when the backend is PostgreSQL.
+    /// The PostgreSQL URL, when the backend is PostgreSQL (alone or with a front).
     pub fn pg_url(&self) -> Option<&str> {
-        (self.backend == Backend::Postgres).then_some(self.url.as_str())
+        matches!(self.backend, Backend::Postgres | Backend::Front).then_some(self.url.as_str())
     }
 
     /// [`TestConfig::new`] on this store (with its Redis prefix).
     pub fn config(&self, upstream: &str) -> TestConfig {
         let cluster = self.backend == Backend::RedisCluster;
+        let front = self.backend == Backend::Front;
         TestConfig::new(&self.url, upstream).store(|s| {
             s.set("prefix", self.prefix.as_str());
             if cluster {
                 s.set("cluster", true);
+            }
+            if front {
+                let mut table = toml::Table::new();
+                table.set("url", redis_url()).set("timeout", "1s");
+                s.set("front", table);
             }
         })
     }
@@ -245,6 +260,11 @@ impl TestStore {
             replay_cache_ttl: Duration::ZERO,
             replay_cache_size: 0,
             wait_routes: Vec::new(),
+            front: (self.backend == Backend::Front).then(|| FrontConfig {
+                url: redis_url(),
+                timeout: Duration::from_secs(1),
+                fence_life: Duration::from_secs(120),
+            }),
         }
     }
 

@@ -1,0 +1,496 @@
+//! The front store (docs/DESIGN.md §6 "The front store"): the PostgreSQL
+//! store, the truth, with a Redis server in front that answers what it
+//! safely can without a PostgreSQL round trip.
+//!
+//! **What the front answers.** A claim reads the front first. A completed
+//! record there is replayed (or refused with `422` for another
+//! fingerprint); a held one gets its held answer; a live in-flight marker
+//! gets `409` (on routes that do not wait). Anything else (nothing there,
+//! an attempt settling, a waiting route's marker, the front down) goes to
+//! PostgreSQL, which alone ever lets a request through: the front never
+//! claims, so it can never cause a second execution.
+//!
+//! **How it stays true.** Writes go to PostgreSQL first, and the front
+//! follows in ways that can only make it forget, never lie:
+//!
+//! - a claim PostgreSQL granted is marked in flight in the front, until
+//!   the lease would end (never later than PostgreSQL's);
+//! - before an attempt settles in PostgreSQL its marker becomes
+//!   `settling` (readers go to PostgreSQL); after the commit the settled
+//!   record replaces it (the fast path, off the client's path);
+//! - before a release, and before an operator clears or deletes a key,
+//!   the front is fenced: no entry of that attempt (or, for an operator,
+//!   of any attempt so far) is written again;
+//! - every change in PostgreSQL that can make the front stale writes an
+//!   outbox row in its own transaction (migrations/0004), and the relay
+//!   ([`relay`]) applies it, so a crash or a failed Redis write between the
+//!   two loses nothing.
+//!
+//! **When the front fails** (an error or no answer within
+//! `[store.front] timeout`) this instance stops using it at once and
+//! answers from PostgreSQL alone; it uses it again only when it answers
+//! and the outbox has drained up to that moment ([`health`]).
+
+mod health;
+mod relay;
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use health::{Health, bump};
+
+use super::postgres::PgStore;
+use super::redis::{FrontEntry, RedisStore, Settled};
+use super::{
+    AttemptId, BatchStats, Cas, Claim, ClaimRequest, FrontConfig, HeldReason, PoolStats,
+    RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig, StoreError, StoredResponse,
+    Token,
+};
+use crate::waiters::Waiters;
+
+/// Most read-repairs under way at once.
+const MAX_REPAIRS: usize = 64;
+
+/// What the front has done since the store opened (`idemgate_front_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FrontStats {
+    /// This instance uses the front now.
+    pub up: bool,
+    /// Claims the front answered with a replay.
+    pub replays: u64,
+    /// … with `409` (in flight).
+    pub conflicts: u64,
+    /// … with `422` (another fingerprint).
+    pub mismatches: u64,
+    /// … with the held answer.
+    pub held: u64,
+    /// Claims that went on to PostgreSQL while the front was up.
+    pub misses: u64,
+    /// Front operations that failed.
+    pub errors: u64,
+    /// Times the front went down.
+    pub outages: u64,
+    /// Outbox rows applied to the front.
+    pub relayed: u64,
+    /// Rows waiting in the outbox.
+    pub backlog: i64,
+    /// Age of the oldest waiting row.
+    pub lag: Duration,
+    /// Settled records PostgreSQL answered that the front was given.
+    pub repairs: u64,
+}
+
+/// PostgreSQL with a Redis front.
+pub struct FrontStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    truth: PgStore,
+    front: RedisStore,
+    health: Health,
+    fence_life: Duration,
+    /// How long a `settling` entry lives: long enough for PostgreSQL's
+    /// write and the fast path after it (`[store] timeout` plus the
+    /// front's, plus a second); past it readers go to PostgreSQL and
+    /// read-repair fills the front.
+    settle_life: Duration,
+    /// Routes with `concurrent = "wait"`: their in-flight duplicates wait
+    /// on PostgreSQL's announcements, so the front does not answer them.
+    wait_routes: Vec<String>,
+    /// Keys being read-repaired.
+    repairing: Mutex<HashSet<RecordKey>>,
+}
+
+/// Milliseconds since the epoch, by this host's clock.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl FrontStore {
+    /// Connect to PostgreSQL (with its outbox on) and, lazily, to the
+    /// front; start the relay, the probe and the backlog gauge. A front
+    /// that does not answer is not an error: requests use PostgreSQL alone
+    /// until it does.
+    pub async fn connect(config: &StoreConfig, front: &FrontConfig) -> Result<Self, StoreError> {
+        let truth = PgStore::connect_as(config, true).await?;
+        if config.migrate {
+            truth.migrate().await?;
+        }
+        let front_config = StoreConfig {
+            url: front.url.clone(),
+            timeout: front.timeout,
+            cluster: false,
+            front: None,
+            ..config.clone()
+        };
+        let front_store = RedisStore::unchecked(&front_config)?;
+        let inner = Arc::new(Inner {
+            truth,
+            front: front_store,
+            health: Health::default(),
+            fence_life: front.fence_life.max(Duration::from_secs(60)),
+            settle_life: config.timeout + front.timeout + Duration::from_secs(1),
+            wait_routes: config.wait_routes.clone(),
+            repairing: Mutex::new(HashSet::new()),
+        });
+        let weak = Arc::downgrade(&inner);
+        tokio::spawn(relay::relay(weak.clone()));
+        // Up from the start if it answers and has every change so far.
+        if relay::caught_up(&inner).await {
+            inner.health.recovered(true);
+        } else {
+            tracing::warn!(
+                url = %super::redact_url(&front.url),
+                "front store (Redis) does not answer or lags: answering from PostgreSQL alone until it does"
+            );
+        }
+        tokio::spawn(relay::probe(weak.clone()));
+        tokio::spawn(relay::backlog(weak));
+        Ok(Self { inner })
+    }
+
+    /// Apply PostgreSQL's migrations.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        self.inner.truth.migrate().await
+    }
+
+    /// What the front has done.
+    pub fn stats(&self) -> FrontStats {
+        let c = &self.inner.health.counts;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        FrontStats {
+            up: self.inner.health.usable(),
+            replays: get(&c.replays),
+            conflicts: get(&c.conflicts),
+            mismatches: get(&c.mismatches),
+            held: get(&c.held),
+            misses: get(&c.misses),
+            errors: get(&c.errors),
+            outages: get(&c.outages),
+            relayed: get(&c.relayed),
+            backlog: c.backlog.load(Ordering::Relaxed),
+            lag: Duration::from_millis(get(&c.lag_ms)),
+            repairs: get(&c.repairs),
+        }
+    }
+
+    /// The front's answer to `request`, if it has one it may give.
+    fn answer(&self, entry: FrontEntry, request: &ClaimRequest<'_>) -> Option<Claim> {
+        let counts = &self.inner.health.counts;
+        let same = |fingerprint: &[u8]| fingerprint == &request.fingerprint[..];
+        let claim = match entry {
+            FrontEntry::Completed {
+                fingerprint,
+                response,
+            } => {
+                if same(&fingerprint) {
+                    bump(&counts.replays);
+                    Claim::Replay(response)
+                } else {
+                    bump(&counts.mismatches);
+                    Claim::Mismatch
+                }
+            }
+            FrontEntry::Held {
+                fingerprint,
+                reason,
+            } => {
+                if same(&fingerprint) {
+                    bump(&counts.held);
+                    Claim::Held(reason)
+                } else {
+                    bump(&counts.mismatches);
+                    Claim::Mismatch
+                }
+            }
+            FrontEntry::InFlight { fingerprint, left } => {
+                if self.inner.wait_routes.contains(&request.key.route) {
+                    return None;
+                }
+                if same(&fingerprint) {
+                    bump(&counts.conflicts);
+                    Claim::InFlight { retry_after: left }
+                } else {
+                    bump(&counts.mismatches);
+                    Claim::Mismatch
+                }
+            }
+            FrontEntry::Settling => return None,
+        };
+        Some(claim)
+    }
+
+    /// Give the front a settled record PostgreSQL answered (once per key at a time).
+    fn repair(&self, key: &RecordKey) {
+        {
+            let mut repairing = self
+                .inner
+                .repairing
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if repairing.len() >= MAX_REPAIRS || !repairing.insert(key.clone()) {
+                return;
+            }
+        }
+        tokio::spawn(relay::repair(self.inner.clone(), key.clone()));
+    }
+
+    /// Before attempt `token` settles: its marker becomes `settling`.
+    /// Whether the fast path may publish after the commit.
+    async fn disarm(&self, key: &RecordKey, token: Token) -> bool {
+        if !self.inner.health.usable() {
+            return false;
+        }
+        let life = self.inner.settle_life;
+        match self.inner.front.front_disarm(key, token, life).await {
+            Ok(disarmed) => disarmed,
+            Err(error) => {
+                self.inner.health.failed(&error);
+                false
+            }
+        }
+    }
+
+    /// After the commit: the settled record replaces this attempt's
+    /// `settling` entry, off the caller's path (the relay does it anyway).
+    fn publish(&self, key: &RecordKey, token: Token, settled: Owned, until_ms: i64) {
+        let inner = self.inner.clone();
+        let key = key.clone();
+        tokio::spawn(async move {
+            let settled = match &settled {
+                Owned::Completed(response) => Settled::Completed(response),
+                Owned::Held(reason) => Settled::Held(*reason),
+            };
+            // The fingerprint comes from the settling entry itself.
+            let result = inner
+                .front
+                .front_publish(&key, token, &[], settled, until_ms, true)
+                .await;
+            if let Err(error) = result {
+                inner.health.failed(&error);
+            }
+        });
+    }
+
+    /// After PostgreSQL answered a settling write the front was disarmed
+    /// for: publish what it applied; if it was fenced, the `settling`
+    /// entry hid something PostgreSQL still holds: read it again.
+    fn settled(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        cas: Cas,
+        disarmed: bool,
+        what: impl FnOnce() -> (Owned, i64),
+    ) {
+        match cas {
+            Cas::Applied if disarmed => {
+                let (settled, until) = what();
+                self.publish(key, token, settled, until);
+            }
+            Cas::Fenced if disarmed => self.repair(key),
+            Cas::Applied | Cas::Fenced => {}
+        }
+    }
+
+    /// Fence the front before an operator's clear or delete, or an
+    /// abandoned claim: no attempt issued so far writes to it again.
+    async fn fence_everything(&self, key: &RecordKey) -> Result<(), StoreError> {
+        if !self.inner.health.usable() {
+            return Ok(());
+        }
+        let ceiling = self.inner.truth.token_ceiling().await?;
+        if let Err(error) = self
+            .inner
+            .front
+            .front_invalidate(key, ceiling, self.inner.fence_life)
+            .await
+        {
+            self.inner.health.failed(&error);
+        }
+        Ok(())
+    }
+}
+
+/// A settled state to publish, owned by the task that publishes it.
+enum Owned {
+    Completed(StoredResponse),
+    Held(HeldReason),
+}
+
+#[async_trait::async_trait]
+impl Store for FrontStore {
+    async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let started = now_ms();
+        let health = &self.inner.health;
+        if health.usable() {
+            match self.inner.front.front_read(request.key).await {
+                Ok(Some(entry)) => {
+                    if let Some(claim) = self.answer(entry, request) {
+                        return Ok(claim);
+                    }
+                }
+                Ok(None) => {}
+                Err(error) => health.failed(&error),
+            }
+            bump(&health.counts.misses);
+        }
+        let claim = self.inner.truth.claim(request).await?;
+        if health.usable() {
+            match &claim {
+                Claim::Claimed { token, .. } => {
+                    // Never past PostgreSQL's lease, which began after `started`.
+                    let until = started.saturating_add(ms(request.lease));
+                    if let Err(error) = self
+                        .inner
+                        .front
+                        .front_mark(request.key, *token, &request.fingerprint[..], until)
+                        .await
+                    {
+                        health.failed(&error);
+                    }
+                }
+                Claim::Replay(_) | Claim::Held(_) => self.repair(request.key),
+                Claim::InFlight { .. } | Claim::Mismatch => {}
+            }
+        }
+        Ok(claim)
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Cas, StoreError> {
+        let started = now_ms();
+        let cas = self.inner.truth.renew(key, token, lease).await?;
+        if cas == Cas::Applied && self.inner.health.usable() {
+            let until = started.saturating_add(ms(lease));
+            if let Err(error) = self.inner.front.front_extend(key, token, until).await {
+                self.inner.health.failed(&error);
+            }
+        }
+        Ok(cas)
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        response: &StoredResponse,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        let disarmed = self.disarm(key, token).await;
+        let started = now_ms();
+        let cas = self
+            .inner
+            .truth
+            .complete(key, token, response, retention)
+            .await?;
+        self.settled(key, token, cas, disarmed, || {
+            let until = started.saturating_add(ms(retention));
+            (Owned::Completed(response.clone()), until)
+        });
+        Ok(cas)
+    }
+
+    async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
+        if self.inner.health.usable()
+            && let Err(error) = self
+                .inner
+                .front
+                .front_invalidate(key, token, self.inner.fence_life)
+                .await
+        {
+            self.inner.health.failed(&error);
+        }
+        self.inner.truth.release(key, token).await
+    }
+
+    async fn hold(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        reason: HeldReason,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        let disarmed = self.disarm(key, token).await;
+        let started = now_ms();
+        let cas = self.inner.truth.hold(key, token, reason, retention).await?;
+        self.settled(key, token, cas, disarmed, || {
+            (Owned::Held(reason), started.saturating_add(ms(retention)))
+        });
+        Ok(cas)
+    }
+
+    async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
+        // Its claim's answer was lost, perhaps after PostgreSQL granted it
+        // and the marker was sent; the token is unknown here, so fence
+        // every attempt so far (rare: lost claims only).
+        self.fence_everything(key).await?;
+        self.inner.truth.abandon(key, attempt).await
+    }
+}
+
+#[async_trait::async_trait]
+impl StoreAdmin for FrontStore {
+    async fn relay_wakeups(&self, waiters: Arc<Waiters>) {
+        self.inner.truth.relay_wakeups(waiters).await;
+    }
+
+    async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
+        self.inner.truth.inspect(key).await
+    }
+
+    async fn list(
+        &self,
+        route: &str,
+        state: RecordState,
+        limit: usize,
+    ) -> Result<Vec<RecordInfo>, StoreError> {
+        self.inner.truth.list(route, state, limit).await
+    }
+
+    async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
+        self.fence_everything(key).await?;
+        self.inner.truth.clear(key, force).await
+    }
+
+    async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
+        self.fence_everything(key).await?;
+        self.inner.truth.delete(key, force).await
+    }
+
+    async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
+        // Expired records expired in the front too (their TTLs).
+        self.inner.truth.sweep(batch).await
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        // PostgreSQL decides readiness: without the front, requests are
+        // answered all the same.
+        self.inner.truth.ping().await
+    }
+
+    fn pool_stats(&self) -> Option<PoolStats> {
+        self.inner.truth.pool_stats()
+    }
+
+    fn batch_stats(&self) -> Option<BatchStats> {
+        self.inner.truth.batch_stats()
+    }
+
+    fn front_stats(&self) -> Option<FrontStats> {
+        Some(self.stats())
+    }
+}

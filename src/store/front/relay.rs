@@ -1,0 +1,200 @@
+//! The front store's background work, one task each per instance: the
+//! outbox relay, the probe that brings a failed front back, and the
+//! backlog gauge. Each holds the store weakly and ends when it is dropped.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::Inner;
+use super::health::bump;
+use crate::store::postgres::{Dirty, SyncError, Truth};
+use crate::store::redis::{Published, RedisStore, Settled};
+use crate::store::{StoreAdmin, StoreError, Token};
+
+/// Most outbox rows one relay pass takes.
+const RELAY_BATCH: usize = 256;
+/// How often an idle relay looks at the outbox.
+const RELAY_IDLE: Duration = Duration::from_millis(50);
+/// How long the relay and the probe rest after a failure.
+const BACKOFF: Duration = Duration::from_millis(250);
+/// How often the backlog gauge is refreshed.
+const BACKLOG_EVERY: Duration = Duration::from_secs(1);
+/// The backlog is counted up to this many rows.
+const BACKLOG_CAP: i64 = 1_000_000;
+
+/// A settled record's token, fingerprint, state and end of retention.
+fn settled(truth: &Truth) -> Option<(Token, &[u8], Settled<'_>, i64)> {
+    match truth {
+        Truth::Completed {
+            token,
+            fingerprint,
+            response,
+            expires_ms,
+        } => Some((
+            *token,
+            fingerprint,
+            Settled::Completed(response),
+            *expires_ms,
+        )),
+        Truth::Held {
+            token,
+            fingerprint,
+            reason,
+            expires_ms,
+        } => Some((*token, fingerprint, Settled::Held(*reason), *expires_ms)),
+        Truth::Nothing => None,
+    }
+}
+
+/// Bring the front in line with PostgreSQL for each key: show a settled
+/// record; forget every attempt the outbox says is over.
+pub(super) async fn apply(
+    front: &RedisStore,
+    dirty: &[Dirty],
+    fence_life: Duration,
+) -> Result<Vec<bool>, StoreError> {
+    let mut done = Vec::with_capacity(dirty.len());
+    for d in dirty {
+        let settled = settled(&d.truth);
+        let published = match settled {
+            Some((token, fingerprint, what, expires_ms)) => {
+                front
+                    .front_publish(&d.key, token, fingerprint, what, expires_ms, false)
+                    .await?
+            }
+            None => Published::Refused,
+        };
+        let newer_settled = settled.is_some_and(|(token, ..)| token >= d.over);
+        if d.over > 0 && !newer_settled {
+            front.front_invalidate(&d.key, d.over, fence_life).await?;
+        }
+        done.push(published != Published::NotYet);
+    }
+    Ok(done)
+}
+
+/// The outbox relay: apply and delete rows until the store is dropped.
+pub(super) async fn relay(inner: Weak<Inner>) {
+    loop {
+        let Some(store) = inner.upgrade() else { return };
+        let front = &store.front;
+        let fence_life = store.fence_life;
+        let pass = store
+            .truth
+            .relay_outbox(RELAY_BATCH, async |dirty| {
+                apply(front, dirty, fence_life).await
+            })
+            .await;
+        let rest = match pass {
+            Ok(done) => {
+                let counts = &store.health.counts;
+                counts.relayed.fetch_add(done.rows, Ordering::Relaxed);
+                if let Some(oldest) = done.oldest {
+                    counts
+                        .lag_ms
+                        .store(oldest.as_millis() as u64, Ordering::Relaxed);
+                }
+                if done.rows as usize >= RELAY_BATCH {
+                    Duration::ZERO
+                } else {
+                    RELAY_IDLE
+                }
+            }
+            Err(SyncError::Apply(error)) => {
+                store.health.failed(&error);
+                BACKOFF
+            }
+            Err(SyncError::Store(error)) => {
+                tracing::debug!(%error, "front outbox relay: PostgreSQL failed; will retry");
+                BACKOFF
+            }
+        };
+        drop(store);
+        if rest.is_zero() {
+            tokio::task::yield_now().await;
+        } else {
+            tokio::time::sleep(rest).await;
+        }
+    }
+}
+
+/// While the front is down: once it answers, note the outbox's newest row,
+/// and bring the front up when the relays have applied every row up to it.
+pub(super) async fn probe(inner: Weak<Inner>) {
+    let mut first = true;
+    loop {
+        let Some(store) = inner.upgrade() else { return };
+        if !store.health.usable() && caught_up(&store).await {
+            store.health.recovered(first);
+            first = false;
+        }
+        drop(store);
+        tokio::time::sleep(BACKOFF).await;
+    }
+}
+
+/// Whether the front answers and has every change committed before now.
+pub(super) async fn caught_up(store: &Arc<Inner>) -> bool {
+    if store.front.ping().await.is_err() {
+        return false;
+    }
+    let Ok(head) = store.truth.outbox_head().await else {
+        return false;
+    };
+    // The relays (this instance's among them) drain it; give them the
+    // front's timeout per batch, then try again from the top.
+    for _ in 0..40 {
+        match store.truth.outbox_drained(head).await {
+            Ok(true) => return true,
+            Ok(false) => tokio::time::sleep(RELAY_IDLE).await,
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// Refresh the backlog gauges.
+pub(super) async fn backlog(inner: Weak<Inner>) {
+    loop {
+        let Some(store) = inner.upgrade() else { return };
+        if let Ok((rows, age)) = store.truth.outbox_backlog(BACKLOG_CAP).await {
+            let counts = &store.health.counts;
+            counts.backlog.store(rows, Ordering::Relaxed);
+            if rows == 0 {
+                counts.lag_ms.store(0, Ordering::Relaxed);
+            } else {
+                counts
+                    .lag_ms
+                    .store(age.as_millis() as u64, Ordering::Relaxed);
+            }
+        }
+        drop(store);
+        tokio::time::sleep(BACKLOG_EVERY).await;
+    }
+}
+
+/// Read-repair: the front did not have a settled record PostgreSQL
+/// replayed; publish it (read under a share lock, like the relay).
+pub(super) async fn repair(store: Arc<Inner>, key: crate::store::RecordKey) {
+    let front = &store.front;
+    let fence_life = store.fence_life;
+    let result = store
+        .truth
+        .sync_keys(vec![key.clone()], async |dirty| {
+            apply(front, dirty, fence_life).await
+        })
+        .await;
+    match result {
+        Ok(()) => bump(&store.health.counts.repairs),
+        Err(SyncError::Apply(error)) => store.health.failed(&error),
+        Err(SyncError::Store(error)) => {
+            tracing::debug!(%error, "front read-repair: PostgreSQL failed");
+        }
+    }
+    store
+        .repairing
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&key);
+}

@@ -1,0 +1,382 @@
+//! The PostgreSQL side of the front store (src/store/front/): the
+//! transactional outbox of migration 0004, and reading records' current
+//! state for the front under a share lock.
+//!
+//! A sync runs in one transaction: it locks outbox rows (`FOR UPDATE SKIP
+//! LOCKED`, so every instance may relay at once), reads the current state of
+//! their records `FOR SHARE` (in the lock order of the batches: route,
+//! scope, key, bytewise), hands both to the caller, which applies them to
+//! Redis, and deletes the rows only if that worked. While the caller
+//! writes Redis, no transaction can delete or change those records: a key
+//! deleted by an operator is deleted after the front was given its last
+//! state, and the delete's own outbox row then removes it from the front.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+use sqlx::Connection;
+
+use super::PgStore;
+use crate::store::{HeldReason, RecordKey, StoreError, StoredResponse, Token, decode_headers};
+
+/// A record's current state, as the front may show it.
+#[derive(Debug, Clone)]
+pub(in crate::store) enum Truth {
+    /// No record, or one the front must not show (in flight or expired).
+    Nothing,
+    /// Completed: replay it until `expires_ms`.
+    Completed {
+        /// The attempt that completed it.
+        token: Token,
+        /// Its request's fingerprint.
+        fingerprint: Vec<u8>,
+        /// The recorded response.
+        response: StoredResponse,
+        /// Retention, in milliseconds since the epoch (PostgreSQL's clock).
+        expires_ms: i64,
+    },
+    /// Held until `expires_ms`.
+    Held {
+        /// The attempt it was held for.
+        token: Token,
+        /// Its request's fingerprint.
+        fingerprint: Vec<u8>,
+        /// Why.
+        reason: HeldReason,
+        /// Retention, in milliseconds since the epoch.
+        expires_ms: i64,
+    },
+}
+
+/// One key to bring in line: its current state, and the newest attempt
+/// the outbox says is over (0 when the sync was not asked by the outbox).
+#[derive(Debug, Clone)]
+pub(in crate::store) struct Dirty {
+    /// The key.
+    pub(in crate::store) key: RecordKey,
+    /// The newest token of its outbox rows: that attempt, and every older
+    /// one, is over.
+    pub(in crate::store) over: Token,
+    /// What PostgreSQL holds now.
+    pub(in crate::store) truth: Truth,
+    /// Its outbox rows.
+    rows: Vec<i64>,
+}
+
+/// What one relay pass did.
+#[derive(Debug, Clone, Copy, Default)]
+pub(in crate::store) struct Relayed {
+    /// Outbox rows applied and deleted.
+    pub(in crate::store) rows: u64,
+    /// How long the oldest of them waited.
+    pub(in crate::store) oldest: Option<Duration>,
+}
+
+#[derive(sqlx::FromRow)]
+struct OutboxRow {
+    route: String,
+    scope: Vec<u8>,
+    key: String,
+    token: i64,
+    age_ms: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct TruthRow {
+    route: String,
+    scope: Vec<u8>,
+    key: String,
+    state: String,
+    token: i64,
+    fingerprint: Vec<u8>,
+    held_reason: Option<String>,
+    status: Option<i16>,
+    headers: Option<Vec<u8>>,
+    body: Option<Vec<u8>>,
+    expires_ms: i64,
+}
+
+impl TruthRow {
+    fn into_truth(self) -> Result<(RecordKey, Truth), StoreError> {
+        let corrupt = |what: &str| StoreError::Corrupt(format!("front sync read {what}"));
+        let truth = match self.state.as_str() {
+            "completed" => Truth::Completed {
+                token: self.token,
+                fingerprint: self.fingerprint,
+                response: StoredResponse {
+                    status: self
+                        .status
+                        .and_then(|s| u16::try_from(s).ok())
+                        .and_then(|s| StatusCode::from_u16(s).ok())
+                        .ok_or_else(|| corrupt("a bad status"))?,
+                    headers: decode_headers(self.headers.as_deref().unwrap_or_default())
+                        .ok_or_else(|| corrupt("undecodable headers"))?,
+                    body: Bytes::from(self.body.unwrap_or_default()),
+                },
+                expires_ms: self.expires_ms,
+            },
+            "held" => Truth::Held {
+                token: self.token,
+                fingerprint: self.fingerprint,
+                reason: self
+                    .held_reason
+                    .as_deref()
+                    .and_then(HeldReason::parse)
+                    .ok_or_else(|| corrupt("an unknown held reason"))?,
+                expires_ms: self.expires_ms,
+            },
+            _ => Truth::Nothing,
+        };
+        let key = RecordKey {
+            route: self.route,
+            scope: self.scope,
+            key: self.key,
+        };
+        Ok((key, truth))
+    }
+}
+
+/// The apply step's verdict per key, in the order it was given them:
+/// `false` keeps the key's outbox rows for the next pass.
+pub(in crate::store) type Applied = Vec<bool>;
+
+/// Why a sync failed: PostgreSQL, or the caller's apply step.
+#[derive(Debug)]
+pub(in crate::store) enum SyncError {
+    /// PostgreSQL failed or did not answer in time.
+    Store(StoreError),
+    /// Applying to the front failed; nothing was deleted.
+    Apply(StoreError),
+}
+
+impl PgStore {
+    /// One relay pass: up to `limit` outbox rows, grouped by key, handed
+    /// with their records' current state to `apply`; the rows are deleted
+    /// if it succeeds. Bounded by `[store] timeout`.
+    pub(in crate::store) async fn relay_outbox(
+        &self,
+        limit: usize,
+        apply: impl AsyncFnOnce(&[Dirty]) -> Result<Applied, StoreError>,
+    ) -> Result<Relayed, SyncError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let result = self
+            .pool
+            .run(self.timeout, async |conn| {
+                let mut tx = conn.begin().await?;
+                let rows: Vec<(i64, OutboxRow)> =
+                    sqlx::query_as::<_, (i64, String, Vec<u8>, String, i64, i64)>(
+                        "SELECT id, route, scope, key, token,
+                            (EXTRACT(EPOCH FROM clock_timestamp() - created_at) * 1000)::int8
+                       FROM idemgate_front_outbox ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+                    )
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .into_iter()
+                    .map(|(id, route, scope, key, token, age_ms)| {
+                        (
+                            id,
+                            OutboxRow {
+                                route,
+                                scope,
+                                key,
+                                token,
+                                age_ms,
+                            },
+                        )
+                    })
+                    .collect();
+                if rows.is_empty() {
+                    return Ok(Ok(Relayed::default()));
+                }
+                let oldest = rows.iter().map(|(_, r)| r.age_ms).max().unwrap_or(0);
+                let mut keys: Vec<(RecordKey, Token, Vec<i64>)> = Vec::new();
+                for (id, row) in rows {
+                    let key = RecordKey {
+                        route: row.route,
+                        scope: row.scope,
+                        key: row.key,
+                    };
+                    match keys.iter_mut().find(|(k, _, _)| *k == key) {
+                        Some((_, over, ids)) => {
+                            *over = (*over).max(row.token);
+                            ids.push(id);
+                        }
+                        None => keys.push((key, row.token, vec![id])),
+                    }
+                }
+                let dirty = match read_truths(&mut tx, keys).await? {
+                    Ok(dirty) => dirty,
+                    Err(e) => return Ok(Err(SyncError::Store(e))),
+                };
+                let done = match apply(&dirty).await {
+                    Ok(done) => done,
+                    Err(e) => {
+                        tx.rollback().await?;
+                        return Ok(Err(SyncError::Apply(e)));
+                    }
+                };
+                let rows_applied: Vec<i64> = dirty
+                    .iter()
+                    .zip(done.iter().chain(std::iter::repeat(&false)))
+                    .filter(|(_, done)| **done)
+                    .flat_map(|(d, _)| d.rows.iter().copied())
+                    .collect();
+                sqlx::query("DELETE FROM idemgate_front_outbox WHERE id = ANY($1)")
+                    .bind(&rows_applied)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(Ok(Relayed {
+                    rows: rows_applied.len() as u64,
+                    oldest: Some(Duration::from_millis(oldest.max(0) as u64)),
+                }))
+            })
+            .await;
+        match result {
+            Ok(inner) => inner,
+            Err(e) => Err(SyncError::Store(e.into())),
+        }
+    }
+
+    /// Hand `keys`' current state to `apply` while holding their records
+    /// `FOR SHARE` (the read-repair of a replay the front did not have).
+    pub(in crate::store) async fn sync_keys(
+        &self,
+        keys: Vec<RecordKey>,
+        apply: impl AsyncFnOnce(&[Dirty]) -> Result<Applied, StoreError>,
+    ) -> Result<(), SyncError> {
+        let keys = keys.into_iter().map(|k| (k, 0, Vec::new())).collect();
+        let result = self
+            .pool
+            .run(self.timeout, async |conn| {
+                let mut tx = conn.begin().await?;
+                let dirty = match read_truths(&mut tx, keys).await? {
+                    Ok(dirty) => dirty,
+                    Err(e) => return Ok(Err(SyncError::Store(e))),
+                };
+                let applied = apply(&dirty).await;
+                tx.commit().await?;
+                Ok(applied.map(|_| ()).map_err(SyncError::Apply))
+            })
+            .await;
+        match result {
+            Ok(inner) => inner,
+            Err(e) => Err(SyncError::Store(e.into())),
+        }
+    }
+
+    /// A token at least as high as any issued so far: fencing the front
+    /// with it (before an operator's delete) keeps every earlier attempt's
+    /// late write out.
+    pub(in crate::store) async fn token_ceiling(&self) -> Result<Token, StoreError> {
+        Ok(self
+            .pool
+            .run(self.timeout, async |conn| {
+                sqlx::query_scalar("SELECT last_value FROM idemgate_token_seq")
+                    .fetch_one(conn)
+                    .await
+            })
+            .await?)
+    }
+
+    /// The newest outbox row's id (0: none).
+    pub(in crate::store) async fn outbox_head(&self) -> Result<i64, StoreError> {
+        Ok(self
+            .pool
+            .run(self.timeout, async |conn| {
+                sqlx::query_scalar("SELECT COALESCE(max(id), 0)::int8 FROM idemgate_front_outbox")
+                    .fetch_one(conn)
+                    .await
+            })
+            .await?)
+    }
+
+    /// Whether every outbox row up to `head` has been relayed.
+    pub(in crate::store) async fn outbox_drained(&self, head: i64) -> Result<bool, StoreError> {
+        Ok(self
+            .pool
+            .run(self.timeout, async |conn| {
+                sqlx::query_scalar(
+                    "SELECT NOT EXISTS (SELECT 1 FROM idemgate_front_outbox WHERE id <= $1)",
+                )
+                .bind(head)
+                .fetch_one(conn)
+                .await
+            })
+            .await?)
+    }
+
+    /// Rows waiting in the outbox (counted up to `cap`), and the oldest one's age.
+    pub(in crate::store) async fn outbox_backlog(
+        &self,
+        cap: i64,
+    ) -> Result<(i64, Duration), StoreError> {
+        let (rows, age_ms): (i64, i64) = self
+            .pool
+            .run(self.timeout, async |conn| {
+                sqlx::query_as(
+                    "SELECT count(*)::int8,
+                            COALESCE((EXTRACT(EPOCH FROM clock_timestamp() - min(created_at)) * 1000)::int8, 0)
+                       FROM (SELECT created_at FROM idemgate_front_outbox LIMIT $1) AS waiting",
+                )
+                .bind(cap)
+                .fetch_one(conn)
+                .await
+            })
+            .await?;
+        Ok((rows, Duration::from_millis(age_ms.max(0) as u64)))
+    }
+}
+
+/// The current state of `keys` (each with the newest token its outbox rows
+/// named), read `FOR SHARE` in the batches' lock order.
+async fn read_truths(
+    conn: &mut sqlx::PgConnection,
+    mut keys: Vec<(RecordKey, Token, Vec<i64>)>,
+) -> Result<Result<Vec<Dirty>, StoreError>, sqlx::Error> {
+    keys.sort_by(|a, b| super::batch::lock_order(&a.0, &b.0));
+    let routes: Vec<&str> = keys.iter().map(|(k, _, _)| k.route.as_str()).collect();
+    let scopes: Vec<&[u8]> = keys.iter().map(|(k, _, _)| k.scope.as_slice()).collect();
+    let names: Vec<&str> = keys.iter().map(|(k, _, _)| k.key.as_str()).collect();
+    // COLLATE "C": bytewise, the order `lock_order` gives the batches.
+    let rows: Vec<TruthRow> = sqlx::query_as(
+        r#"SELECT r.route, r.scope, r.key, r.state, r.token, r.fingerprint, r.held_reason,
+                  r.status, r.headers, r.body,
+                  (EXTRACT(EPOCH FROM r.expires_at) * 1000)::int8 AS expires_ms
+             FROM idemgate_records r
+             JOIN unnest($1::text[], $2::bytea[], $3::text[]) AS k(route, scope, key)
+               ON r.route = k.route AND r.scope = k.scope AND r.key = k.key
+            WHERE r.expires_at > clock_timestamp()
+            ORDER BY r.route COLLATE "C", r.scope, r.key COLLATE "C"
+              FOR SHARE OF r"#,
+    )
+    .bind(&routes)
+    .bind(&scopes)
+    .bind(&names)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut found = Vec::with_capacity(rows.len());
+    for row in rows {
+        match row.into_truth() {
+            Ok(pair) => found.push(pair),
+            Err(e) => return Ok(Err(e)),
+        }
+    }
+    Ok(Ok(keys
+        .into_iter()
+        .map(|(key, over, rows)| {
+            let truth = found
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map_or(Truth::Nothing, |(_, t)| t.clone());
+            Dirty {
+                key,
+                over,
+                truth,
+                rows,
+            }
+        })
+        .collect()))
+}

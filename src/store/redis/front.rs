@@ -1,0 +1,412 @@
+//! The Redis half of the front store (src/store/front/): what the front
+//! keeps per record, and the scripts that change it, each atomic on the
+//! server and fenced by tokens so that a late write can never bring back
+//! what a newer attempt, a release or an operator's delete removed.
+//!
+//! Per record, two keys (`{prefix}front:rec:…` and `{prefix}fence:rec:…`,
+//! the record's name as the Redis store spells it):
+//!
+//! - the **entry**, a hash: `kind` (`in_flight`, `settling`, `completed`,
+//!   `held`), the attempt's `token`, the request's `fp`, and for
+//!   `completed` the response (`status`, `headers`, `body`), for `held` its
+//!   `reason`; its TTL ends with the lease (`in_flight`) or the retention;
+//! - the **fence**, the highest token whose attempt is known to be over
+//!   for good (released, abandoned, deleted): no entry of that token or an
+//!   older one is written again while the fence lives.
+//!
+//! An entry is only ever replaced by one of a newer or equal token, and an
+//! `in_flight` marker only by the same attempt's `settling` (written before
+//! PostgreSQL settles the record) and then its `completed` or `held`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use deadpool_redis::redis::{Script, Value};
+use http::StatusCode;
+use std::sync::LazyLock;
+
+use super::{RedisStore, bytes, corrupt, int, layout::Layout};
+use crate::store::{
+    HeldReason, RecordKey, StoreError, StoredResponse, Token, decode_headers, encode_headers,
+};
+
+/// What the front holds for a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(in crate::store) enum FrontEntry {
+    /// An attempt holds a live lease (the marker ends with it).
+    InFlight {
+        /// The request's fingerprint.
+        fingerprint: Vec<u8>,
+        /// Time left on the marker.
+        left: Duration,
+    },
+    /// The attempt is settling in PostgreSQL: ask PostgreSQL.
+    Settling,
+    /// A recorded response.
+    Completed {
+        /// The request's fingerprint.
+        fingerprint: Vec<u8>,
+        /// The response.
+        response: StoredResponse,
+    },
+    /// The key is held.
+    Held {
+        /// The request's fingerprint.
+        fingerprint: Vec<u8>,
+        /// Why.
+        reason: HeldReason,
+    },
+}
+
+/// What a publish did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::store) enum Published {
+    /// The front shows it.
+    Shown,
+    /// A newer attempt's entry, or a fence, kept it out: for good.
+    Refused,
+    /// The same attempt is settling again: try once that is over.
+    NotYet,
+}
+
+/// A settled state to publish.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::store) enum Settled<'a> {
+    /// A recorded response.
+    Completed(&'a StoredResponse),
+    /// A held key.
+    Held(HeldReason),
+}
+
+/// Refuse a write of token `t` (ARGV[1]) that the fence (KEYS[2]) covers.
+const FENCED: &str = "local t = tonumber(ARGV[1])
+if tonumber(redis.call('GET', KEYS[2]) or '0') >= t then return 0 end
+";
+
+/// KEYS = entry. The entry's fields and time left, or nil.
+static READ: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'kind', 'fp', 'status', 'headers', 'body', 'reason')
+if not r[1] then return false end
+return {r[1], r[2], redis.call('PTTL', KEYS[1]), r[3], r[4], r[5], r[6]}
+"#,
+    )
+});
+
+/// KEYS = entry, fence; ARGV = token, fingerprint, end (ms since the
+/// epoch). A claimed attempt's marker, unless an entry of this attempt or
+/// a newer one is there (its `settling` may have come first).
+static MARK: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{FENCED}{}",
+        r#"
+local cur = redis.call('HGET', KEYS[1], 'token')
+if cur and tonumber(cur) >= t then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'kind', 'in_flight', 'token', ARGV[1], 'fp', ARGV[2])
+redis.call('PEXPIREAT', KEYS[1], ARGV[3])
+return 1
+"#
+    ))
+});
+
+/// KEYS = entry, fence; ARGV = token, life (ms). Before PostgreSQL settles
+/// an attempt: whatever the front shows of it (its marker; its held
+/// entry, which a late completion replaces; nothing) becomes `settling`,
+/// which readers pass to PostgreSQL and which keeps a late marker out; it
+/// keeps the entry's fingerprint for the fast path's [`PUBLISH`].
+static DISARM: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{FENCED}{}",
+        r#"
+local cur = redis.call('HMGET', KEYS[1], 'token', 'kind', 'fp')
+if cur[1] and tonumber(cur[1]) > t then return 0 end
+local mine = cur[1] and tonumber(cur[1]) == t
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'kind', 'settling', 'token', ARGV[1])
+if mine and cur[3] then redis.call('HSET', KEYS[1], 'fp', cur[3]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"#
+    ))
+});
+
+/// KEYS = entry, fence; ARGV = token, kind, fingerprint, status, headers,
+/// body, reason, end (ms since the epoch), only-settling (1/0). A settled
+/// record: with only-settling, in place of this attempt's `settling` only,
+/// with the fingerprint its marker left there (the completing instance's
+/// fast path); else unless a newer entry is there, and not over the same
+/// attempt's `settling` (the relay and read-repair, which read PostgreSQL
+/// under a share lock, perhaps just before that attempt's write: 2, "not
+/// yet", and the relay keeps its outbox row for the next pass).
+static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{FENCED}{}",
+        r#"
+local cur = redis.call('HMGET', KEYS[1], 'token', 'kind', 'fp')
+local fp = ARGV[3]
+if ARGV[9] == '1' then
+  if not cur[1] or tonumber(cur[1]) ~= t or cur[2] ~= 'settling' or not cur[3] then return 0 end
+  fp = cur[3]
+elseif cur[1] and tonumber(cur[1]) > t then return 0
+elseif cur[1] and tonumber(cur[1]) == t and cur[2] == 'settling' then return 2 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'kind', ARGV[2], 'token', ARGV[1], 'fp', fp, 'status', ARGV[4],
+           'headers', ARGV[5], 'body', ARGV[6], 'reason', ARGV[7])
+redis.call('PEXPIREAT', KEYS[1], ARGV[8])
+return 1
+"#
+    ))
+});
+
+/// KEYS = entry, fence; ARGV = token, fence life (ms). Every attempt up to
+/// `token` is over: raise the fence to it and drop an entry it covers.
+static INVALIDATE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local t = tonumber(ARGV[1])
+if t > tonumber(redis.call('GET', KEYS[2]) or '0') then
+  redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+elseif redis.call('PTTL', KEYS[2]) < tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+local cur = redis.call('HGET', KEYS[1], 'token')
+if cur and tonumber(cur) <= t then redis.call('DEL', KEYS[1]) end
+return 1
+"#,
+    )
+});
+
+/// KEYS = entry; ARGV = token, end (ms since the epoch). A renewed lease:
+/// the attempt's marker lives on with it.
+static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'token', 'kind')
+if r[1] == ARGV[1] and r[2] == 'in_flight' then
+  redis.call('PEXPIREAT', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"#,
+    )
+});
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+impl RedisStore {
+    /// The entry's and the fence's Redis keys.
+    fn front_keys(&self, key: &RecordKey) -> (Vec<u8>, Vec<u8>) {
+        let name = Layout::record_name(key);
+        let prefix = self.layout.prefix.as_bytes();
+        let entry = [prefix, b"front:", &name].concat();
+        let fence = [prefix, b"fence:", &name].concat();
+        (entry, fence)
+    }
+
+    async fn front_script(
+        &self,
+        script: &Script,
+        key: &RecordKey,
+        args: &[&[u8]],
+    ) -> Result<bool, StoreError> {
+        Ok(self.front_script_n(script, key, args).await? == 1)
+    }
+
+    async fn front_script_n(
+        &self,
+        script: &Script,
+        key: &RecordKey,
+        args: &[&[u8]],
+    ) -> Result<i64, StoreError> {
+        let (entry, fence) = self.front_keys(key);
+        let (entry, fence) = (&entry, &fence);
+        let n: i64 = self
+            .bounded(|mut conn| async move {
+                let mut invocation = script.key(&entry[..]);
+                invocation.key(&fence[..]);
+                for a in args {
+                    invocation.arg(*a);
+                }
+                invocation.invoke_async(&mut conn).await
+            })
+            .await?;
+        Ok(n)
+    }
+
+    /// What the front holds for `key`.
+    pub(in crate::store) async fn front_read(
+        &self,
+        key: &RecordKey,
+    ) -> Result<Option<FrontEntry>, StoreError> {
+        let (entry, _) = self.front_keys(key);
+        let entry = &entry;
+        let reply: Value = self
+            .bounded(|mut conn| async move { READ.key(&entry[..]).invoke_async(&mut conn).await })
+            .await?;
+        let Value::Array(fields) = reply else {
+            return Ok(None);
+        };
+        let kind = bytes(fields.first()).ok_or_else(|| corrupt("a front entry with no kind"))?;
+        let fingerprint = || bytes(fields.get(1)).ok_or_else(|| corrupt("no fingerprint"));
+        Ok(Some(match &kind[..] {
+            b"in_flight" => {
+                let left = int(fields.get(2)).unwrap_or(0);
+                if left <= 0 {
+                    return Ok(None);
+                }
+                FrontEntry::InFlight {
+                    fingerprint: fingerprint()?,
+                    left: Duration::from_millis(left as u64),
+                }
+            }
+            b"settling" => FrontEntry::Settling,
+            b"completed" => FrontEntry::Completed {
+                fingerprint: fingerprint()?,
+                response: StoredResponse {
+                    status: int(fields.get(3))
+                        .and_then(|s| u16::try_from(s).ok())
+                        .and_then(|s| StatusCode::from_u16(s).ok())
+                        .ok_or_else(|| corrupt("a bad status"))?,
+                    headers: decode_headers(&bytes(fields.get(4)).unwrap_or_default())
+                        .ok_or_else(|| corrupt("undecodable headers"))?,
+                    body: Bytes::from(bytes(fields.get(5)).unwrap_or_default()),
+                },
+            },
+            b"held" => FrontEntry::Held {
+                fingerprint: fingerprint()?,
+                reason: bytes(fields.get(6))
+                    .and_then(|r| HeldReason::parse(std::str::from_utf8(&r).ok()?))
+                    .ok_or_else(|| corrupt("an unknown held reason"))?,
+            },
+            other => {
+                return Err(corrupt(&format!(
+                    "a front entry of kind {:?}",
+                    String::from_utf8_lossy(other)
+                )));
+            }
+        }))
+    }
+
+    /// Mark `key` in flight for attempt `token` until `until_ms`.
+    pub(in crate::store) async fn front_mark(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        fingerprint: &[u8],
+        until_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let (token, until) = (token.to_string(), until_ms.to_string());
+        self.front_script(
+            &MARK,
+            key,
+            &[token.as_bytes(), fingerprint, until.as_bytes()],
+        )
+        .await
+    }
+
+    /// Attempt `token` is about to settle: readers go to PostgreSQL.
+    pub(in crate::store) async fn front_disarm(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        life: Duration,
+    ) -> Result<bool, StoreError> {
+        let (token, life) = (token.to_string(), millis(life).to_string());
+        self.front_script(&DISARM, key, &[token.as_bytes(), life.as_bytes()])
+            .await
+    }
+
+    /// Show attempt `token`'s settled record until `until_ms`; with
+    /// `only_settling`, only in place of its own `settling` entry.
+    pub(in crate::store) async fn front_publish(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        fingerprint: &[u8],
+        settled: Settled<'_>,
+        until_ms: i64,
+        only_settling: bool,
+    ) -> Result<Published, StoreError> {
+        let (token, until) = (token.to_string(), until_ms.to_string());
+        let (kind, status, headers, body, reason): (&[u8], String, Vec<u8>, &[u8], &[u8]) =
+            match settled {
+                Settled::Completed(response) => (
+                    b"completed",
+                    response.status.as_u16().to_string(),
+                    encode_headers(&response.headers),
+                    &response.body[..],
+                    b"",
+                ),
+                Settled::Held(reason) => (
+                    b"held",
+                    String::new(),
+                    Vec::new(),
+                    b"",
+                    reason.as_str().as_bytes(),
+                ),
+            };
+        let only: &[u8] = if only_settling { b"1" } else { b"0" };
+        self.front_script_n(
+            &PUBLISH,
+            key,
+            &[
+                token.as_bytes(),
+                kind,
+                fingerprint,
+                status.as_bytes(),
+                &headers,
+                body,
+                reason,
+                until.as_bytes(),
+                only,
+            ],
+        )
+        .await
+        .map(|n| match n {
+            1 => Published::Shown,
+            2 => Published::NotYet,
+            _ => Published::Refused,
+        })
+    }
+
+    /// Every attempt of `key` up to `token` is over: fence them out for `life`.
+    pub(in crate::store) async fn front_invalidate(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        life: Duration,
+    ) -> Result<(), StoreError> {
+        let (token, life) = (token.to_string(), millis(life).to_string());
+        self.front_script(&INVALIDATE, key, &[token.as_bytes(), life.as_bytes()])
+            .await
+            .map(|_| ())
+    }
+
+    /// Attempt `token` renewed its lease: its marker lives until `until_ms`.
+    pub(in crate::store) async fn front_extend(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        until_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let (entry, _) = self.front_keys(key);
+        let entry = &entry;
+        let (token, until) = (token.to_string(), until_ms.to_string());
+        let (token, until) = (&token, &until);
+        let n: i64 = self
+            .bounded(|mut conn| async move {
+                EXTEND
+                    .key(&entry[..])
+                    .arg(token)
+                    .arg(until)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(n == 1)
+    }
+}
