@@ -13,6 +13,7 @@ mod support;
 mod chaos;
 mod cli;
 mod crash;
+mod front;
 mod keys;
 mod logs;
 mod lost_claims;

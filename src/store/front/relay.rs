@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::Inner;
 use super::health::bump;
 use crate::store::postgres::{Dirty, SyncError, Truth};
-use crate::store::redis::{Published, RedisStore, Settled};
+use crate::store::redis::{RedisStore, Settled};
 use crate::store::{StoreAdmin, StoreError, Token};
 
 /// Most outbox rows one relay pass takes.
@@ -53,31 +53,32 @@ pub(super) async fn apply(
     front: &RedisStore,
     dirty: &[Dirty],
     fence_life: Duration,
-) -> Result<Vec<bool>, StoreError> {
-    let mut done = Vec::with_capacity(dirty.len());
+) -> Result<(), StoreError> {
     for d in dirty {
         let settled = settled(&d.truth);
-        let published = match settled {
-            Some((token, fingerprint, what, expires_ms)) => {
-                front
-                    .front_publish(&d.key, token, fingerprint, what, expires_ms, false)
-                    .await?
-            }
-            None => Published::Refused,
-        };
+        if let Some((token, fingerprint, what, expires_ms)) = settled {
+            front
+                .front_publish(&d.key, token, fingerprint, what, expires_ms, false)
+                .await?;
+        }
         let newer_settled = settled.is_some_and(|(token, ..)| token >= d.over);
         if d.over > 0 && !newer_settled {
             front.front_invalidate(&d.key, d.over, fence_life).await?;
         }
-        done.push(published != Published::NotYet);
     }
-    Ok(done)
+    Ok(())
 }
 
 /// The outbox relay: apply and delete rows until the store is dropped.
 pub(super) async fn relay(inner: Weak<Inner>) {
     loop {
         let Some(store) = inner.upgrade() else { return };
+        // While the front is down, take no locks until it answers.
+        if !store.health.usable() && store.front.ping().await.is_err() {
+            drop(store);
+            tokio::time::sleep(BACKOFF).await;
+            continue;
+        }
         let front = &store.front;
         let fence_life = store.fence_life;
         let pass = store

@@ -137,10 +137,6 @@ impl TruthRow {
     }
 }
 
-/// The apply step's verdict per key, in the order it was given them:
-/// `false` keeps the key's outbox rows for the next pass.
-pub(in crate::store) type Applied = Vec<bool>;
-
 /// Why a sync failed: PostgreSQL, or the caller's apply step.
 #[derive(Debug)]
 pub(in crate::store) enum SyncError {
@@ -157,7 +153,7 @@ impl PgStore {
     pub(in crate::store) async fn relay_outbox(
         &self,
         limit: usize,
-        apply: impl AsyncFnOnce(&[Dirty]) -> Result<Applied, StoreError>,
+        apply: impl AsyncFnOnce(&[Dirty]) -> Result<(), StoreError>,
     ) -> Result<Relayed, SyncError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let result = self
@@ -210,19 +206,12 @@ impl PgStore {
                     Ok(dirty) => dirty,
                     Err(e) => return Ok(Err(SyncError::Store(e))),
                 };
-                let done = match apply(&dirty).await {
-                    Ok(done) => done,
-                    Err(e) => {
-                        tx.rollback().await?;
-                        return Ok(Err(SyncError::Apply(e)));
-                    }
-                };
-                let rows_applied: Vec<i64> = dirty
-                    .iter()
-                    .zip(done.iter().chain(std::iter::repeat(&false)))
-                    .filter(|(_, done)| **done)
-                    .flat_map(|(d, _)| d.rows.iter().copied())
-                    .collect();
+                if let Err(e) = apply(&dirty).await {
+                    tx.rollback().await?;
+                    return Ok(Err(SyncError::Apply(e)));
+                }
+                let rows_applied: Vec<i64> =
+                    dirty.iter().flat_map(|d| d.rows.iter().copied()).collect();
                 sqlx::query("DELETE FROM idemgate_front_outbox WHERE id = ANY($1)")
                     .bind(&rows_applied)
                     .execute(&mut *tx)
@@ -245,7 +234,7 @@ impl PgStore {
     pub(in crate::store) async fn sync_keys(
         &self,
         keys: Vec<RecordKey>,
-        apply: impl AsyncFnOnce(&[Dirty]) -> Result<Applied, StoreError>,
+        apply: impl AsyncFnOnce(&[Dirty]) -> Result<(), StoreError>,
     ) -> Result<(), SyncError> {
         let keys = keys.into_iter().map(|k| (k, 0, Vec::new())).collect();
         let result = self
@@ -258,7 +247,7 @@ impl PgStore {
                 };
                 let applied = apply(&dirty).await;
                 tx.commit().await?;
-                Ok(applied.map(|_| ()).map_err(SyncError::Apply))
+                Ok(applied.map_err(SyncError::Apply))
             })
             .await;
         match result {

@@ -6,17 +6,19 @@
 //! Per record, two keys (`{prefix}front:rec:…` and `{prefix}fence:rec:…`,
 //! the record's name as the Redis store spells it):
 //!
-//! - the **entry**, a hash: `kind` (`in_flight`, `settling`, `completed`,
-//!   `held`), the attempt's `token`, the request's `fp`, and for
+//! - the **entry**, a hash: `kind` (`in_flight`, `completed`, `held`), the
+//!   attempt's `token`, the request's `fp`, and for
 //!   `completed` the response (`status`, `headers`, `body`), for `held` its
 //!   `reason`; its TTL ends with the lease (`in_flight`) or the retention;
 //! - the **fence**, the highest token whose attempt is known to be over
 //!   for good (released, abandoned, deleted): no entry of that token or an
 //!   older one is written again while the fence lives.
 //!
-//! An entry is only ever replaced by one of a newer or equal token, and an
-//! `in_flight` marker only by the same attempt's `settling` (written before
-//! PostgreSQL settles the record) and then its `completed` or `held`.
+//! An entry is only ever replaced by one of a newer token, or by its own
+//! attempt's settled record: written by the settling instance after
+//! PostgreSQL's commit, in place of the entry it finds of that attempt
+//! only, and by the relay and read-repair, which read PostgreSQL under a
+//! share lock (so no change to the record commits until they are done).
 
 use std::time::Duration;
 
@@ -40,8 +42,6 @@ pub(in crate::store) enum FrontEntry {
         /// Time left on the marker.
         left: Duration,
     },
-    /// The attempt is settling in PostgreSQL: ask PostgreSQL.
-    Settling,
     /// A recorded response.
     Completed {
         /// The request's fingerprint.
@@ -56,17 +56,6 @@ pub(in crate::store) enum FrontEntry {
         /// Why.
         reason: HeldReason,
     },
-}
-
-/// What a publish did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::store) enum Published {
-    /// The front shows it.
-    Shown,
-    /// A newer attempt's entry, or a fence, kept it out: for good.
-    Refused,
-    /// The same attempt is settling again: try once that is over.
-    NotYet,
 }
 
 /// A settled state to publish.
@@ -96,7 +85,7 @@ return {r[1], r[2], redis.call('PTTL', KEYS[1]), r[3], r[4], r[5], r[6]}
 
 /// KEYS = entry, fence; ARGV = token, fingerprint, end (ms since the
 /// epoch). A claimed attempt's marker, unless an entry of this attempt or
-/// a newer one is there (its `settling` may have come first).
+/// a newer one is there.
 static MARK: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{FENCED}{}",
@@ -111,46 +100,23 @@ return 1
     ))
 });
 
-/// KEYS = entry, fence; ARGV = token, life (ms). Before PostgreSQL settles
-/// an attempt: whatever the front shows of it (its marker; its held
-/// entry, which a late completion replaces; nothing) becomes `settling`,
-/// which readers pass to PostgreSQL and which keeps a late marker out; it
-/// keeps the entry's fingerprint for the fast path's [`PUBLISH`].
-static DISARM: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{FENCED}{}",
-        r#"
-local cur = redis.call('HMGET', KEYS[1], 'token', 'kind', 'fp')
-if cur[1] and tonumber(cur[1]) > t then return 0 end
-local mine = cur[1] and tonumber(cur[1]) == t
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'kind', 'settling', 'token', ARGV[1])
-if mine and cur[3] then redis.call('HSET', KEYS[1], 'fp', cur[3]) end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1
-"#
-    ))
-});
-
 /// KEYS = entry, fence; ARGV = token, kind, fingerprint, status, headers,
-/// body, reason, end (ms since the epoch), only-settling (1/0). A settled
-/// record: with only-settling, in place of this attempt's `settling` only,
-/// with the fingerprint its marker left there (the completing instance's
-/// fast path); else unless a newer entry is there, and not over the same
-/// attempt's `settling` (the relay and read-repair, which read PostgreSQL
-/// under a share lock, perhaps just before that attempt's write: 2, "not
-/// yet", and the relay keeps its outbox row for the next pass).
+/// body, reason, end (ms since the epoch), own (1/0). A settled record.
+/// With own, only in place of an entry of the same attempt, whose
+/// fingerprint it keeps (the settling instance, after PostgreSQL's commit:
+/// a front that lost the entry, flushed or fenced, stays without it);
+/// without, unless a newer attempt's entry is there (the relay and
+/// read-repair, which read PostgreSQL under a share lock).
 static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{FENCED}{}",
         r#"
-local cur = redis.call('HMGET', KEYS[1], 'token', 'kind', 'fp')
+local cur = redis.call('HMGET', KEYS[1], 'token', 'fp')
 local fp = ARGV[3]
 if ARGV[9] == '1' then
-  if not cur[1] or tonumber(cur[1]) ~= t or cur[2] ~= 'settling' or not cur[3] then return 0 end
-  fp = cur[3]
-elseif cur[1] and tonumber(cur[1]) > t then return 0
-elseif cur[1] and tonumber(cur[1]) == t and cur[2] == 'settling' then return 2 end
+  if not cur[1] or tonumber(cur[1]) ~= t or not cur[2] then return 0 end
+  fp = cur[2]
+elseif cur[1] and tonumber(cur[1]) > t then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'kind', ARGV[2], 'token', ARGV[1], 'fp', fp, 'status', ARGV[4],
            'headers', ARGV[5], 'body', ARGV[6], 'reason', ARGV[7])
@@ -213,15 +179,6 @@ impl RedisStore {
         key: &RecordKey,
         args: &[&[u8]],
     ) -> Result<bool, StoreError> {
-        Ok(self.front_script_n(script, key, args).await? == 1)
-    }
-
-    async fn front_script_n(
-        &self,
-        script: &Script,
-        key: &RecordKey,
-        args: &[&[u8]],
-    ) -> Result<i64, StoreError> {
         let (entry, fence) = self.front_keys(key);
         let (entry, fence) = (&entry, &fence);
         let n: i64 = self
@@ -234,7 +191,7 @@ impl RedisStore {
                 invocation.invoke_async(&mut conn).await
             })
             .await?;
-        Ok(n)
+        Ok(n == 1)
     }
 
     /// What the front holds for `key`.
@@ -263,7 +220,6 @@ impl RedisStore {
                     left: Duration::from_millis(left as u64),
                 }
             }
-            b"settling" => FrontEntry::Settling,
             b"completed" => FrontEntry::Completed {
                 fingerprint: fingerprint()?,
                 response: StoredResponse {
@@ -308,20 +264,8 @@ impl RedisStore {
         .await
     }
 
-    /// Attempt `token` is about to settle: readers go to PostgreSQL.
-    pub(in crate::store) async fn front_disarm(
-        &self,
-        key: &RecordKey,
-        token: Token,
-        life: Duration,
-    ) -> Result<bool, StoreError> {
-        let (token, life) = (token.to_string(), millis(life).to_string());
-        self.front_script(&DISARM, key, &[token.as_bytes(), life.as_bytes()])
-            .await
-    }
-
-    /// Show attempt `token`'s settled record until `until_ms`; with
-    /// `only_settling`, only in place of its own `settling` entry.
+    /// Show attempt `token`'s settled record until `until_ms`; with `own`,
+    /// only in place of an entry of that attempt ([`PUBLISH`]).
     pub(in crate::store) async fn front_publish(
         &self,
         key: &RecordKey,
@@ -329,8 +273,8 @@ impl RedisStore {
         fingerprint: &[u8],
         settled: Settled<'_>,
         until_ms: i64,
-        only_settling: bool,
-    ) -> Result<Published, StoreError> {
+        own: bool,
+    ) -> Result<bool, StoreError> {
         let (token, until) = (token.to_string(), until_ms.to_string());
         let (kind, status, headers, body, reason): (&[u8], String, Vec<u8>, &[u8], &[u8]) =
             match settled {
@@ -349,8 +293,8 @@ impl RedisStore {
                     reason.as_str().as_bytes(),
                 ),
             };
-        let only: &[u8] = if only_settling { b"1" } else { b"0" };
-        self.front_script_n(
+        let own: &[u8] = if own { b"1" } else { b"0" };
+        self.front_script(
             &PUBLISH,
             key,
             &[
@@ -362,15 +306,10 @@ impl RedisStore {
                 body,
                 reason,
                 until.as_bytes(),
-                only,
+                own,
             ],
         )
         .await
-        .map(|n| match n {
-            1 => Published::Shown,
-            2 => Published::NotYet,
-            _ => Published::Refused,
-        })
     }
 
     /// Every attempt of `key` up to `token` is over: fence them out for `life`.

@@ -1,0 +1,624 @@
+//! The front store (PostgreSQL with a Redis front, `[store.front]`): what
+//! the front answers by itself, and its invariants. The conformance suite
+//! and every `per_backend!` test run on it too (the `front` backend); here
+//! are the properties only it has:
+//!
+//! - replays, `422`s and `409`s come from Redis, for any instance, without
+//!   a PostgreSQL round trip (PostgreSQL's batch counter does not move);
+//! - the front flushed, stale (a late write after an operator's delete),
+//!   frozen (SIGSTOP) or gone (SIGKILL, restarted empty) never causes a
+//!   second execution, a wrong replay, or a `409` for a key that is free
+//!   or already completed;
+//! - its entries expire with the record's retention;
+//! - an outage degrades to PostgreSQL alone, counted once, never an error;
+//! - the outbox is written only by instances with a front, and not for
+//!   swept records.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use deadpool_redis::redis;
+use http::{HeaderMap, StatusCode};
+use idemgate::config::{StoreConfig, UnknownOutcome};
+use idemgate::store::{
+    Backend as Store, Cas, Claim, ClaimRequest, FrontConfig, FrontStats, HeldReason, RecordKey,
+    StoredResponse,
+};
+use sqlx::Connection;
+
+use crate::support::servers::PrivateRedis;
+use crate::support::{
+    Backend, Gateway, TestDb, TestStore, Upstream, client, eventually, post, sample,
+};
+
+const LEASE: Duration = Duration::from_secs(30);
+const RETENTION: Duration = Duration::from_secs(3600);
+
+/// A front store on `db` with its front at `redis` (keys under `prefix`).
+async fn open(db: &str, redis: &str, prefix: &str, timeout: Duration) -> Arc<dyn Store> {
+    let config = StoreConfig {
+        url: db.to_string(),
+        migrate: true,
+        pool_size: 8,
+        timeout: Duration::from_secs(5),
+        batches_in_flight: 1,
+        prefix: prefix.to_string(),
+        cluster: false,
+        max_records: 10_000,
+        sweep_interval: Duration::from_secs(60),
+        sweep_batch: 100,
+        replay_cache_ttl: Duration::ZERO,
+        replay_cache_size: 0,
+        wait_routes: Vec::new(),
+        front: Some(FrontConfig {
+            url: redis.to_string(),
+            timeout,
+            fence_life: Duration::from_secs(120),
+        }),
+    };
+    idemgate::store::open(&config)
+        .await
+        .expect("front store opens")
+}
+
+/// Two instances sharing one database and one front (the shared Redis).
+struct Pair {
+    a: Arc<dyn Store>,
+    b: Arc<dyn Store>,
+    storage: TestStore,
+}
+
+impl Pair {
+    async fn new() -> Self {
+        let storage = TestStore::new(Backend::Front).await;
+        let redis = crate::support::store::redis_url();
+        let a = open(
+            &storage.url,
+            &redis,
+            storage.prefix(),
+            Duration::from_secs(1),
+        )
+        .await;
+        let b = open(
+            &storage.url,
+            &redis,
+            storage.prefix(),
+            Duration::from_secs(1),
+        )
+        .await;
+        assert!(
+            stats(&*a).up && stats(&*b).up,
+            "the front is up from the start"
+        );
+        Self { a, b, storage }
+    }
+}
+
+fn stats(store: &dyn Store) -> FrontStats {
+    store.front_stats().expect("a front store")
+}
+
+/// Operations PostgreSQL's batches carried for this instance (claims and
+/// completions): unchanged while the front answers.
+fn pg_ops(store: &dyn Store) -> u64 {
+    store.batch_stats().expect("PostgreSQL batches").operations
+}
+
+fn key(k: &str) -> RecordKey {
+    RecordKey {
+        route: "r".into(),
+        scope: Vec::new(),
+        key: k.into(),
+    }
+}
+
+async fn claim_lease(store: &dyn Store, k: &RecordKey, f: u8, lease: Duration) -> Claim {
+    store
+        .claim(&ClaimRequest {
+            key: k,
+            fingerprint: &[f; 32],
+            attempt: idemgate::store::new_attempt_id(),
+            lease,
+            retention: RETENTION,
+            on_unknown_outcome: UnknownOutcome::Hold,
+        })
+        .await
+        .expect("claim")
+}
+
+async fn claim(store: &dyn Store, k: &RecordKey, f: u8) -> Claim {
+    claim_lease(store, k, f, LEASE).await
+}
+
+fn token(c: Claim) -> i64 {
+    match c {
+        Claim::Claimed { token, .. } => token,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+fn response(body: &'static str) -> StoredResponse {
+    StoredResponse {
+        status: StatusCode::CREATED,
+        headers: HeaderMap::new(),
+        body: Bytes::from_static(body.as_bytes()),
+    }
+}
+
+/// Wait until `store`'s front answers `k` by itself (the fast path and the
+/// relay run off the caller's path).
+async fn front_has(store: &dyn Store, k: &RecordKey, f: u8) -> Claim {
+    eventually(Duration::from_secs(5), || async {
+        let before = stats(store);
+        let answer = claim(store, k, f).await;
+        let after = stats(store);
+        let from_front = after.replays + after.mismatches + after.held + after.conflicts
+            > before.replays + before.mismatches + before.held + before.conflicts;
+        from_front.then_some(answer)
+    })
+    .await
+    .unwrap_or_else(|| panic!("the front never answered {}", k.key))
+}
+
+/// The front's Redis keys for this test.
+async fn front_keys(redis_url: &str, prefix: &str) -> Vec<String> {
+    let client = redis::Client::open(redis_url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap()
+}
+
+/// Delete every front key of this test (a flush of the front).
+async fn flush(redis_url: &str, prefix: &str) {
+    let keys = front_keys(redis_url, prefix).await;
+    let client = redis::Client::open(redis_url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    for k in keys {
+        let _: i64 = redis::cmd("DEL")
+            .arg(&k)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+async fn outbox_rows(db: &str) -> i64 {
+    let mut conn = sqlx::PgConnection::connect(db).await.unwrap();
+    sqlx::query_scalar("SELECT count(*) FROM idemgate_front_outbox")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn replays_mismatches_and_conflicts_come_from_the_front_for_every_instance() {
+    let p = Pair::new().await;
+    let (a, b) = (&*p.a, &*p.b);
+
+    // In flight on A: B's duplicate is refused by the front.
+    let k = key("shared");
+    let t = token(claim(a, &k, 1).await);
+    let ops = pg_ops(b);
+    match claim(b, &k, 1).await {
+        Claim::InFlight { retry_after } => assert!(retry_after <= LEASE),
+        other => panic!("expected 409, got {other:?}"),
+    }
+    assert_eq!(claim(b, &k, 2).await, Claim::Mismatch);
+    assert_eq!(stats(b).conflicts, 1);
+    assert_eq!(stats(b).mismatches, 1);
+    assert_eq!(pg_ops(b), ops, "the front answered without PostgreSQL");
+
+    // Completed on A: B replays it from the front.
+    assert_eq!(
+        a.complete(&k, t, &response("once"), RETENTION)
+            .await
+            .unwrap(),
+        Cas::Applied
+    );
+    assert_eq!(front_has(b, &k, 1).await, Claim::Replay(response("once")));
+    let ops = pg_ops(b);
+    for _ in 0..20 {
+        assert_eq!(claim(b, &k, 1).await, Claim::Replay(response("once")));
+    }
+    assert_eq!(claim(b, &k, 3).await, Claim::Mismatch);
+    assert_eq!(pg_ops(b), ops, "replays without PostgreSQL");
+    assert!(stats(b).replays >= 21);
+
+    // Held on A: B gets the held answer from the front.
+    let h = key("held");
+    let t = token(claim(a, &h, 1).await);
+    assert_eq!(
+        a.hold(&h, t, HeldReason::UpstreamTimeout, RETENTION)
+            .await
+            .unwrap(),
+        Cas::Applied
+    );
+    assert_eq!(
+        front_has(b, &h, 1).await,
+        Claim::Held(HeldReason::UpstreamTimeout)
+    );
+    assert_eq!(outbox_rows(&p.storage.url).await, 0, "the relay drained it");
+}
+
+/// G2 and "never a 409 for a free key", right after the write returned:
+/// a completed key is replayed and a released one is claimable at once,
+/// from any instance, although the other instance's front had it in flight.
+#[tokio::test]
+async fn a_settled_key_is_never_answered_in_flight_once_its_write_returned() {
+    let p = Pair::new().await;
+    let (a, b) = (&*p.a, &*p.b);
+    for i in 0..40 {
+        let k = key(&format!("k{i}"));
+        let t = token(claim(a, &k, 1).await);
+        assert!(matches!(claim(b, &k, 1).await, Claim::InFlight { .. }));
+        if i % 2 == 0 {
+            a.complete(&k, t, &response("done"), RETENTION)
+                .await
+                .unwrap();
+            assert_eq!(
+                claim(b, &k, 1).await,
+                Claim::Replay(response("done")),
+                "a completed key answered in flight"
+            );
+        } else {
+            assert_eq!(a.release(&k, t).await.unwrap(), Cas::Applied);
+            assert!(
+                matches!(claim(b, &k, 1).await, Claim::Claimed { .. }),
+                "a released key answered in flight"
+            );
+        }
+    }
+    assert!(stats(b).conflicts >= 40, "the front did answer the 409s");
+}
+
+/// The front flushed (every key gone, fences too): every answer is the
+/// same, from PostgreSQL, and read-repair refills the front.
+#[tokio::test]
+async fn a_flushed_front_changes_no_answer_and_is_refilled() {
+    let p = Pair::new().await;
+    let (a, b) = (&*p.a, &*p.b);
+    let redis = crate::support::store::redis_url();
+    let done = key("done");
+    let t = token(claim(a, &done, 1).await);
+    a.complete(&done, t, &response("kept"), RETENTION)
+        .await
+        .unwrap();
+    let flying = key("flying");
+    let ft = token(claim(a, &flying, 1).await);
+    let held = key("held");
+    let ht = token(claim(a, &held, 1).await);
+    a.hold(&held, ht, HeldReason::UpstreamFailed, RETENTION)
+        .await
+        .unwrap();
+    assert_eq!(
+        front_has(b, &done, 1).await,
+        Claim::Replay(response("kept"))
+    );
+
+    flush(&redis, p.storage.prefix()).await;
+    assert!(front_keys(&redis, p.storage.prefix()).await.is_empty());
+    assert_eq!(claim(b, &done, 1).await, Claim::Replay(response("kept")));
+    assert_eq!(claim(b, &done, 2).await, Claim::Mismatch);
+    assert!(matches!(claim(b, &flying, 1).await, Claim::InFlight { .. }));
+    assert_eq!(
+        claim(b, &held, 1).await,
+        Claim::Held(HeldReason::UpstreamFailed)
+    );
+    // Read-repair gave the front the settled records PostgreSQL answered.
+    assert_eq!(
+        front_has(b, &done, 1).await,
+        Claim::Replay(response("kept"))
+    );
+    assert_eq!(
+        front_has(b, &held, 1).await,
+        Claim::Held(HeldReason::UpstreamFailed)
+    );
+    assert!(stats(b).repairs >= 2);
+    // The in-flight attempt still settles, and is replayed everywhere.
+    a.complete(&flying, ft, &response("late"), RETENTION)
+        .await
+        .unwrap();
+    assert_eq!(claim(b, &flying, 1).await, Claim::Replay(response("late")));
+    assert_eq!(claim(a, &flying, 1).await, Claim::Replay(response("late")));
+}
+
+/// A late write never undoes an operator's delete: the completing
+/// instance's write of the settled record to the front is held back (a
+/// failpoint) past PostgreSQL's commit until after `keys delete` returned;
+/// the fence keeps it out, and the key is new again everywhere.
+#[tokio::test]
+async fn a_delete_is_never_undone_by_a_late_front_write() {
+    let p = Pair::new().await;
+    let k = key("late-write-after-delete");
+    fail::cfg("front-publish-delay", &format!("return({})", k.key)).unwrap();
+    let t = token(claim(&*p.a, &k, 1).await);
+    let (a, k2) = (p.a.clone(), k.clone());
+    let completing = tokio::spawn(async move {
+        a.complete(&k2, t, &response("deleted"), RETENTION)
+            .await
+            .unwrap()
+    });
+    // PostgreSQL has it; the front does not yet.
+    eventually(Duration::from_secs(5), || async {
+        let info = p.b.inspect(&k).await.unwrap()?;
+        (info.state == idemgate::store::RecordState::Completed).then_some(())
+    })
+    .await
+    .expect("the completion commits");
+    assert!(
+        p.b.delete(&k, false).await.unwrap(),
+        "a completed record is deletable"
+    );
+    assert_eq!(completing.await.unwrap(), Cas::Applied);
+    fail::remove("front-publish-delay");
+    for store in [&*p.a, &*p.b] {
+        assert!(
+            matches!(
+                claim(store, &k, 2).await,
+                Claim::Claimed { .. } | Claim::InFlight { .. }
+            ),
+            "the deleted record came back"
+        );
+    }
+}
+
+/// Entries live no longer than the record's retention.
+#[tokio::test]
+async fn front_entries_expire_with_retention() {
+    let p = Pair::new().await;
+    let (a, b) = (&*p.a, &*p.b);
+    let redis = crate::support::store::redis_url();
+    let k = key("short");
+    let t = token(claim(a, &k, 1).await);
+    a.complete(&k, t, &response("brief"), Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(front_has(b, &k, 1).await, Claim::Replay(response("brief")));
+    let client = redis::Client::open(redis.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let entry = front_keys(&redis, p.storage.prefix())
+        .await
+        .into_iter()
+        .find(|k| k.contains("front:"))
+        .expect("the front entry");
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(&entry)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(ttl > 0 && ttl <= 2_000, "entry TTL {ttl} ms, retention 2 s");
+    tokio::time::sleep(Duration::from_millis(2_300)).await;
+    assert!(
+        matches!(claim(b, &k, 1).await, Claim::Claimed { .. }),
+        "replayed past retention"
+    );
+}
+
+/// A frozen front (SIGSTOP): requests go on from PostgreSQL after one
+/// timeout, the outage is counted once; a key released meanwhile is free
+/// once the front thaws, and the front is used again once caught up.
+#[tokio::test]
+async fn a_frozen_front_degrades_to_postgres_and_comes_back_caught_up() {
+    let db = TestDb::new().await;
+    let redis = PrivateRedis::start();
+    let timeout = Duration::from_millis(300);
+    let a = open(&db.url, &redis.url(), "f:", timeout).await;
+    let b = open(&db.url, &redis.url(), "f:", timeout).await;
+    let (a, b) = (&*a, &*b);
+
+    let done = key("done");
+    let t = token(claim(a, &done, 1).await);
+    a.complete(&done, t, &response("before"), RETENTION)
+        .await
+        .unwrap();
+    assert_eq!(
+        front_has(b, &done, 1).await,
+        Claim::Replay(response("before"))
+    );
+    // Marked in flight in the front before the freeze, released during it.
+    let early = key("early");
+    let et = token(claim(a, &early, 1).await);
+    let freed = key("freed");
+    let ft = token(claim(a, &freed, 1).await);
+    assert!(matches!(claim(b, &freed, 1).await, Claim::InFlight { .. }));
+    assert!(matches!(claim(b, &early, 1).await, Claim::InFlight { .. }));
+
+    redis.signal("-STOP");
+    assert_eq!(claim(b, &done, 1).await, Claim::Replay(response("before")));
+    assert_eq!(a.release(&early, et).await.unwrap(), Cas::Applied);
+    assert_eq!(a.release(&freed, ft).await.unwrap(), Cas::Applied);
+    let during = key("during");
+    let dt = token(claim(a, &during, 1).await);
+    assert_eq!(
+        a.complete(&during, dt, &response("frozen"), RETENTION)
+            .await
+            .unwrap(),
+        Cas::Applied
+    );
+    for _ in 0..10 {
+        assert_eq!(
+            claim(b, &during, 1).await,
+            Claim::Replay(response("frozen"))
+        );
+        assert_eq!(claim(a, &done, 1).await, Claim::Replay(response("before")));
+    }
+    for store in [a, b] {
+        assert!(!stats(store).up, "the front is down while frozen");
+        assert_eq!(stats(store).outages, 1, "one outage, counted once");
+    }
+
+    // The releases' outbox rows are held up (the relays skip locked rows):
+    // the front answers again, but has not caught up, so it stays unused.
+    let mut blocker = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
+    let locked: Vec<i64> = sqlx::query_scalar("SELECT id FROM idemgate_front_outbox FOR UPDATE")
+        .fetch_all(&mut blocker)
+        .await
+        .unwrap();
+    assert!(locked.len() >= 2, "the releases wrote outbox rows");
+    redis.signal("-CONT");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        !stats(a).up && !stats(b).up,
+        "up before the outbox reached the front"
+    );
+    assert!(
+        matches!(claim(b, &early, 1).await, Claim::Claimed { .. }),
+        "a key released while the front was frozen answered in flight"
+    );
+    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
+
+    for store in [a, b] {
+        eventually(Duration::from_secs(10), || async {
+            stats(store).up.then_some(())
+        })
+        .await
+        .expect("the front comes back");
+    }
+    assert!(
+        matches!(claim(b, &freed, 1).await, Claim::Claimed { .. }),
+        "a key released while the front was frozen answered in flight"
+    );
+    assert_eq!(
+        front_has(b, &during, 1).await,
+        Claim::Replay(response("frozen"))
+    );
+    assert_eq!(stats(a).outages, 1);
+    assert_eq!(stats(b).outages, 1);
+}
+
+/// A front that is gone (SIGKILL), then back empty: nothing fails, and it
+/// refills.
+#[tokio::test]
+async fn a_lost_front_is_never_an_error_and_refills_when_back() {
+    let db = TestDb::new().await;
+    let mut redis = PrivateRedis::start();
+    let a = open(&db.url, &redis.url(), "g:", Duration::from_millis(300)).await;
+    let a = &*a;
+    let done = key("done");
+    let t = token(claim(a, &done, 1).await);
+    a.complete(&done, t, &response("kept"), RETENTION)
+        .await
+        .unwrap();
+    assert_eq!(
+        front_has(a, &done, 1).await,
+        Claim::Replay(response("kept"))
+    );
+
+    redis.kill();
+    for i in 0..5 {
+        assert_eq!(claim(a, &done, 1).await, Claim::Replay(response("kept")));
+        let k = key(&format!("new{i}"));
+        let t = token(claim(a, &k, 1).await);
+        assert_eq!(
+            a.complete(&k, t, &response("new"), RETENTION)
+                .await
+                .unwrap(),
+            Cas::Applied
+        );
+    }
+    assert!(!stats(a).up);
+    assert_eq!(stats(a).outages, 1);
+
+    redis.restart();
+    eventually(Duration::from_secs(10), || async {
+        stats(a).up.then_some(())
+    })
+    .await
+    .expect("the front comes back");
+    assert_eq!(claim(a, &done, 1).await, Claim::Replay(response("kept")));
+    assert_eq!(
+        front_has(a, &done, 1).await,
+        Claim::Replay(response("kept"))
+    );
+}
+
+/// A front that does not answer at start is a warning, not an error.
+#[tokio::test]
+async fn a_front_down_at_start_is_not_an_error() {
+    let db = TestDb::new().await;
+    let mut redis = PrivateRedis::start();
+    let url = redis.url();
+    redis.kill();
+    let a = open(&db.url, &url, "s:", Duration::from_millis(300)).await;
+    let a = &*a;
+    assert!(!stats(a).up);
+    let k = key("k");
+    let t = token(claim(a, &k, 1).await);
+    a.complete(&k, t, &response("pg"), RETENTION).await.unwrap();
+    assert_eq!(claim(a, &k, 1).await, Claim::Replay(response("pg")));
+    redis.restart();
+    eventually(Duration::from_secs(10), || async {
+        stats(a).up.then_some(())
+    })
+    .await
+    .expect("the front comes up");
+}
+
+/// Only connections of a front store write outbox rows, and sweeping
+/// expired records writes none.
+#[tokio::test]
+async fn the_outbox_is_written_only_for_a_front_and_not_by_sweeps() {
+    let storage = TestStore::new(Backend::Postgres).await;
+    let plain = storage.open().await;
+    let k = key("plain");
+    let t = token(claim(&*plain, &k, 1).await);
+    plain
+        .complete(&k, t, &response("x"), Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert_eq!(outbox_rows(&storage.url).await, 0);
+
+    // A front store on the same database, its relay stopped by pointing
+    // its front nowhere: its rows stay for the test to count.
+    let nowhere = format!("redis://127.0.0.1:{}", crate::support::process::free_port());
+    let front = open(&storage.url, &nowhere, "o:", Duration::from_millis(100)).await;
+    let f = key("front");
+    let t = token(claim(&*front, &f, 1).await);
+    front
+        .complete(&f, t, &response("y"), Duration::from_millis(100))
+        .await
+        .unwrap();
+    assert_eq!(outbox_rows(&storage.url).await, 1, "the completion's row");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let swept = front.sweep(100).await.unwrap();
+    assert_eq!(swept, 2, "both expired records");
+    assert_eq!(outbox_rows(&storage.url).await, 1, "a sweep writes no row");
+}
+
+/// Through the gateway: the front's answers carry the usual headers and
+/// problems, and `/metrics` shows them.
+#[tokio::test]
+async fn the_gateway_serves_front_answers_and_exports_their_metrics() {
+    let store = TestStore::new(Backend::Front).await;
+    let upstream = Upstream::start().await;
+    let a = Gateway::start(&store.config(&upstream.url())).await;
+    let b = Gateway::start(&store.config(&upstream.url())).await;
+    let c = client();
+    let first = post(&c, &a.url("/v1/payments"), "m1", r#"{"n":1}"#).await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let replay = eventually(Duration::from_secs(5), || async {
+        let reply = post(&c, &b.url("/v1/payments"), "m1", r#"{"n":1}"#).await;
+        let metrics = b.metrics().await;
+        (sample(&metrics, "idemgate_front_answers_total{answer=\"replay\"}") >= 1.0)
+            .then_some(reply)
+    })
+    .await
+    .expect("a replay from the front");
+    assert!(replay.is_replay());
+    assert_eq!(replay.body, first.body);
+    let other = post(&c, &b.url("/v1/payments"), "m1", r#"{"n":2}"#).await;
+    assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
+    // (The per-instance replay cache, in front of the front, answered it.)
+    assert_eq!(other.problem_type(), "urn:idemgate:problem:key-reused");
+    let metrics = b.metrics().await;
+    assert_eq!(sample(&metrics, "idemgate_front_up"), 1.0);
+    assert_eq!(sample(&metrics, "idemgate_front_outages_total"), 0.0);
+    assert_eq!(upstream.count("m1"), 1);
+    a.shutdown().await;
+    b.shutdown().await;
+}
