@@ -24,6 +24,16 @@ CREATE TABLE idemgate_front_outbox (
     created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
 );
 
+-- The Redis server the front was last brought in line with (its run_id,
+-- new at every server start). A front that comes back as another server
+-- process (a restart, perhaps from an old snapshot; a failover) may hold
+-- entries the outbox already carried to its predecessor and deleted: it
+-- is wiped before any instance uses it again.
+CREATE TABLE idemgate_front_state (
+    one          BOOLEAN PRIMARY KEY DEFAULT true CHECK (one),
+    redis_run_id TEXT    NOT NULL
+);
+
 CREATE FUNCTION idemgate_front_outbox_write() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN

@@ -622,3 +622,81 @@ async fn the_gateway_serves_front_answers_and_exports_their_metrics() {
     a.shutdown().await;
     b.shutdown().await;
 }
+
+/// Copy a directory tree.
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// A front that comes back as another server process with old data (here:
+/// its append-only file from before an operator's delete) is wiped before
+/// use: the outbox row that carried the delete is long gone.
+#[tokio::test]
+async fn a_front_restarted_from_an_old_snapshot_is_wiped_before_use() {
+    let db = TestDb::new().await;
+    let mut redis = PrivateRedis::start_durable();
+    let a = open(&db.url, &redis.url(), "w:", Duration::from_millis(300)).await;
+    let a = &*a;
+    let k = key("deleted-later");
+    let t = token(claim(a, &k, 1).await);
+    a.complete(&k, t, &response("old"), RETENTION)
+        .await
+        .unwrap();
+    assert_eq!(front_has(a, &k, 1).await, Claim::Replay(response("old")));
+
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let (_, dir): (String, String) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("dir")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let aof = std::path::Path::new(&dir).join("appendonlydir");
+    let snapshot = tempfile::tempdir().unwrap();
+    copy_dir(&aof, snapshot.path());
+
+    assert!(a.delete(&k, false).await.unwrap());
+    eventually(Duration::from_secs(5), || async {
+        (outbox_rows(&db.url).await == 0).then_some(())
+    })
+    .await
+    .expect("the delete reached the front");
+
+    redis.kill();
+    std::fs::remove_dir_all(&aof).unwrap();
+    copy_dir(snapshot.path(), &aof);
+    redis.restart();
+    // Nothing used the front meanwhile: the first use finds the new server.
+    assert!(
+        matches!(claim(a, &k, 1).await, Claim::Claimed { .. }),
+        "a deleted record came back with an old snapshot of the front"
+    );
+    eventually(Duration::from_secs(10), || async {
+        (stats(a).up && stats(a).outages == 1).then_some(())
+    })
+    .await
+    .expect("the front comes back");
+    let again = key("deleted-later-2");
+    let t = token(claim(a, &again, 1).await);
+    a.complete(&again, t, &response("new"), RETENTION)
+        .await
+        .unwrap();
+    assert_eq!(
+        front_has(a, &again, 1).await,
+        Claim::Replay(response("new"))
+    );
+    assert!(
+        matches!(claim(a, &k, 1).await, Claim::InFlight { .. }),
+        "the key claimed after the delete is in flight, not the old record"
+    );
+}

@@ -140,14 +140,15 @@ impl FrontStore {
             truth,
             front: front_store,
             health: Health::default(),
-            fence_life: front.fence_life.max(Duration::from_secs(60)),
+            fence_life: front.fence_life,
             wait_routes: config.wait_routes.clone(),
             repairing: Mutex::new(HashSet::new()),
         });
         let weak = Arc::downgrade(&inner);
         tokio::spawn(relay::relay(weak.clone()));
         // Up from the start if it answers and has every change so far.
-        if relay::caught_up(&inner).await {
+        let up = relay::caught_up(&inner).await;
+        if up {
             inner.health.recovered(true);
         } else {
             tracing::warn!(
@@ -155,7 +156,7 @@ impl FrontStore {
                 "front store (Redis) does not answer or lags: answering from PostgreSQL alone until it does"
             );
         }
-        tokio::spawn(relay::probe(weak.clone()));
+        tokio::spawn(relay::probe(weak.clone(), up));
         tokio::spawn(relay::backlog(weak));
         Ok(Self { inner })
     }

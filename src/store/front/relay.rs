@@ -122,8 +122,8 @@ pub(super) async fn relay(inner: Weak<Inner>) {
 
 /// While the front is down: once it answers, note the outbox's newest row,
 /// and bring the front up when the relays have applied every row up to it.
-pub(super) async fn probe(inner: Weak<Inner>) {
-    let mut first = true;
+pub(super) async fn probe(inner: Weak<Inner>, up_at_start: bool) {
+    let mut first = !up_at_start;
     loop {
         let Some(store) = inner.upgrade() else { return };
         if !store.health.usable() && caught_up(&store).await {
@@ -137,7 +137,7 @@ pub(super) async fn probe(inner: Weak<Inner>) {
 
 /// Whether the front answers and has every change committed before now.
 pub(super) async fn caught_up(store: &Arc<Inner>) -> bool {
-    if store.front.ping().await.is_err() {
+    if !same_server(store).await || store.front.ping().await.is_err() {
         return false;
     }
     let Ok(head) = store.truth.outbox_head().await else {
@@ -153,6 +153,43 @@ pub(super) async fn caught_up(store: &Arc<Inner>) -> bool {
         }
     }
     false
+}
+
+/// Whether the front is the Redis server PostgreSQL last knew it as; if
+/// it is another (a restart, perhaps from an old snapshot, or a failover),
+/// wipe it first: its entries may predate outbox rows that are gone.
+async fn same_server(store: &Arc<Inner>) -> bool {
+    let (Ok(now), Ok(known)) = (
+        store.front.front_run_id().await,
+        store.truth.front_run_id().await,
+    ) else {
+        return false;
+    };
+    if known.as_deref() == Some(now.as_str()) {
+        store.front.expect_run_id(Some(&now));
+        return true;
+    }
+    // Connections to the new server are allowed for the wipe; the front is
+    // down meanwhile, so only this probe and the relay use them.
+    store.front.expect_run_id(None);
+    match store.front.front_wipe().await {
+        Ok(wiped) => {
+            tracing::info!(
+                wiped,
+                "front store (Redis) is a server not seen before (first use, a restart or a \
+                 failover): its entries were wiped before use"
+            );
+        }
+        Err(error) => {
+            tracing::debug!(%error, "wiping the front failed; will retry");
+            return false;
+        }
+    }
+    if store.truth.set_front_run_id(&now).await.is_err() {
+        return false;
+    }
+    store.front.expect_run_id(Some(&now));
+    true
 }
 
 /// Refresh the backlog gauges.

@@ -270,6 +270,34 @@ impl PgStore {
             .await?)
     }
 
+    /// The Redis run_id the front was last brought in line with.
+    pub(in crate::store) async fn front_run_id(&self) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .pool
+            .run(self.timeout, async |conn| {
+                sqlx::query_scalar("SELECT redis_run_id FROM idemgate_front_state")
+                    .fetch_optional(conn)
+                    .await
+            })
+            .await?)
+    }
+
+    /// Record that the front is the server with this run_id (after wiping it).
+    pub(in crate::store) async fn set_front_run_id(&self, run_id: &str) -> Result<(), StoreError> {
+        self.pool
+            .run(self.timeout, async |conn| {
+                sqlx::query(
+                    "INSERT INTO idemgate_front_state (redis_run_id) VALUES ($1)
+                     ON CONFLICT (one) DO UPDATE SET redis_run_id = EXCLUDED.redis_run_id",
+                )
+                .bind(run_id)
+                .execute(conn)
+                .await
+            })
+            .await?;
+        Ok(())
+    }
+
     /// The newest outbox row's id (0: none).
     pub(in crate::store) async fn outbox_head(&self) -> Result<i64, StoreError> {
         Ok(self

@@ -163,6 +163,13 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
+/// The `run_id` line of an `INFO server` reply.
+pub(super) fn run_id(info: &str) -> Option<&str> {
+    info.lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .map(str::trim)
+}
+
 impl RedisStore {
     /// The entry's and the fence's Redis keys.
     fn front_keys(&self, key: &RecordKey) -> (Vec<u8>, Vec<u8>) {
@@ -323,6 +330,87 @@ impl RedisStore {
         self.front_script(&INVALIDATE, key, &[token.as_bytes(), life.as_bytes()])
             .await
             .map(|_| ())
+    }
+
+    /// The server's `run_id`: a new one each time a server process starts,
+    /// so a changed one means a restart (perhaps from an old snapshot) or
+    /// another server behind the same address.
+    /// Asked on a connection of its own, which [`Self::expect_run_id`]
+    /// does not apply to.
+    pub(in crate::store) async fn front_run_id(&self) -> Result<String, StoreError> {
+        let super::Source::Single(single) = &self.source else {
+            return Err(StoreError::Unavailable(
+                "a front is one Redis server, not a cluster".into(),
+            ));
+        };
+        let (client, settings) = single.as_ref();
+        let ask = async {
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(settings)
+                .await?;
+            deadpool_redis::redis::cmd("INFO")
+                .arg("server")
+                .query_async::<String>(&mut conn)
+                .await
+        };
+        let info = tokio::time::timeout(self.timeout, ask)
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("no answer within {:?}", self.timeout)))?
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        run_id(&info)
+            .map(str::to_string)
+            .ok_or_else(|| corrupt("INFO server without a run_id"))
+    }
+
+    /// From now on, every new connection must reach the server process
+    /// with this `run_id` ([`RedisStore::open_lane`]); `None`: any.
+    pub(in crate::store) fn expect_run_id(&self, run_id: Option<&str>) {
+        *self
+            .expected_run_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = run_id.map(str::to_string);
+    }
+
+    /// Delete every entry and fence the front holds (`SCAN` in steps of
+    /// 1,000, each bounded by the timeout); returns how many keys went.
+    pub(in crate::store) async fn front_wipe(&self) -> Result<u64, StoreError> {
+        let mut deleted = 0;
+        for kind in ["front:", "fence:"] {
+            let pattern = format!("{}{kind}*", self.layout.prefix);
+            let pattern = &pattern;
+            let mut cursor = 0u64;
+            loop {
+                let (next, keys): (u64, Vec<Vec<u8>>) = self
+                    .bounded(|mut conn| async move {
+                        deadpool_redis::redis::cmd("SCAN")
+                            .arg(cursor)
+                            .arg("MATCH")
+                            .arg(pattern)
+                            .arg("COUNT")
+                            .arg(1000)
+                            .query_async(&mut conn)
+                            .await
+                    })
+                    .await?;
+                if !keys.is_empty() {
+                    let keys = &keys;
+                    let n: u64 = self
+                        .bounded(|mut conn| async move {
+                            deadpool_redis::redis::cmd("UNLINK")
+                                .arg(keys)
+                                .query_async(&mut conn)
+                                .await
+                        })
+                        .await?;
+                    deleted += n;
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(deleted)
     }
 
     /// Attempt `token` renewed its lease: its marker lives until `until_ms`.

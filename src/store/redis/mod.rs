@@ -69,6 +69,10 @@ pub struct RedisStore {
     /// How many times the wake-up subscriber connected: on a cluster, the
     /// next attempt goes to the next node.
     listens: AtomicUsize,
+    /// As a front (src/store/front/): the server process (`run_id`) every
+    /// new connection must reach; another one fails the connection, so
+    /// that a restarted server is never used before it has been checked.
+    expected_run_id: Mutex<Option<String>>,
     /// The routes whose settled records are announced.
     wait_routes: Vec<String>,
     timeout: Duration,
@@ -187,6 +191,7 @@ impl RedisStore {
             url: config.url.clone(),
             nodes: Mutex::new(Vec::new()),
             listens: AtomicUsize::new(0),
+            expected_run_id: Mutex::new(None),
             wait_routes: config.wait_routes.clone(),
         })
     }
@@ -310,12 +315,29 @@ impl RedisStore {
         let conn = match &self.source {
             Source::Single(single) => {
                 let (client, settings) = single.as_ref();
-                Conn::Single(
-                    client
-                        .get_multiplexed_async_connection_with_config(settings)
+                let mut conn = client
+                    .get_multiplexed_async_connection_with_config(settings)
+                    .await
+                    .map_err(|e| unavailable(&e))?;
+                let expected = self
+                    .expected_run_id
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                if let Some(expected) = expected {
+                    let info: String = redis::cmd("INFO")
+                        .arg("server")
+                        .query_async(&mut conn)
                         .await
-                        .map_err(|e| unavailable(&e))?,
-                )
+                        .map_err(|e| unavailable(&e))?;
+                    if front::run_id(&info) != Some(expected.as_str()) {
+                        return Err(StoreError::Unavailable(
+                            "the Redis server is another process than the one checked (restarted or failed over)"
+                                .into(),
+                        ));
+                    }
+                }
+                Conn::Single(conn)
             }
             Source::Cluster(client) => Conn::Cluster(
                 client
