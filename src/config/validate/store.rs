@@ -120,6 +120,36 @@ mod tests {
     }
 
     #[test]
+    fn a_front_gets_its_defaults_and_a_fence_life_from_the_routes() {
+        let c = parse(&format!(
+            "[store]\nurl = \"postgres://h/db\"\n[store.front]\nurl = \"redis://h:6379\"\n\
+             [defaults]\nlease = \"45s\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        let front = c.store.front.expect("a front");
+        assert_eq!(front.url, "redis://h:6379");
+        assert_eq!(front.timeout, DEFAULT_FRONT_TIMEOUT);
+        assert_eq!(front.fence_life, Duration::from_secs(45 + 60));
+        assert!(parse(MINIMAL).unwrap().store.front.is_none());
+        let bad = [
+            ("[store.front]\ntimeout = \"1s\"\n", "store.front.url"),
+            ("[store.front]\nurl = \"redis://h\"\n", "store.front"),
+            (
+                "[store]\nurl = \"postgres://h/db\"\n[store.front]\nurl = \"redis://h\"\ntimeout = \"0s\"\n",
+                "store.front.timeout",
+            ),
+            (
+                "[store]\nurl = \"postgres://h/db\"\n[store.front]\nurl = \"redis://h\"\nprefix = \"x\"\n",
+                "prefix",
+            ),
+        ];
+        for (prefix, key) in bad {
+            let err = error(&format!("{prefix}{MINIMAL}"));
+            assert!(err.contains(key), "{err}");
+        }
+    }
+
+    #[test]
     fn nonsense_store_values_are_rejected() {
         let bad = [
             ("[store]\nurl = \"postgress://h/db\"\n", "store.url"),
