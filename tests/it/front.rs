@@ -77,14 +77,14 @@ impl Pair {
             &storage.url,
             &redis,
             storage.prefix(),
-            Duration::from_secs(1),
+            Duration::from_secs(5),
         )
         .await;
         let b = open(
             &storage.url,
             &redis,
             storage.prefix(),
-            Duration::from_secs(1),
+            Duration::from_secs(5),
         )
         .await;
         assert!(
@@ -427,6 +427,8 @@ async fn a_frozen_front_degrades_to_postgres_and_comes_back_caught_up() {
     assert!(matches!(claim(b, &freed, 1).await, Claim::InFlight { .. }));
     assert!(matches!(claim(b, &early, 1).await, Claim::InFlight { .. }));
 
+    // (Relative counts: a busy machine may have cost an outage already.)
+    let outages = [stats(a).outages, stats(b).outages];
     redis.signal("-STOP");
     assert_eq!(claim(b, &done, 1).await, Claim::Replay(response("before")));
     assert_eq!(a.release(&early, et).await.unwrap(), Cas::Applied);
@@ -446,9 +448,9 @@ async fn a_frozen_front_degrades_to_postgres_and_comes_back_caught_up() {
         );
         assert_eq!(claim(a, &done, 1).await, Claim::Replay(response("before")));
     }
-    for store in [a, b] {
+    for (store, before) in [a, b].into_iter().zip(outages) {
         assert!(!stats(store).up, "the front is down while frozen");
-        assert_eq!(stats(store).outages, 1, "one outage, counted once");
+        assert_eq!(stats(store).outages, before + 1, "one outage, counted once");
     }
 
     // The releases' outbox rows are held up (the relays skip locked rows):
@@ -487,8 +489,8 @@ async fn a_frozen_front_degrades_to_postgres_and_comes_back_caught_up() {
         front_has(b, &during, 1).await,
         Claim::Replay(response("frozen"))
     );
-    assert_eq!(stats(a).outages, 1);
-    assert_eq!(stats(b).outages, 1);
+    assert_eq!(stats(a).outages, outages[0] + 1);
+    assert_eq!(stats(b).outages, outages[1] + 1);
 }
 
 /// A front that is gone (SIGKILL), then back empty: nothing fails, and it
@@ -509,6 +511,7 @@ async fn a_lost_front_is_never_an_error_and_refills_when_back() {
         Claim::Replay(response("kept"))
     );
 
+    let outages = stats(a).outages;
     redis.kill();
     for i in 0..5 {
         assert_eq!(claim(a, &done, 1).await, Claim::Replay(response("kept")));
@@ -522,7 +525,7 @@ async fn a_lost_front_is_never_an_error_and_refills_when_back() {
         );
     }
     assert!(!stats(a).up);
-    assert_eq!(stats(a).outages, 1);
+    assert_eq!(stats(a).outages, outages + 1);
 
     redis.restart();
     eventually(Duration::from_secs(10), || async {
@@ -682,7 +685,7 @@ async fn a_front_restarted_from_an_old_snapshot_is_wiped_before_use() {
         "a deleted record came back with an old snapshot of the front"
     );
     eventually(Duration::from_secs(10), || async {
-        (stats(a).up && stats(a).outages == 1).then_some(())
+        (stats(a).up && stats(a).outages >= 1).then_some(())
     })
     .await
     .expect("the front comes back");

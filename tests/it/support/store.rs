@@ -235,7 +235,10 @@ impl TestStore {
             }
             if front {
                 let mut table = toml::Table::new();
-                table.set("url", redis_url()).set("timeout", "1s");
+                // Generous: a test's front going down on a busy machine
+                // would only cost PostgreSQL round trips, but some tests
+                // count what the front answered.
+                table.set("url", redis_url()).set("timeout", "5s");
                 s.set("front", table);
             }
         })
@@ -262,7 +265,7 @@ impl TestStore {
             wait_routes: Vec::new(),
             front: (self.backend == Backend::Front).then(|| FrontConfig {
                 url: redis_url(),
-                timeout: Duration::from_secs(1),
+                timeout: Duration::from_secs(5),
                 fence_life: Duration::from_secs(120),
             }),
         }
