@@ -51,8 +51,10 @@ use super::{
 };
 use crate::waiters::Waiters;
 
-/// Most read-repairs under way at once.
-const MAX_REPAIRS: usize = 64;
+/// Most read-repairs under way at once: each holds a PostgreSQL
+/// connection of the pool the batches use, so few (a repair takes about a
+/// round trip to each store; a hot set refills in a few of them).
+const MAX_REPAIRS: usize = 4;
 
 /// What the front has done since the store opened (`idemgate_front_*`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
