@@ -19,6 +19,16 @@
 //!    whose outcome was unknown, and the final check got a held answer; no
 //!    record is left in flight, none is for a key no client used, and every
 //!    key probed at the end has its record;
+//! 10. (front store) a front fault turns into no client error: no answer
+//!     that blames the store (503 `store-unavailable` or `record-failed`,
+//!     `lease-lost`, `store-corrupt`, `overloaded`, `internal`) comes while
+//!     only the front is faulted or in the second after (the store proxy
+//!     is calm meanwhile), unless a PostgreSQL reply lost just before
+//!     explains it;
+//! 11. (front store) at the end, once the outbox has drained, the front
+//!     agrees with PostgreSQL: every completed, held or in-flight entry it
+//!     holds is the record's current state there (same attempt, status and
+//!     body size); it may only lack entries;
 //!
 //! plus: answers that promise nothing was forwarded (409, 422, 503,
 //! unreachable) really were not, the upstream never ran a request nobody
@@ -28,7 +38,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use super::history::{Kind, Op, Route};
-use super::nemesis::FaultRecord;
+use super::nemesis::{FRONT_AFTERMATH, FaultRecord};
 use crate::support::upstream::Execution;
 
 /// Scheduling slack added to lease arithmetic (renewal period, a busy
@@ -46,6 +56,22 @@ pub struct StoreRecord {
     /// Completed records: the recorded status and body size.
     pub status: Option<u16>,
     pub body_bytes: Option<u64>,
+    /// The current attempt's fencing token.
+    pub token: i64,
+}
+
+/// One entry of the front store's Redis at the end (property 11).
+#[derive(Debug, Clone)]
+pub struct FrontRecord {
+    pub route: Route,
+    pub key: String,
+    /// `in_flight`, `completed` or `held` (any other kind is counted, not
+    /// compared).
+    pub kind: String,
+    pub token: i64,
+    /// Completed entries: the status and body size it would replay.
+    pub status: Option<u16>,
+    pub body_bytes: u64,
 }
 
 /// What the final phase found for one key.
@@ -76,6 +102,9 @@ pub struct Input<'a> {
     /// The store's records after the final check (`None`: not read, no
     /// property 9).
     pub records: Option<&'a [StoreRecord]>,
+    /// The front's entries after the final check (`None`: no front, or
+    /// not read; no property 11).
+    pub front: Option<&'a [FrontRecord]>,
 }
 
 /// The verdict: violations (empty = pass) and the numbers for the report.
@@ -93,6 +122,12 @@ pub struct Verdict {
     /// Hold keys that end held with no execution (each must be explained
     /// by an attempt whose outcome was unknown).
     pub held_unexecuted: usize,
+    /// Answers blaming the store that came while only the front was
+    /// faulted, and how many of those a lost PostgreSQL reply explains
+    /// (property 10).
+    pub front_fault_errors: (usize, usize),
+    /// The front's entries at the end, by kind (property 11).
+    pub front_entries: BTreeMap<String, usize>,
     pub by_answer: BTreeMap<String, u64>,
     pub by_kind: BTreeMap<&'static str, u64>,
 }
@@ -244,6 +279,11 @@ pub fn check(input: &Input<'_>) -> Verdict {
         );
     }
 
+    check_front_faults(&mut verdict, input);
+    if let (Some(records), Some(front)) = (input.records, input.front) {
+        check_front_records(&mut verdict, records, front);
+    }
+
     // 5. Nothing stays blocked beyond its policy.
     for probe in input.finals {
         if probe.resolved_after.is_none() {
@@ -285,6 +325,125 @@ fn may_be_unknown(op: &Op, deaths: &[(usize, Duration)]) -> bool {
             && deaths.iter().any(|(instance, at)| {
                 *instance == op.instance && *at >= op.invoke && *at <= op.complete + ABANDON_GRACE
             }))
+}
+
+/// Answers that blame the store (or the gateway itself) for not doing the
+/// request.
+fn blames_the_store(op: &Op) -> bool {
+    op.status() == Some(500)
+        || matches!(
+            op.problem(),
+            Some(
+                "store-unavailable"
+                    | "store-corrupt"
+                    | "record-failed"
+                    | "lease-lost"
+                    | "overloaded"
+                    | "internal"
+            )
+        )
+}
+
+/// How long after a fault its effects may still show: PostgreSQL
+/// connections broken by a restart fail their next use, a frozen gateway's
+/// timers all fire at once when it resumes.
+const AFTERMATH: Duration = Duration::from_secs(2);
+
+/// How long before an operation began a lost PostgreSQL reply may still
+/// explain its failure: the batch it waited behind hangs for the store's
+/// timeout (1 s).
+const LOSS_REACH: Duration = Duration::from_millis(1_500);
+
+/// Property 10: no request answered while only the front is faulted (from
+/// its start to [`FRONT_AFTERMATH`] after it cleared, when the nemesis
+/// keeps the store proxy calm; no other store or gateway fault near: none
+/// ended less than [`AFTERMATH`] before) is answered with an error that
+/// blames the store, unless a PostgreSQL reply lost during the request or
+/// just before it explains it (only one lost before the fault can). Only
+/// the PostgreSQL faults (a stop, a lost reply) may cost clients anything:
+/// the front is a cache of the truth. Requests answered after the calm
+/// window are not judged: a reply lost after it may explain them.
+fn check_front_faults(verdict: &mut Verdict, input: &Input<'_>) {
+    let overlaps = |op: &Op, from: Duration, to: Duration| op.invoke <= to && op.complete >= from;
+    for op in input.ops.iter().filter(|op| !op.last_phase) {
+        let Some(fault) = input
+            .faults
+            .iter()
+            .find(|f| f.front && op.complete >= f.start && op.complete <= f.end + FRONT_AFTERMATH)
+        else {
+            continue;
+        };
+        if !blames_the_store(op) {
+            continue;
+        }
+        let other_fault = input.faults.iter().any(|f| {
+            !f.front
+                && (f.store || f.name.starts_with("gateway"))
+                && overlaps(op, f.start, f.end + AFTERMATH)
+        });
+        if other_fault {
+            continue;
+        }
+        verdict.front_fault_errors.0 += 1;
+        let lost_reply = input
+            .store_losses
+            .iter()
+            .any(|t| *t + LOSS_REACH >= op.invoke && *t <= op.complete);
+        if lost_reply {
+            verdict.front_fault_errors.1 += 1;
+            continue;
+        }
+        verdict.violation(format!(
+            "property 10: op {} on {} ({}, gateway {}) got {:?} {:?} at {:?}–{:?}, during \"{}\" ({:?}–{:?}) with no PostgreSQL fault or lost reply to explain it",
+            op.id,
+            op.key,
+            op.route.name(),
+            op.instance,
+            op.status(),
+            op.problem(),
+            op.invoke,
+            op.complete,
+            fault.name,
+            fault.start,
+            fault.end
+        ));
+    }
+}
+
+/// Property 11: the front, at rest, shows nothing PostgreSQL does not
+/// hold. Only the kinds the front answers from are compared.
+fn check_front_records(verdict: &mut Verdict, records: &[StoreRecord], front: &[FrontRecord]) {
+    let truth: HashMap<(Route, &str), &StoreRecord> = records
+        .iter()
+        .map(|r| ((r.route, r.key.as_str()), r))
+        .collect();
+    for entry in front {
+        *verdict.front_entries.entry(entry.kind.clone()).or_default() += 1;
+        if !matches!(entry.kind.as_str(), "in_flight" | "completed" | "held") {
+            continue;
+        }
+        let name = format!("{} key {}", entry.route.name(), entry.key);
+        let shown = format!(
+            "{} (token {}, status {:?}, {} body bytes)",
+            entry.kind, entry.token, entry.status, entry.body_bytes
+        );
+        let Some(record) = truth.get(&(entry.route, entry.key.as_str())) else {
+            verdict.violation(format!(
+                "property 11: the front shows {name} {shown}, PostgreSQL has no record of it"
+            ));
+            continue;
+        };
+        let agrees = record.state == entry.kind
+            && record.token == entry.token
+            && (entry.kind != "completed"
+                || (record.status == entry.status && record.body_bytes == Some(entry.body_bytes)));
+        if !agrees {
+            verdict.violation(format!(
+                "property 11: the front shows {name} {shown}, PostgreSQL holds it {} (token {}, status {:?}, {:?} body bytes)",
+                record.state, record.token, record.status, record.body_bytes
+            ));
+        }
+    }
 }
 
 /// How long after a lost claim reply its gateway may still be abandoning
@@ -706,6 +865,7 @@ mod tests {
             store_losses: &[],
             deaths: &[],
             records: Some(records),
+            front: None,
         })
     }
 
@@ -727,6 +887,7 @@ mod tests {
             store_losses,
             deaths,
             records: None,
+            front: None,
         })
     }
 
@@ -964,6 +1125,7 @@ mod tests {
             end: MS * 1_000,
             recovery: Some(MS),
             store: true,
+            front: false,
         };
         let v = verdict_with(&ops, &executions, &finals, &[outage], &[], &[]);
         assert!(v.violations.is_empty(), "{:?}", v.violations);
@@ -979,6 +1141,7 @@ mod tests {
             held_reason: None,
             status,
             body_bytes: status.map(|_| 10),
+            token: 1,
         };
         let completed = [record("completed", Some(201))];
         let v = verdict_records(&ops, &executions, &resolved(), &completed);
@@ -1064,6 +1227,7 @@ mod tests {
             held_reason: None,
             status: None,
             body_bytes: None,
+            token: 1,
         };
         // B's gateway died after its claim; A's final probe gets 422.
         let dead = Outcome::NoAnswer {
@@ -1085,5 +1249,153 @@ mod tests {
             &verdict_records(&alive, &[], &finals, &[record]),
             "still in_flight",
         );
+    }
+
+    #[test]
+    fn property_10_a_client_error_while_only_the_front_is_faulted() {
+        let fault = |name: &'static str, front: bool, store: bool| FaultRecord {
+            name,
+            start: MS * 1_000,
+            end: MS * 3_000,
+            recovery: Some(MS),
+            store,
+            front,
+        };
+        let frozen = fault("front Redis SIGSTOP + SIGCONT", true, false);
+        let (mut ops, executions) = clean();
+        ops.push(op(
+            5,
+            "A",
+            2_000,
+            300,
+            answer(503, Some("store-unavailable"), "p"),
+        ));
+        let v = verdict_with(
+            &ops,
+            &executions,
+            &resolved(),
+            std::slice::from_ref(&frozen),
+            &[],
+            &[],
+        );
+        assert_flags(&v, "property 10");
+        assert_eq!(v.front_fault_errors, (1, 0));
+        // A lost PostgreSQL reply just before explains it …
+        let v = verdict_with(
+            &ops,
+            &executions,
+            &resolved(),
+            std::slice::from_ref(&frozen),
+            &[MS * 1_900],
+            &[],
+        );
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        assert_eq!(v.front_fault_errors, (1, 1));
+        // … as does a PostgreSQL stop; and outside the front's fault and
+        // the calm second after it, or for answers that do not blame the
+        // store, it does not apply.
+        let stop = fault("PostgreSQL stop -m immediate + start", false, true);
+        let v = verdict_with(&ops, &executions, &resolved(), &[stop], &[], &[]);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        for (at, took) in [(9_000, 300), (2_000, 2_500)] {
+            let mut late = ops.clone();
+            late[4] = op(
+                5,
+                "A",
+                at,
+                took,
+                answer(503, Some("store-unavailable"), "p"),
+            );
+            let v = verdict_with(
+                &late,
+                &executions,
+                &resolved(),
+                std::slice::from_ref(&frozen),
+                &[],
+                &[],
+            );
+            assert!(v.violations.is_empty(), "{:?}", v.violations);
+        }
+        // Answered within the calm second after it: judged.
+        let mut after = ops.clone();
+        after[4] = op(5, "A", 3_200, 300, answer(503, Some("record-failed"), "p"));
+        let v = verdict_with(
+            &after,
+            &executions,
+            &resolved(),
+            std::slice::from_ref(&frozen),
+            &[],
+            &[],
+        );
+        assert_flags(&v, "property 10");
+        let mut upstream = ops.clone();
+        upstream[4] = op(
+            5,
+            "A",
+            2_000,
+            300,
+            answer(502, Some("upstream-failed"), "p"),
+        );
+        let v = verdict_with(&upstream, &executions, &resolved(), &[frozen], &[], &[]);
+        assert!(
+            !v.violations.iter().any(|x| x.starts_with("property 10")),
+            "{:?}",
+            v.violations
+        );
+    }
+
+    #[test]
+    fn property_11_the_front_shows_what_postgres_does_not_hold() {
+        let (ops, executions) = clean();
+        let record = StoreRecord {
+            route: Route::Hold,
+            key: "k1".into(),
+            state: "completed",
+            held_reason: None,
+            status: Some(201),
+            body_bytes: Some(10),
+            token: 7,
+        };
+        let entry = |kind: &str, token: i64, status: Option<u16>| FrontRecord {
+            route: Route::Hold,
+            key: "k1".into(),
+            kind: kind.into(),
+            token,
+            status,
+            body_bytes: if status.is_some() { 10 } else { 0 },
+        };
+        let check_with = |front: &[FrontRecord]| {
+            check(&Input {
+                ops: &ops,
+                executions: &executions,
+                faults: &[],
+                finals: &resolved(),
+                lease: LEASE,
+                epoch: *EPOCH,
+                store_losses: &[],
+                deaths: &[],
+                records: Some(std::slice::from_ref(&record)),
+                front: Some(front),
+            })
+        };
+        for fine in [
+            vec![entry("completed", 7, Some(201))],
+            vec![entry("settling", 7, None)],
+            vec![],
+        ] {
+            let v = check_with(&fine);
+            assert!(v.violations.is_empty(), "{fine:?}: {:?}", v.violations);
+        }
+        for wrong in [
+            entry("completed", 6, Some(201)),
+            entry("completed", 7, Some(200)),
+            entry("held", 7, None),
+            entry("in_flight", 7, None),
+        ] {
+            assert_flags(&check_with(&[wrong]), "property 11");
+        }
+        let mut stranger = entry("completed", 7, Some(201));
+        stranger.key = "k2".into();
+        assert_flags(&check_with(&[stranger]), "no record of it");
     }
 }

@@ -1,8 +1,10 @@
 //! What the nemesis breaks: two real idemgate processes sharing one store
-//! (a private PostgreSQL cluster, a private, durable Redis, or a SQLite
-//! file), each of which can be killed and restarted while clients keep
-//! sending.
+//! (a private PostgreSQL cluster, a private, durable Redis, a SQLite file,
+//! or a private PostgreSQL cluster with a private Redis front that keeps
+//! nothing on disk), each of which can be killed and restarted while
+//! clients keep sending.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
@@ -11,7 +13,7 @@ use std::time::Duration;
 use http::StatusCode;
 use toml::{Table, Value};
 
-use crate::support::http::get_status;
+use crate::support::http::{get_status, try_send};
 use crate::support::process::GatewayProcess;
 use crate::support::servers::{PgCluster, PrivateRedis, kill};
 use crate::support::store::Backend;
@@ -25,6 +27,13 @@ pub enum ChaosStore {
     Postgres(PgCluster),
     Redis(PrivateRedis),
     Sqlite(SqliteFile),
+    /// The front store: PostgreSQL, the truth (behind the store proxy like
+    /// the postgres run's), and a Redis front without persistence (reached
+    /// directly), which the nemesis freezes, kills and flushes.
+    Front {
+        pg: PgCluster,
+        front: PrivateRedis,
+    },
 }
 
 /// A SQLite file the gateway processes share. There is no connection to
@@ -77,16 +86,27 @@ impl ChaosStore {
             Backend::Redis => ChaosStore::Redis(PrivateRedis::start()),
             Backend::Memory => unreachable!("gateway processes cannot share memory://"),
             Backend::RedisCluster => unreachable!("the chaos harness runs no Redis Cluster"),
-            Backend::Front => unreachable!("the chaos harness runs no front store yet"),
+            Backend::Front => ChaosStore::Front {
+                pg: PgCluster::new().await,
+                front: PrivateRedis::start(),
+            },
             Backend::Sqlite => ChaosStore::Sqlite(SqliteFile::new()),
         }
     }
 
     pub fn url(&self) -> String {
         match self {
-            ChaosStore::Postgres(pg) => pg.url(),
+            ChaosStore::Postgres(pg) | ChaosStore::Front { pg, .. } => pg.url(),
             ChaosStore::Redis(redis) => redis.url(),
             ChaosStore::Sqlite(file) => file.url(),
+        }
+    }
+
+    /// The front's `redis://` URL (the front store only).
+    pub fn front_url(&self) -> Option<String> {
+        match self {
+            ChaosStore::Front { front, .. } => Some(front.url()),
+            _ => None,
         }
     }
 
@@ -289,6 +309,11 @@ pub struct Gateways {
     ports: Vec<AtomicU16>,
     processes: Vec<tokio::sync::Mutex<Option<GatewayProcess>>>,
     pub windows: Windows,
+    /// The front store's counters (`idemgate_front_*`) last scraped from
+    /// each process the run started, by pid ([`Self::scrape_front`]).
+    front: Mutex<BTreeMap<u32, BTreeMap<String, f64>>>,
+    /// What gone processes logged about the front ([`Self::front_log`]).
+    front_lines: Mutex<Vec<String>>,
 }
 
 impl Gateways {
@@ -319,7 +344,73 @@ impl Gateways {
             ports,
             processes,
             windows,
+            front: Mutex::new(BTreeMap::new()),
+            front_lines: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Keep what a process that is going away logged about the front.
+    fn keep_front_lines(&self, instance: usize, process: &GatewayProcess) {
+        let lines = front_lines(instance, process);
+        self.front_lines.lock().unwrap().extend(lines);
+    }
+
+    /// Every line any process of the run logged about the front (its
+    /// health: down, back up), gone processes' and live ones', in time
+    /// order (each line starts with its instance and its timestamp).
+    pub async fn front_log(&self) -> String {
+        let mut lines = self.front_lines.lock().unwrap().clone();
+        for (instance, slot) in self.processes.iter().enumerate() {
+            if let Some(process) = slot.lock().await.as_ref() {
+                lines.extend(front_lines(instance, process));
+            }
+        }
+        lines.sort_by(|a, b| a.get(2..).cmp(&b.get(2..)));
+        lines.join("\n")
+    }
+
+    /// Scrape every live instance's `idemgate_front_*` samples and keep
+    /// them as that process's latest (a frozen or dead one is skipped).
+    pub async fn scrape_front(&self) {
+        let http = client();
+        for slot in &self.processes {
+            let target = match slot.lock().await.as_mut() {
+                Some(process) => process
+                    .try_status()
+                    .is_none()
+                    .then(|| (process.pid(), process.admin_url("/metrics"))),
+                None => None,
+            };
+            let Some((pid, url)) = target else { continue };
+            let scraped = tokio::time::timeout(
+                Duration::from_secs(1),
+                try_send(&http, "GET", &url, &[], bytes::Bytes::new()),
+            )
+            .await;
+            let Ok(Ok(reply)) = scraped else { continue };
+            let samples: BTreeMap<String, f64> = reply
+                .text()
+                .lines()
+                .filter(|line| line.starts_with("idemgate_front_"))
+                .filter_map(|line| {
+                    let (series, value) = line.rsplit_once(' ')?;
+                    Some((series.to_string(), value.parse().ok()?))
+                })
+                .collect();
+            self.front.lock().unwrap().insert(pid, samples);
+        }
+    }
+
+    /// One front counter (a series, e.g.
+    /// `idemgate_front_answers_total{answer="replay"}`), summed over every
+    /// process scraped.
+    pub fn front_total(&self, series: &str) -> f64 {
+        self.front
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(|samples| samples.get(series))
+            .sum()
     }
 
     /// Restart every instance that has exited on its own (a kill window
@@ -333,6 +424,7 @@ impl Gateways {
             if exited {
                 let process = slot.take().expect("checked");
                 self.windows.account(instance, &process);
+                self.keep_front_lines(instance, &process);
                 let process = start(instance, &self.config, &self.windows).await;
                 self.ports[instance].store(process.port, Ordering::SeqCst);
                 *slot = Some(process);
@@ -360,6 +452,7 @@ impl Gateways {
                 self.windows.died(instance);
             }
             process.kill9();
+            self.keep_front_lines(instance, &process);
         }
     }
 
@@ -396,6 +489,7 @@ impl Gateways {
                     process.terminate();
                     let _ = process.wait(Duration::from_secs(15)).await;
                 }
+                self.keep_front_lines(instance, &process);
             }
             self.restart(instance).await;
         }
@@ -436,6 +530,17 @@ impl Gateways {
         }
         out
     }
+}
+
+/// The lines of a process's log about the front store, each prefixed with
+/// its instance (`0 2026-…Z WARN … front store (Redis) failed …`).
+fn front_lines(instance: usize, process: &GatewayProcess) -> Vec<String> {
+    process
+        .stderr()
+        .lines()
+        .filter(|line| line.contains("front store"))
+        .map(|line| format!("{instance} {line}"))
+        .collect()
 }
 
 /// Start instance `instance`, with the failpoints `windows` arms now. A

@@ -222,10 +222,15 @@ impl History {
     }
 
     /// Write the history as JSON lines, invocations and completions in
-    /// time order.
-    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+    /// time order, with `extra` events (the nemesis's faults) among them.
+    pub fn write(
+        &self,
+        path: &Path,
+        extra: Vec<(Duration, serde_json::Value)>,
+    ) -> std::io::Result<()> {
         let ops = self.ops();
-        let mut events: Vec<(Duration, serde_json::Value)> = Vec::with_capacity(ops.len() * 2);
+        let mut events: Vec<(Duration, serde_json::Value)> = extra;
+        events.reserve(ops.len() * 2);
         for op in &ops {
             events.push((op.invoke, op.json("invoke", op.invoke)));
             let kind = match op.kind() {

@@ -15,6 +15,25 @@
 //! leases alive by renewal, and the checker reads the store's records at
 //! the end and reconciles them with the upstream's ledger.
 //!
+//! The front store (PostgreSQL with a Redis front, `[store.front]`) runs
+//! the same way, on the postgres run's private cluster behind the same
+//! store proxy, with a private redis-server as its front (no persistence,
+//! reached directly, the default front timeout). Every other fault there
+//! is the front's, in turn: its Redis frozen (SIGSTOP for 1–3 s, then
+//! SIGCONT), SIGKILLed and restarted empty, or flushed (`FLUSHALL`); the
+//! others are the postgres run's. Right after each front fault, the keys
+//! answered 2xx shortly before and during it are retried on both
+//! instances (a front used again before it caught up would answer some
+//! 409 after their 2xx). The checker excuses nothing by a front fault
+//! (PostgreSQL holds the truth) and adds two properties for this run: no
+//! answer blames the store while only the front is faulted (the store
+//! proxy loses no reply meanwhile, so none can be excused by one), and at
+//! the end, once the outbox has drained, every entry the front holds is
+//! PostgreSQL's current state of its record (it may only lack entries).
+//! The report adds what the front did (its `idemgate_front_*` counters,
+//! scraped from every gateway process), and `front-health.log` what the
+//! gateways logged about it (down, back up).
+//!
 //! Two negative controls run too: the same harness on a Redis without
 //! persistence, restarted by SIGKILL, must be caught with duplicate
 //! executions; and with lease renewal disabled, retries on the slow
@@ -31,8 +50,9 @@
 //!
 //! `CHAOS_SECONDS` sets the short mode's length, `CHAOS_SEED` replays a
 //! schedule (the seed is printed; timing still differs between runs). Each
-//! run writes its history (JSON lines) and a report to
-//! `target/tmp/chaos/`.
+//! run writes its history (JSON lines: every request, every fault's start
+//! and end) and a report to `target/tmp/chaos/`; the front run also writes
+//! what every gateway process logged about the front (`front-health.log`).
 
 mod checker;
 mod cluster;
@@ -116,6 +136,16 @@ impl Settings {
 #[test]
 fn postgres() {
     serial::alone(|| async { passes(chaos(Backend::Postgres, Variant::Normal).await) });
+}
+
+/// PostgreSQL with a Redis front (`[store.front]`, src/store/front/): the
+/// postgres run's cluster, store proxy and faults, plus the front's own
+/// (frozen, killed and restarted empty, flushed: see `nemesis.rs`), which
+/// must cost no client anything (property 10) and leave the front showing
+/// nothing PostgreSQL does not hold (property 11).
+#[test]
+fn front() {
+    serial::alone(|| async { passes(chaos(Backend::Front, Variant::Normal).await) });
 }
 
 #[test]
@@ -254,6 +284,7 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
     };
     println!("chaos {label}: seed {}", settings.seed);
     let epoch = Instant::now();
+    let wall_epoch = std::time::SystemTime::now();
     let store = ChaosStore::start(kind, durable).await;
     let store_url = store.url();
     let upstream = Upstream::start().await;
@@ -276,14 +307,26 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         grace_chunks: 64,
     };
     let store_proxy = match store.addr() {
-        Some(addr) => Some(FaultProxy::start(addr, store_rates, settings.seed ^ 0x5707e).await),
+        Some(addr) => Some(Arc::new(
+            FaultProxy::start(addr, store_rates, settings.seed ^ 0x5707e).await,
+        )),
         None => None,
     };
     let gateway_store_url = match &store_proxy {
         Some(store_proxy) => store.url_through(store_proxy.addr),
         None => store_url.clone(),
     };
-    let config = gateway_config(&gateway_store_url, &format!("http://{}", proxy.addr), LEASE);
+    let mut config = gateway_config(&gateway_store_url, &format!("http://{}", proxy.addr), LEASE);
+    // The front store: its Redis is reached directly (the nemesis faults
+    // the server itself), with the default `[store.front] timeout`.
+    let front_url = store.front_url();
+    if let Some(front_url) = &front_url {
+        config = config.store(|s| {
+            let mut front = toml::Table::new();
+            front.insert("url".into(), front_url.as_str().into());
+            s.insert("front".into(), front.into());
+        });
+    }
     let calm_store = || {
         if let Some(store_proxy) = &store_proxy {
             store_proxy.set_mode(Mode::Calm);
@@ -330,6 +373,7 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
                 workload.clone(),
                 store,
                 proxy.clone(),
+                store_proxy.clone(),
                 settings.seed.wrapping_mul(31),
                 faults_drawn,
             ));
@@ -337,6 +381,16 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         }
         None => (None, Some(store)),
     };
+    // The front's counters, scraped from every process while it lives.
+    let scraper = front_url.is_some().then(|| {
+        let workload = workload.clone();
+        tokio::spawn(async move {
+            while !workload.stop.load(Ordering::Relaxed) {
+                workload.gateways.scrape_front().await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    });
     // Gateways a kill window took down are counted and started again.
     let supervisor = tokio::spawn({
         let workload = workload.clone();
@@ -362,6 +416,10 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         None => (Vec::new(), None),
     };
     supervisor.await.unwrap();
+    if let Some(scraper) = scraper {
+        scraper.await.unwrap();
+        gateways.scrape_front().await;
+    }
     gateways.windows.disarm();
     let chaos_time = started.elapsed();
 
@@ -376,6 +434,18 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
     let executions_before = upstream.executions_per_key();
     let finals = final_probes(&workload, &executions_before, healed).await;
 
+    let front = match &front_url {
+        Some(front_url) => {
+            // The final check's processes count too; then the front must
+            // be at rest: every outbox row applied.
+            gateways.scrape_front().await;
+            Some(match outbox_drained(&store_url).await {
+                Ok(()) => read_front(front_url).await,
+                Err(error) => Err(error),
+            })
+        }
+        None => None,
+    };
     let records = read_records(&store_url).await;
     let ops = workload.history.ops();
     let executions = upstream.executions();
@@ -402,11 +472,26 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         store_losses: &store_losses,
         deaths: &deaths,
         records: records.as_deref().ok(),
+        front: front.as_ref().and_then(|front| front.as_deref().ok()),
     });
     if let Err(error) = &records {
         verdict.violations.push(format!(
             "property 9: the store's records could not be read: {error}"
         ));
+    }
+    if let Some(Err(error)) = &front {
+        verdict.violations.push(format!(
+            "property 11: the front could not be read at rest: {error}"
+        ));
+    }
+    let front_answers = front_url.is_some().then(|| FrontAnswers::of(&gateways));
+    if let Some(answers) = &front_answers
+        && answers.answered() == 0.0
+    {
+        verdict.violations.push(
+            "the front answered no claim at all: the run did not exercise it (is [store.front] set?)"
+                .into(),
+        );
     }
     for crash in gateways.windows.crashes.lock().unwrap().iter() {
         verdict
@@ -438,14 +523,22 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         &finals,
         &verdict,
         &proxy,
-        store_proxy.as_ref(),
+        store_proxy.as_deref(),
         &gateways.windows,
+        front_answers.as_ref(),
     );
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("chaos");
     std::fs::create_dir_all(&dir).unwrap();
     let history = dir.join(format!("{label}-history.jsonl"));
-    workload.history.write(&history).unwrap();
+    workload
+        .history
+        .write(&history, history_events(&faults, &store_losses, wall_epoch))
+        .unwrap();
     std::fs::write(dir.join(format!("{label}-report.md")), &report).unwrap();
+    if front_url.is_some() {
+        let log = gateways.front_log().await;
+        std::fs::write(dir.join("front-health.log"), log).unwrap();
+    }
     println!("{report}");
     let logs = if verdict.violations.is_empty() {
         String::new()
@@ -460,6 +553,45 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         history,
         logs,
     }
+}
+
+/// The history's events besides the requests: when the run began (by the
+/// wall clock, to line the gateways' logs up with it), each fault's start
+/// and end, as the report's table counts them, and each store reply the
+/// store proxy lost.
+fn history_events(
+    faults: &[FaultRecord],
+    store_losses: &[Duration],
+    wall_epoch: std::time::SystemTime,
+) -> Vec<(Duration, serde_json::Value)> {
+    let unix_ms = wall_epoch
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis() as u64;
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mut events = vec![(
+        Duration::ZERO,
+        serde_json::json!({"type": "start", "time_ms": 0.0, "unix_ms": unix_ms}),
+    )];
+    for fault in faults {
+        let mut event = serde_json::json!({
+            "type": "fault",
+            "name": fault.name,
+            "time_ms": ms(fault.start),
+            "store": fault.store,
+            "front": fault.front,
+        });
+        events.push((fault.start, event.clone()));
+        event["type"] = "fault-end".into();
+        event["time_ms"] = ms(fault.end).into();
+        event["recovery_ms"] = fault.recovery.map(ms).into();
+        events.push((fault.end, event));
+    }
+    for lost in store_losses {
+        let event = serde_json::json!({"type": "store-reply-lost", "time_ms": ms(*lost)});
+        events.push((*lost, event));
+    }
+    events
 }
 
 /// Every record of the run's routes, read straight from the store (not
@@ -503,10 +635,143 @@ async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
                 held_reason: info.held_reason,
                 status: info.status,
                 body_bytes: info.body_bytes,
+                token: info.token,
             }));
         }
     }
     Ok(records)
+}
+
+/// The front store's counters, summed over the run's gateway processes.
+struct FrontAnswers {
+    replay: f64,
+    conflict: f64,
+    mismatch: f64,
+    held: f64,
+    misses: f64,
+    errors: f64,
+    outages: f64,
+    relayed: f64,
+    repairs: f64,
+}
+
+impl FrontAnswers {
+    fn of(gateways: &Gateways) -> Self {
+        let answer = |a: &str| {
+            gateways.front_total(&format!("idemgate_front_answers_total{{answer=\"{a}\"}}"))
+        };
+        let total = |name: &str| gateways.front_total(&format!("idemgate_front_{name}_total"));
+        Self {
+            replay: answer("replay"),
+            conflict: answer("conflict"),
+            mismatch: answer("mismatch"),
+            held: answer("held"),
+            misses: total("misses"),
+            errors: total("errors"),
+            outages: total("outages"),
+            relayed: total("outbox_relayed"),
+            repairs: total("repairs"),
+        }
+    }
+
+    fn answered(&self) -> f64 {
+        self.replay + self.conflict + self.mismatch + self.held
+    }
+}
+
+/// Wait (up to 30 s) until the front's outbox is empty: every change
+/// PostgreSQL made has reached the front.
+async fn outbox_drained(pg_url: &str) -> Result<(), String> {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(pg_url)
+        .await
+        .map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM idemgate_front_outbox")
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        if rows == 0 {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("{rows} outbox rows still unapplied after 30 s"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Every entry the front holds for the run's records
+/// (`{prefix}front:rec:{len(route)}:{route}:{hex(scope)}:{key}`, see
+/// src/store/redis/front.rs), read straight from its Redis.
+async fn read_front(url: &str) -> Result<Vec<checker::FrontRecord>, String> {
+    use deadpool_redis::redis;
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    let prefix = format!("{}front:rec:", cluster::STORE_PREFIX);
+    let mut names: Vec<String> = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{prefix}*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        names.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let mut entries = Vec::new();
+    for name in names {
+        let parsed = name.strip_prefix(&prefix).and_then(|rest| {
+            let (len, rest) = rest.split_once(':')?;
+            let len: usize = len.parse().ok()?;
+            let route = rest.get(..len)?;
+            let (_scope, key) = rest.get(len + 1..)?.split_once(':')?;
+            let route = Route::ALL.into_iter().find(|r| r.name() == route)?;
+            Some((route, key.to_string()))
+        });
+        let Some((route, key)) = parsed else {
+            return Err(format!("a front entry named {name:?}"));
+        };
+        type Fields = (Option<String>, Option<String>, Option<String>);
+        let (fields, body_bytes): (Fields, u64) = redis::pipe()
+            .cmd("HMGET")
+            .arg(&name)
+            .arg("kind")
+            .arg("token")
+            .arg("status")
+            .cmd("HSTRLEN")
+            .arg(&name)
+            .arg("body")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| e.to_string())?;
+        let (Some(kind), Some(token)) = (fields.0, fields.1) else {
+            continue; // expired meanwhile
+        };
+        entries.push(checker::FrontRecord {
+            route,
+            key,
+            kind,
+            token: token
+                .parse()
+                .map_err(|_| format!("{name}: token {token:?}"))?,
+            status: fields.2.and_then(|s| s.parse().ok()),
+            body_bytes,
+        });
+    }
+    Ok(entries)
 }
 
 /// Probe every key (16 at a time) until it answers as its policy says:
@@ -612,6 +877,7 @@ fn report(
     proxy: &FaultProxy,
     store_proxy: Option<&FaultProxy>,
     windows: &cluster::Windows,
+    front: Option<&FrontAnswers>,
 ) -> String {
     let mut out = String::new();
     let mode = match settings.requests {
@@ -706,6 +972,41 @@ fn report(
                 "- store: a file shared by the gateway processes (no store proxy)"
             );
         }
+    }
+    if let Some(front) = front {
+        let _ = writeln!(
+            out,
+            "- front (summed over every gateway process, scraped twice a second): answered {:.0} claims (replays {:.0}, 409s {:.0}, 422s {:.0}, held {:.0}), passed {:.0} to PostgreSQL; {:.0} failed operations, {:.0} outages; {:.0} outbox rows relayed, {:.0} read-repairs",
+            front.answered(),
+            front.replay,
+            front.conflict,
+            front.mismatch,
+            front.held,
+            front.misses,
+            front.errors,
+            front.outages,
+            front.relayed,
+            front.repairs
+        );
+        let (errors, explained) = verdict.front_fault_errors;
+        let _ = writeln!(
+            out,
+            "- answers blaming the store while only the front was faulted (property 10): {errors}, of which a lost PostgreSQL reply explains {explained}"
+        );
+        let entries: Vec<String> = verdict
+            .front_entries
+            .iter()
+            .map(|(kind, n)| format!("{kind} {n}"))
+            .collect();
+        let _ = writeln!(
+            out,
+            "- the front's entries at the end, each checked against PostgreSQL (property 11): {}",
+            if entries.is_empty() {
+                "none".to_string()
+            } else {
+                entries.join(", ")
+            }
+        );
     }
     let _ = writeln!(out, "\n| fault | count | recovery min | median | max |");
     let _ = writeln!(out, "|---|---|---|---|---|");
