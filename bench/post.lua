@@ -3,6 +3,9 @@
 --   new    a new key per request (B)
 --   hot    one of HOT keys already completed (C: replays)
 --   storm  one shared key per STORM consecutive requests of a thread (D)
+-- ADDRS (env, optional): "host:port host:port ...": thread i sends to the
+-- (i mod n)-th address instead of the URL's (part F: one wrk, its two
+-- threads on two gateways).
 local mode = os.getenv("MODE") or "none"
 local hot = tonumber(os.getenv("HOT") or "100")
 local run = os.getenv("RUN") or tostring(os.time())
@@ -16,8 +19,15 @@ local counter = 0
 local thread_id = 0
 local threads = {}
 
+local addrs = {}
+for a in string.gmatch(os.getenv("ADDRS") or "", "%S+") do table.insert(addrs, a) end
+
 function setup(thread)
   thread:set("id", #threads)
+  if #addrs > 0 then
+    local host, port = string.match(addrs[(#threads % #addrs) + 1], "^(.*):(%d+)$")
+    thread.addr = wrk.lookup(host, port)[1]
+  end
   table.insert(threads, thread)
 end
 

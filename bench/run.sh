@@ -3,7 +3,7 @@
 #
 #   bash bench/run.sh                      # full matrix: c = 8 32 64, 3 repeats, 5 s each
 #   CONCURRENCY="32" REPEATS=1 bash bench/run.sh   # a quick look
-#   ONLY="B peer" bash bench/run.sh        # a subset (default: A B C D peer log memory ceil)
+#   ONLY="B peer" bash bench/run.sh        # a subset (default: A B C D F peer log memory ceil)
 #   BASELINE=f22ed98 bash bench/run.sh     # also that revision's A, B and C-postgres rows ("-before")
 #
 # Installs wrk, nginx-light and redis-server from apt if missing, starts its
@@ -18,6 +18,11 @@
 #      cache on and off), SQLite; the peer
 #   D  same-key storms: 2, 8, 32 and 64 requests per key (at c = 64), against
 #      an upstream that counts executions per key; idemgate and the peer
+#   F  PostgreSQL alone vs PostgreSQL with a Redis front ([store.front]), two
+#      gateways per store sharing it, the load split across both: same-key
+#      storms (8 16 32 64), cross-instance replays of a hot set (replay cache
+#      off and on), new keys; PostgreSQL statements per request from
+#      pg_stat_statements (its own PostgreSQL server), a Redis PING for scale
 #   log  pass-through and replay with idemgate's default log level (info)
 #      next to the same with RUST_LOG=warn
 #   memory  10,000 idle HTTP/1.1 connections (bench/memory.py, idle-h1)
@@ -41,7 +46,8 @@ HOT=100
 STORMS="${STORMS:-2 8 32 64}"
 STORM_C="${STORM_C:-64}"
 RESULTS="${RESULTS:-bench/results/$(date -u +%Y-%m-%d).md}"
-ONLY="${ONLY:-A B C D peer log memory ceil}"
+ONLY="${ONLY:-A B C D F peer log memory ceil}"
+F_STORMS="${F_STORMS:-8 16 32 64}"
 BASELINE="${BASELINE:-}"
 BENCH_CACHE="${BENCH_CACHE:-$HOME/.cache/idemgate-bench}"
 PEER_VERSION=1.2.2
@@ -51,7 +57,7 @@ log() { printf '==> %s\n' "$*" >&2; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 want() { case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for part in $ONLY; do
-    case "$part" in A|B|C|D|peer|log|memory|ceil) ;; *) log "ONLY: unknown part '$part' (A B C D peer log memory ceil)"; exit 2 ;; esac
+    case "$part" in A|B|C|D|F|peer|log|memory|ceil) ;; *) log "ONLY: unknown part '$part' (A B C D F peer log memory ceil)"; exit 2 ;; esac
 done
 
 # ---- tools ---------------------------------------------------------------------
@@ -71,7 +77,9 @@ PIDS=()
 cleanup() {
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     [ -f "$WORK/nginx.pid" ] && kill "$(cat "$WORK/nginx.pid")" 2>/dev/null || true
+    [ -f "$WORK/nginx-f.pid" ] && kill "$(cat "$WORK/nginx-f.pid")" 2>/dev/null || true
     [ -d "$WORK/pg" ] && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/pg" -m immediate stop >/dev/null 2>&1 || true
+    [ -d "$WORK/pgf" ] && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/pgf" -m immediate stop >/dev/null 2>&1 || true
     [ -d "$WORK/baseline-src" ] && git worktree remove --force "$WORK/baseline-src" >/dev/null 2>&1 || true
     rm -rf "$WORK"
 }
@@ -125,7 +133,8 @@ PGURL="postgres://postgres@127.0.0.1:$PGPORT/postgres"
 REDISPORT="$(free_port)"
 log "Redis on 127.0.0.1:$REDISPORT"
 redis-server --port "$REDISPORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no >/dev/null &
-PIDS+=($!)
+REDIS_PID=$!
+PIDS+=("$REDIS_PID")
 
 UP="$(free_port)"; NGX="$(free_port)"
 log "nginx upstream on :$UP, nginx proxy on :$NGX"
@@ -202,12 +211,12 @@ PIDS+=($!)
 counts() { curl -sf "http://127.0.0.1:$CNT/__stats"; }
 
 # Every gateway, current or baseline, gets this config (only the store URL,
-# the replay cache and the listeners differ by gateway): route "api" to the
-# nginx upstream, "storm" and "storm-wait" (concurrent = "wait") to the
-# counting upstream.
-start_gateway() { # name store_url [replay_cache_ttl] [binary] [log: warn|default] -> sets GW_PORT, GW_PID
-    local name="$1" url="$2" cache="${3:-}" bin="${4:-$BIN}" level="${5:-warn}" admin
-    GW_PORT="$(free_port)"; admin="$(free_port)"
+# the replay cache, the listeners and part F's [store.front] differ by
+# gateway): route "api" to the nginx upstream, "storm" and "storm-wait"
+# (concurrent = "wait") to the counting upstream.
+start_gateway() { # name store_url [replay_cache_ttl] [binary] [log: warn|default] [front_url] -> sets GW_PORT, GW_PID, GW_ADMIN
+    local name="$1" url="$2" cache="${3:-}" bin="${4:-$BIN}" level="${5:-warn}" front="${6:-}" admin
+    GW_PORT="$(free_port)"; admin="$(free_port)"; GW_ADMIN="$admin"
     {
         echo "listen = \"127.0.0.1:$GW_PORT\""
         echo "admin_listen = \"127.0.0.1:$admin\""
@@ -216,6 +225,10 @@ start_gateway() { # name store_url [replay_cache_ttl] [binary] [log: warn|defaul
         echo "prefix = \"bench:\""
         echo "pool_size = 32"
         [ -n "$cache" ] && echo "replay_cache_ttl = \"$cache\""
+        if [ -n "$front" ]; then
+            echo "[store.front]"
+            echo "url = \"$front\""
+        fi
         cat <<EOF
 [[routes]]
 name = "api"
@@ -436,6 +449,200 @@ if want D || want peer; then
     done
 fi
 
+# ---- F: PostgreSQL alone vs PostgreSQL with a Redis front --------------------------
+# Two gateways per store, sharing it: "postgres" (PostgreSQL alone) and
+# "front" ([store.front] on the same Redis server, its own database), each
+# with the replay cache on ("5s") and off ("0s"): four pairs, each pair on
+# its own database of a PostgreSQL server started for this part with
+# pg_stat_statements, so that every row's statements are counted in its
+# pair's database only. The load is split across the two gateways of a pair:
+#   new, hot: one wrk, its two threads (half the connections each) on the two
+#     gateways (post.lua's ADDRS): one run, one latency histogram for both;
+#   storm: one wrk through an nginx round-robin (proxy_pass, keepalive, no
+#     retries) over the pair, so each key's consecutive requests alternate
+#     between the gateways and race each other (the D mechanism otherwise:
+#     STORM consecutive requests of a wrk thread share a key).
+# PostgreSQL statements per request: the pair's database's pg_stat_statements
+# calls (top level: idemgate_batch, idemgate_claim, the relay's statements,
+# BEGIN/COMMIT) over the row, minus the idle rate (relay polls, sweeper)
+# measured before the rows times the row's wall time, divided by the
+# requests wrk got answers to.
+if want F; then
+    FPGPORT="$(free_port)"
+    log "part F: PostgreSQL with pg_stat_statements on 127.0.0.1:$FPGPORT"
+    mkdir "$WORK/pgf" && chown postgres:postgres "$WORK/pgf"
+    runuser -u postgres -- "$PGBIN/initdb" -D "$WORK/pgf" -A trust -U postgres >/dev/null
+    runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/pgf" -l "$WORK/pgf/log" -w \
+        -o "-p $FPGPORT -k $WORK/pgf -c listen_addresses=127.0.0.1 -c max_connections=400 -c shared_buffers=256MB -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=top" start >/dev/null
+    FPG="postgres://postgres@127.0.0.1:$FPGPORT"
+    FPG_PM="$(head -n 1 "$WORK/pgf/postmaster.pid")"
+    psql "$FPG/postgres" -qc "CREATE EXTENSION pg_stat_statements" >/dev/null
+    declare -A F_DB F_ADDRS F_PORT1 F_PIDS F_LB F_ADMINS
+    f_pair() { # pair database replay_cache_ttl [front redis url]
+        local pair="$1" db="$2" cache="$3" front="${4:-}" n admin
+        psql "$FPG/postgres" -qc "CREATE DATABASE $db" >/dev/null
+        F_DB[$pair]="$db"; F_ADDRS[$pair]=""; F_PIDS[$pair]=""; F_ADMINS[$pair]=""
+        for n in 1 2; do
+            start_gateway "f-$pair-$n" "$FPG/$db" "$cache" "$BIN" warn "$front"
+            F_ADDRS[$pair]+="127.0.0.1:$GW_PORT "; F_PIDS[$pair]+="$GW_PID "; F_ADMINS[$pair]+="$GW_ADMIN "
+            [ "$n" = 1 ] && F_PORT1[$pair]="$GW_PORT"
+            echo "idemgate-f-$pair-$n $GW_PID" >> "$WORK/rss.pids"
+            if [ -n "$front" ]; then # ready is PostgreSQL's; wait until this gateway uses the front
+                admin="$GW_ADMIN"
+                for _ in $(seq 1 100); do
+                    curl -sf "http://127.0.0.1:$admin/metrics" | grep -q '^idemgate_front_up 1' && break
+                    sleep 0.1
+                done
+                curl -sf "http://127.0.0.1:$admin/metrics" | grep -q '^idemgate_front_up 1' \
+                    || { log "gateway f-$pair-$n: the front is not up"; exit 1; }
+            fi
+        done
+    }
+    f_pair postgres f_postgres 5s
+    f_pair postgres-nocache f_postgres_nocache 0s
+    f_pair front f_front 5s "redis://127.0.0.1:$REDISPORT/2"
+    f_pair front-nocache f_front_nocache 0s "redis://127.0.0.1:$REDISPORT/3"
+
+    # The storms' round-robin over each pair with the replay cache on.
+    F_LB[postgres]="$(free_port)"; F_LB[front]="$(free_port)"
+    {
+        echo "worker_processes 1; pid $WORK/nginx-f.pid; error_log $WORK/nginx-f.err;"
+        echo "events { worker_connections 4096; }"
+        echo "http { access_log off;"
+        echo "  client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK; uwsgi_temp_path $WORK; scgi_temp_path $WORK;"
+        for pair in postgres front; do
+            echo "  upstream f_$pair { $(for a in ${F_ADDRS[$pair]}; do printf 'server %s; ' "$a"; done) keepalive 64; }"
+            echo "  server { listen 127.0.0.1:${F_LB[$pair]}; location / { proxy_pass http://f_$pair; proxy_http_version 1.1;"
+            echo "    proxy_set_header Connection \"\"; proxy_next_upstream off; } }"
+        done
+        echo "}"
+    } > "$WORK/nginx-f.conf"
+    nginx -c "$WORK/nginx-f.conf" -p "$WORK"
+    log "part F: round-robin nginx on :${F_LB[postgres]} (postgres pair), :${F_LB[front]} (front pair)"
+
+    f_stmts() { # database -> top-level statements executed in it so far
+        psql "$FPG/postgres" -tAc "SELECT coalesce(sum(s.calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid WHERE d.datname = '$1'"
+    }
+    f_wal() { psql "$FPG/postgres" -tAc "SELECT pg_current_wal_lsn() - '0/0'"; } # WAL bytes written so far (the whole server)
+    f_ticks() { # pid... -> "pid:ticks ..." (processes that are gone are skipped)
+        local p t
+        for p in "$@"; do t="$(cpu_ticks "$p" 2>/dev/null)" && echo -n "$p:$t "; done
+    }
+    f_pg_ticks() { f_ticks "$FPG_PM" $(pgrep -P "$FPG_PM"); }
+    # Per gateway of a pair, from its /metrics: "requests,front_answers,
+    # front_misses,front_errors,front_outages ..." (requests: all outcomes).
+    f_metrics() { # admin ports
+        local a
+        for a in "$@"; do
+            curl -sf "http://127.0.0.1:$a/metrics" | awk '/^idemgate_requests_total/ {r += $NF} /^idemgate_front_answers_total/ {an += $NF}
+                /^idemgate_front_misses_total/ {m += $NF} /^idemgate_front_errors_total/ {e += $NF} /^idemgate_front_outages_total/ {o += $NF}
+                END {printf "%d,%d,%d,%d,%d ", r, an, m, e, o}'
+        done
+    }
+    # Deltas of two f_metrics snapshots: "share_of_first_gateway
+    # front_answered_fraction (-1: no front) front_errors front_outages".
+    f_metrics_delta() { # before after
+        python3 -c '
+import sys
+b = [[int(x) for x in g.split(",")] for g in sys.argv[1].split()]
+a = [[int(x) for x in g.split(",")] for g in sys.argv[2].split()]
+d = [[y - x for x, y in zip(gb, ga)] for gb, ga in zip(b, a)]
+req = [g[0] for g in d]
+ans, miss, err, out = (sum(g[i] for g in d) for i in (1, 2, 3, 4))
+print(f"{req[0] / max(sum(req), 1):.3f} {ans / (ans + miss) if ans + miss else -1:.3f} {err} {out}")' "$1" "$2"
+    }
+    # CPU µs per request between two f_ticks snapshots: every process of the
+    # second, less what the first had (a process born in between counts whole).
+    f_cpu_us() { # before after requests
+        python3 -c '
+import os, sys
+b = dict(x.split(":") for x in sys.argv[1].split())
+a = dict(x.split(":") for x in sys.argv[2].split())
+t = sum(int(v) - int(b.get(p, 0)) for p, v in a.items()) / os.sysconf("SC_CLK_TCK")
+print(f"{t * 1e6 / max(int(sys.argv[3]), 1):.1f}")' "$1" "$2" "$3"
+    }
+
+    # The idle rate of each pair's database (statements/s with no load: the
+    # front's relays poll every 50 ms per gateway, the sweepers), subtracted
+    # from every row.
+    sleep 2
+    declare -A F_IDLE
+    F_IDLE_S=5
+    for pair in postgres postgres-nocache front front-nocache; do F_IDLE[$pair]="$(f_stmts "${F_DB[$pair]}")"; done
+    t0="$(date +%s.%N)"; sleep "$F_IDLE_S"; t1="$(date +%s.%N)"
+    for pair in postgres postgres-nocache front front-nocache; do
+        F_IDLE[$pair]="$(python3 -c "print(f'{($(f_stmts "${F_DB[$pair]}") - ${F_IDLE[$pair]}) / ($t1 - $t0):.2f}')")"
+        echo "$pair ${F_DB[$pair]} ${F_IDLE[$pair]}" >> "$WORK/f_idle"
+        log "part F: idle statements/s in ${F_DB[$pair]}: ${F_IDLE[$pair]}"
+    done
+
+    # measure_pair SPEC...: each SPEC is "NAME PAIR MODE [PATH]"; like
+    # measure (interleaved per concurrency and repeat), onto $WORK/f_rows:
+    # "NAME c rps p50 p99 non2xx requests socket_errors gateways_cpu_us
+    # pg_cpu_us redis_cpu_us statements_per_request statements_raw", and for
+    # storms "NAME c requests socket_errors keys executions max_per_key
+    # keys_executed_twice_or_more" onto $WORK/f_storms.
+    measure_pair() {
+        local c i spec name pair mode path port addrs line reqs s0 s1 t0 t1 g0 g1 p0 p1 r0 r1 m0 m1 md w0 w1 stmts stats
+        for c in ${ONLY_C:-$CONCURRENCY}; do
+            for i in $(seq 1 "$REPEATS"); do
+                for spec in "$@"; do
+                    read -r name pair mode path <<<"$spec"
+                    if [ "$mode" = storm ]; then
+                        counts >/dev/null; port="${F_LB[$pair]}"; addrs=""
+                    else
+                        port="${F_PORT1[$pair]}"; addrs="${F_ADDRS[$pair]}"
+                    fi
+                    s0="$(f_stmts "${F_DB[$pair]}")"; w0="$(f_wal)"; t0="$(date +%s.%N)"
+                    g0="$(f_ticks ${F_PIDS[$pair]})"; p0="$(f_pg_ticks)"; r0="$(f_ticks "$REDIS_PID")"; m0="$(f_metrics ${F_ADMINS[$pair]})"
+                    line="$(ADDRS="$addrs" wrk_once "$port" "$mode" "$c" "$path")"
+                    [ "$mode" = storm ] && sleep 0.5 # requests already forwarded when wrk stopped
+                    sleep 0.2 # the relay's last outbox rows
+                    g1="$(f_ticks ${F_PIDS[$pair]})"; p1="$(f_pg_ticks)"; r1="$(f_ticks "$REDIS_PID")"; m1="$(f_metrics ${F_ADMINS[$pair]})"
+                    s1="$(f_stmts "${F_DB[$pair]}")"; w1="$(f_wal)"; t1="$(date +%s.%N)"
+                    reqs="$(echo "$line" | awk '{print $5}')"
+                    stmts="$(python3 -c "print(f'{($s1 - $s0 - ${F_IDLE[$pair]} * ($t1 - $t0)) / max($reqs, 1):.3f} {($s1 - $s0) / max($reqs, 1):.3f}')")"
+                    md="$(f_metrics_delta "$m0" "$m1")"
+                    echo "$name $c $line $(f_cpu_us "$g0" "$g1" "$reqs") $(f_cpu_us "$p0" "$p1" "$reqs") $(f_cpu_us "$r0" "$r1" "$reqs") $stmts $md $(python3 -c "print(round(($w1 - $w0) / max($reqs, 1)))")" >> "$WORK/f_rows"
+                    if [ "$mode" = storm ]; then
+                        stats="$(counts)"
+                        echo "$name $c $(echo "$line" | awk '{print $5, $6}') $stats" >> "$WORK/f_storms"
+                        log "$name c=$c #$i: $line pg_stmts/req(net raw)=$stmts gw1_share/front_answered/front_errors/outages=$md upstream(keys executions max dup_keys)=$stats"
+                    else
+                        log "$name c=$c #$i: $line pg_stmts/req(net raw)=$stmts gw1_share/front_answered/front_errors/outages=$md"
+                    fi
+                done
+            done
+        done
+    }
+
+    # 1. Same-key storms, on the storm route (concurrent = "reject": an
+    #    in-flight duplicate gets 409), at STORM_C through the round-robin.
+    for size in $F_STORMS; do
+        STORM="$size" ONLY_C="$STORM_C" measure_pair \
+            "F-storm-postgres-s$size postgres storm /storm/payments" \
+            "F-storm-front-s$size front storm /storm/payments"
+    done
+
+    # 2. Cross-instance replays: the hot set completed through each pair's
+    #    first gateway, replayed through both.
+    for pair in postgres postgres-nocache front front-nocache; do preload "${F_PORT1[$pair]}"; done
+    sleep 0.5
+    measure_pair "F-hot-postgres-nocache postgres-nocache hot" "F-hot-front-nocache front-nocache hot" \
+                 "F-hot-postgres postgres hot" "F-hot-front front hot"
+
+    # 3. New keys, then one Redis round trip for scale (redis-benchmark PING,
+    #    one connection, one request at a time).
+    measure_pair "F-new-postgres postgres new" "F-new-front front new"
+    # The same with one connection per gateway: no queueing, the added
+    # latency itself.
+    ONLY_C=2 measure_pair "F-new-postgres postgres new" "F-new-front front new"
+    for i in $(seq 1 "$REPEATS"); do
+        redis-benchmark -p "$REDISPORT" -c 1 -n 20000 -t ping --csv 2>/dev/null \
+            | awk -F'"' '/PING_MBULK/ {print "redis-ping", $6, $10, $14}' >> "$WORK/f_ping" # avg p50 p99 (ms)
+    done
+fi
+
 while read -r name pid; do
     echo "$name $(awk '/VmHWM/ {print $2}' "/proc/$pid/status")" >> "$WORK/rss"
 done < "$WORK/rss.pids"
@@ -568,12 +775,14 @@ L = [f"# idemgate benchmark — {datetime.date.today()}", "",
 if peer_version:
     L += [f"Peer: idempotent-proxy-server {peer_version} (crates.io) on the same Redis and upstreams, RUST_LOG=warn,",
           "REQUEST_TIMEOUT=86400000 (lock and result TTL), POLL_INTERVAL=10 (ms; a duplicate in flight polls Redis until the answer)."]
-L += ["", "## Throughput (requests/s)", "", "| run | " + " | ".join(f"c={c}" for c in cs) + " |",
-     "|---|" + "---|" * len(cs)]
+if cs:
+    L += ["", "## Throughput (requests/s)", "", "| run | " + " | ".join(f"c={c}" for c in cs) + " |",
+         "|---|" + "---|" * len(cs)]
 for n in names:
     if any((n, c) in rows for c in cs):
         L.append(f"| {n} | " + " | ".join(cell(n, c) for c in cs) + " |")
-L += ["", "## Latency and CPU (medians)", "", "| run | c | p50 ms | p99 ms | non-2xx | gateway CPU µs/req |", "|---|---|---|---|---|---|"]
+if cs:
+    L += ["", "## Latency and CPU (medians)", "", "| run | c | p50 ms | p99 ms | non-2xx | gateway CPU µs/req |", "|---|---|---|---|---|---|"]
 for n in measured:
     for c in cs:
         if (n, c) in rows:
@@ -597,7 +806,8 @@ if st:
             mx = max(r[5] for r in st[n])
             non2xx = sum(int(r[3]) for r in rows.get((n, c), []))
             L.append(f"| {n} | {c} | {reqs:,} | {errs:,} | {keys:,} | {ex:,} | {ex / keys if keys else 0:.3f} | {mx} | {dup} | {non2xx:,} |")
-L += ["", "## Ratios (medians)", "", "| ratio | " + " | ".join(f"c={c}" for c in cs) + " | target |", "|---|" + "---|" * len(cs) + "---|"]
+if cs:
+    L += ["", "## Ratios (medians)", "", "| ratio | " + " | ".join(f"c={c}" for c in cs) + " | target |", "|---|" + "---|" * len(cs) + "---|"]
 def ratio(a, b, c):
     x, y = med(a, c), med(b, c)
     return f"{x / y:.2f}" if x and y else "—"
@@ -659,6 +869,92 @@ if any(("A-direct", c) in rows for c in cs):
                 parts.append(f"c={c}: {med(n,c,1) - med('A-direct',c,1):+.2f} / {med(n,c,2) - med('A-direct',c,2):+.2f}")
         if parts:
             L.append(f"- {n}: " + "; ".join(parts))
+# Part F: PostgreSQL alone vs the Redis front, two gateways each.
+frows = collections.defaultdict(list)
+if os.path.exists(f"{work}/f_rows"):
+    for line in open(f"{work}/f_rows"):
+        f = line.split()
+        # name c rps p50 p99 non2xx requests errors gw_cpu pg_cpu redis_cpu stmts stmts_raw
+        #   share_gw1 front_answered front_errors front_outages wal_bytes
+        frows[(f[0], int(f[1]))].append([float(x) for x in f[2:]])
+if frows:
+    def fmed(n, c, i):
+        v = [r[i] for r in frows.get((n, c), [])]
+        return statistics.median(v) if v else None
+    fidle = [l.split() for l in open(f"{work}/f_idle")] if os.path.exists(f"{work}/f_idle") else []
+    ping = [l.split()[1:] for l in open(f"{work}/f_ping")] if os.path.exists(f"{work}/f_ping") else []
+    L += ["", "## F: PostgreSQL alone vs PostgreSQL with a Redis front (two gateways each)", "",
+          "Pairs of gateways (the binary above), each pair sharing one database of a PostgreSQL server of its own for this part",
+          "(pg_stat_statements loaded) and, for `front`, one database of the Redis server (`[store.front]`, timeout 250 ms):",
+          "`postgres` and `front` with replay_cache_ttl = \"5s\", `postgres-nocache` and `front-nocache` with \"0s\".",
+          "Load split: `new` and `hot` rows: one wrk, its two threads (half the connections each) on the two gateways;",
+          "`storm` rows: one wrk through an nginx round-robin over the pair (each key's requests alternate between the gateways).",
+          "PG statements/req: the pair's database's top-level pg_stat_statements calls over the row (the claim/complete batches,",
+          "the relay's statements, BEGIN/COMMIT) minus its idle rate × the row's wall time, ÷ requests answered.",
+          "Idle statements/s (subtracted): " + ", ".join(f"{d} {float(r):.1f}" for _, d, r in fidle) + ".",
+          "CPU µs/req: both gateways; every PostgreSQL process of this part's server (all four databases); the Redis server.",
+          "Medians over the runs; requests/s as median (min–max)."]
+    fnames = sorted({n for n, _ in frows}, key=lambda n: (
+        ["F-storm", "F-hot", "F-new"].index("-".join(n.split("-")[:2])),
+        int(n.rsplit("-s", 1)[1]) if n.startswith("F-storm") else 0,
+        0 if "nocache" in n else 1, 0 if "postgres" in n else 1))
+    L += ["", "PG statements/req: net of the idle rate (raw in brackets). Split: the first gateway's share of the requests (from its",
+          "`idemgate_requests_total`). Front answered: the share of the front gateways' claims the front answered",
+          "(`idemgate_front_answers_total` ÷ answers + `idemgate_front_misses_total`); the replay cache answers before any claim.",
+          "WAL bytes/req: `pg_current_wal_lsn()` over the row (the whole server; the idle pairs write none) ÷ requests answered.",
+          "", "| row | c | requests/s | p50 ms | p99 ms | non-2xx | PG statements/req | WAL bytes/req | gateways CPU µs/req | PostgreSQL CPU µs/req | Redis CPU µs/req | split | front answered |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for n in fnames:
+        for c in sorted({c for m, c in frows if m == n}):
+            v = [r[0] for r in frows[(n, c)]]
+            L.append(f"| {n} | {c} | {statistics.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f}) | {fmed(n,c,1):.2f} | {fmed(n,c,2):.2f} | "
+                     f"{fmed(n,c,3):,.0f} | {fmed(n,c,9):.3f} ({fmed(n,c,10):.3f}) | {fmed(n,c,15):,.0f} | {fmed(n,c,6):.1f} | {fmed(n,c,7):.1f} | {fmed(n,c,8):.1f} | "
+                     f"{fmed(n,c,11):.2f} | {('%.3f' % fmed(n,c,12)) if fmed(n,c,12) >= 0 else '—'} |")
+    fst = collections.defaultdict(list)
+    if os.path.exists(f"{work}/f_storms"):
+        for line in open(f"{work}/f_storms"):
+            f = line.split()
+            if len(f) == 8:
+                fst[f[0]].append([int(x) for x in f[1:]])
+    if fst:
+        L += ["", "Storms: executions per key (all runs summed; the columns as in the storm table above; non-2xx: the 409s).", "",
+              "| row | c | requests | socket errors | keys | executions | executions per key | max per key | keys executed more than once | non-2xx |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+        for n in fnames:
+            if n in fst:
+                c = fst[n][0][0]
+                reqs, errs, keys, ex, dup = (sum(r[i] for r in fst[n]) for i in (1, 2, 3, 4, 6))
+                mx = max(r[5] for r in fst[n])
+                non2xx = sum(int(r[3]) for r in frows.get((n, c), []))
+                L.append(f"| {n} | {c} | {reqs:,} | {errs:,} | {keys:,} | {ex:,} | {ex / keys if keys else 0:.3f} | {mx} | {dup} | {non2xx:,} |")
+    L += ["", "Front ÷ PostgreSQL alone (medians):", "",
+          "| rows | c | requests/s front ÷ postgres | p99 ms postgres → front | PG statements/req postgres → front | PostgreSQL CPU µs/req postgres → front |",
+          "|---|---|---|---|---|---|"]
+    for n in fnames:
+        if "-postgres" not in n:
+            continue
+        m = n.replace("-postgres", "-front")
+        for c in sorted({c for x, c in frows if x == n}):
+            if (m, c) in frows:
+                L.append(f"| {n.replace('-postgres', '-*')} | {c} | {fmed(m,c,0) / fmed(n,c,0):.2f} | {fmed(n,c,2):.2f} → {fmed(m,c,2):.2f} | "
+                         f"{fmed(n,c,9):.3f} → {fmed(m,c,9):.3f} | {fmed(n,c,7):.1f} → {fmed(m,c,7):.1f} |")
+    if ping:
+        avg, p50, p99 = (statistics.median(float(p[i]) for p in ping) for i in range(3))
+        L += ["", f"One Redis round trip (redis-benchmark PING on the same Redis, one connection, no other bench load, median of {len(ping)}): "
+              f"average {avg * 1000:.0f} µs, p50 {p50 * 1000:.0f} µs, p99 {p99 * 1000:.0f} µs."]
+        L += ["", "New keys, what the front adds (front − postgres; mean latency by Little's law, c ÷ requests/s):", ""]
+        for c in sorted({c for x, c in frows if x == "F-new-postgres"}):
+            if ("F-new-front", c) in frows:
+                mean = (c / fmed("F-new-front", c, 0) - c / fmed("F-new-postgres", c, 0)) * 1e6
+                L.append(f"- c={c}: p50 {(fmed('F-new-front',c,1) - fmed('F-new-postgres',c,1)) * 1000:+.0f} µs, "
+                         f"p99 {(fmed('F-new-front',c,2) - fmed('F-new-postgres',c,2)) * 1000:+.0f} µs, mean {mean:+.0f} µs "
+                         f"(= {mean / (avg * 1000):+.1f} Redis PING round trips)")
+    ferr = [(n, c, int(sum(r[13] for r in v)), int(sum(r[14] for r in v)), int(sum(r[5] for r in v)))
+            for (n, c), v in frows.items()]
+    bad = [x for x in ferr if x[2] or x[3] or x[4]]
+    L += ["", "Front errors, front outages, wrk socket errors (all runs): " +
+          ("; ".join(f"{n} c={c}: {e} / {o} / {s}" for n, c, e, o, s in bad) if bad else "none") + "."]
+
 serial = [r[0] for r in rows.get(("ceil-sqlite-serial", 1), [])]
 if serial:
     L += ["", f"Plain SQLite pairs from one connection (no lock contention): {statistics.median(serial):,.0f}/s."]
