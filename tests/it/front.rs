@@ -317,7 +317,12 @@ async fn a_flushed_front_changes_no_answer_and_is_refilled() {
         front_has(b, &held, 1).await,
         Claim::Held(HeldReason::UpstreamFailed)
     );
-    assert!(stats(b).repairs >= 2);
+    // (Counted once its transaction has committed, just after the write.)
+    eventually(Duration::from_secs(5), || async {
+        (stats(b).repairs >= 2).then_some(())
+    })
+    .await
+    .expect("two read-repairs counted");
     // The in-flight attempt still settles, and is replayed everywhere.
     a.complete(&flying, ft, &response("late"), RETENTION)
         .await
