@@ -792,20 +792,27 @@ for line in open(f"{work}/storms"):
     f = line.split()
     if len(f) == 8:
         st[f[0]].append([int(x) for x in f[1:]])
+STORM_HEAD = ["| {} | c | requests | socket errors | keys | executions | executions per key | max per key | keys executed more than once | non-2xx |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+def storm_rows(names, counts, runs):
+    """One line per storm row: its upstream counts summed over the runs
+    (counts[n]: c requests socket_errors keys executions max_per_key
+    keys_more_than_once) and its non-2xx answers from runs[(n, c)]."""
+    out = []
+    for n in names:
+        if n in counts:
+            c = counts[n][0][0]
+            reqs, errs, keys, ex, dup = (sum(r[i] for r in counts[n]) for i in (1, 2, 3, 4, 6))
+            mx = max(r[5] for r in counts[n])
+            non2xx = sum(int(r[3]) for r in runs.get((n, c), []))
+            out.append(f"| {n} | {c} | {reqs:,} | {errs:,} | {keys:,} | {ex:,} | {ex / keys if keys else 0:.3f} | {mx} | {dup} | {non2xx:,} |")
+    return out
 if st:
     L += ["", "## Same-key storms: executions per key (all runs summed)", "",
           "Requests: answered to wrk (any status); socket errors: wrk's (timeouts: no answer within 2 s); keys: distinct keys",
           "that reached the upstream; executions: requests that reached it (1.000 per key: exactly once).",
-          "", "| run | c | requests | socket errors | keys | executions | executions per key | max per key | keys executed more than once | non-2xx |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
-    for n in storms:
-        if n in st:
-            c = st[n][0][0]
-            # r: c requests socket_errors keys executions max_per_key keys_more_than_once
-            reqs, errs, keys, ex, dup = (sum(r[i] for r in st[n]) for i in (1, 2, 3, 4, 6))
-            mx = max(r[5] for r in st[n])
-            non2xx = sum(int(r[3]) for r in rows.get((n, c), []))
-            L.append(f"| {n} | {c} | {reqs:,} | {errs:,} | {keys:,} | {ex:,} | {ex / keys if keys else 0:.3f} | {mx} | {dup} | {non2xx:,} |")
+          "", STORM_HEAD[0].format("run"), STORM_HEAD[1]]
+    L += storm_rows(storms, st, rows)
 if cs:
     L += ["", "## Ratios (medians)", "", "| ratio | " + " | ".join(f"c={c}" for c in cs) + " | target |", "|---|" + "---|" * len(cs) + "---|"]
 def ratio(a, b, c):
@@ -918,15 +925,8 @@ if frows:
                 fst[f[0]].append([int(x) for x in f[1:]])
     if fst:
         L += ["", "Storms: executions per key (all runs summed; the columns as in the storm table above; non-2xx: the 409s).", "",
-              "| row | c | requests | socket errors | keys | executions | executions per key | max per key | keys executed more than once | non-2xx |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-        for n in fnames:
-            if n in fst:
-                c = fst[n][0][0]
-                reqs, errs, keys, ex, dup = (sum(r[i] for r in fst[n]) for i in (1, 2, 3, 4, 6))
-                mx = max(r[5] for r in fst[n])
-                non2xx = sum(int(r[3]) for r in frows.get((n, c), []))
-                L.append(f"| {n} | {c} | {reqs:,} | {errs:,} | {keys:,} | {ex:,} | {ex / keys if keys else 0:.3f} | {mx} | {dup} | {non2xx:,} |")
+              STORM_HEAD[0].format("row"), STORM_HEAD[1]]
+        L += storm_rows(fnames, fst, frows)
     L += ["", "Front ÷ PostgreSQL alone (medians):", "",
           "| rows | c | requests/s front ÷ postgres | p99 ms postgres → front | PG statements/req postgres → front | PostgreSQL CPU µs/req postgres → front |",
           "|---|---|---|---|---|---|"]

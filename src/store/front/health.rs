@@ -59,6 +59,12 @@ impl Health {
         }
     }
 
+    /// A front operation's value, or `None` once [`Self::failed`] has
+    /// taken the front down for its error.
+    pub(super) fn check<T>(&self, result: Result<T, StoreError>) -> Option<T> {
+        result.map_err(|error| self.failed(&error)).ok()
+    }
+
     /// The front answers and has every change up to now.
     pub(super) fn recovered(&self, first: bool) {
         if !self.up.swap(true, Ordering::AcqRel) {

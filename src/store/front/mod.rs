@@ -42,7 +42,7 @@ use std::time::Duration;
 
 use health::{Health, bump};
 
-use super::postgres::PgStore;
+use super::postgres::{PgStore, millis};
 use super::redis::{FrontEntry, RedisStore, Settled};
 use super::{
     AttemptId, BatchStats, Cas, Claim, ClaimRequest, FrontConfig, HeldReason, PoolStats,
@@ -107,10 +107,6 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl FrontStore {
@@ -191,45 +187,29 @@ impl FrontStore {
     /// The front's answer to `request`, if it has one it may give.
     fn answer(&self, entry: FrontEntry, request: &ClaimRequest<'_>) -> Option<Claim> {
         let counts = &self.inner.health.counts;
-        let same = |fingerprint: &[u8]| fingerprint == &request.fingerprint[..];
-        let claim = match entry {
+        let (fingerprint, claim, counter) = match entry {
             FrontEntry::Completed {
                 fingerprint,
                 response,
-            } => {
-                if same(&fingerprint) {
-                    bump(&counts.replays);
-                    Claim::Replay(response)
-                } else {
-                    bump(&counts.mismatches);
-                    Claim::Mismatch
-                }
-            }
+            } => (fingerprint, Claim::Replay(response), &counts.replays),
             FrontEntry::Held {
                 fingerprint,
                 reason,
-            } => {
-                if same(&fingerprint) {
-                    bump(&counts.held);
-                    Claim::Held(reason)
-                } else {
-                    bump(&counts.mismatches);
-                    Claim::Mismatch
-                }
-            }
+            } => (fingerprint, Claim::Held(reason), &counts.held),
             FrontEntry::InFlight { fingerprint, left } => {
                 if self.inner.wait_routes.contains(&request.key.route) {
                     return None;
                 }
-                if same(&fingerprint) {
-                    bump(&counts.conflicts);
-                    Claim::InFlight { retry_after: left }
-                } else {
-                    bump(&counts.mismatches);
-                    Claim::Mismatch
-                }
+                let claim = Claim::InFlight { retry_after: left };
+                (fingerprint, claim, &counts.conflicts)
             }
         };
+        // Another request under the key: `422`, whatever its state.
+        if fingerprint[..] != request.fingerprint[..] {
+            bump(&counts.mismatches);
+            return Some(Claim::Mismatch);
+        }
+        bump(counter);
         Some(claim)
     }
 
@@ -258,30 +238,29 @@ impl FrontStore {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         // The fingerprint comes from the attempt's entry itself.
-        let result = self
-            .inner
-            .front
+        let front = &self.inner.front;
+        let result = front
             .front_publish(key, token, &[], settled, until_ms, true)
             .await;
-        if let Err(error) = result {
-            self.inner.health.failed(&error);
-        }
+        self.inner.health.check(result);
+    }
+
+    /// Fence the front at `token`: no entry of that attempt, or of an
+    /// older one, is written again while the fence lives.
+    async fn fence(&self, key: &RecordKey, token: Token) {
+        let front = &self.inner.front;
+        let result = front
+            .front_invalidate(key, token, self.inner.fence_life)
+            .await;
+        self.inner.health.check(result);
     }
 
     /// Fence the front before an operator's clear or delete, or an
     /// abandoned claim: no attempt issued so far writes to it again.
     async fn fence_everything(&self, key: &RecordKey) -> Result<(), StoreError> {
-        if !self.inner.health.usable() {
-            return Ok(());
-        }
-        let ceiling = self.inner.truth.token_ceiling().await?;
-        if let Err(error) = self
-            .inner
-            .front
-            .front_invalidate(key, ceiling, self.inner.fence_life)
-            .await
-        {
-            self.inner.health.failed(&error);
+        if self.inner.health.usable() {
+            let ceiling = self.inner.truth.token_ceiling().await?;
+            self.fence(key, ceiling).await;
         }
         Ok(())
     }
@@ -306,14 +285,9 @@ impl Store for FrontStore {
         let started = now_ms();
         let health = &self.inner.health;
         if health.usable() {
-            match self.inner.front.front_read(request.key).await {
-                Ok(Some(entry)) => {
-                    if let Some(claim) = self.answer(entry, request) {
-                        return Ok(claim);
-                    }
-                }
-                Ok(None) => {}
-                Err(error) => health.failed(&error),
+            let read = health.check(self.inner.front.front_read(request.key).await);
+            if let Some(claim) = read.flatten().and_then(|entry| self.answer(entry, request)) {
+                return Ok(claim);
             }
             bump(&health.counts.misses);
         }
@@ -322,15 +296,11 @@ impl Store for FrontStore {
             match &claim {
                 Claim::Claimed { token, .. } => {
                     // Never past PostgreSQL's lease, which began after `started`.
-                    let until = started.saturating_add(ms(request.lease));
-                    if let Err(error) = self
-                        .inner
-                        .front
-                        .front_mark(request.key, *token, &request.fingerprint[..], until)
-                        .await
-                    {
-                        health.failed(&error);
-                    }
+                    let until = started.saturating_add(millis(request.lease));
+                    let fingerprint = &request.fingerprint[..];
+                    let front = &self.inner.front;
+                    let marked = front.front_mark(request.key, *token, fingerprint, until);
+                    health.check(marked.await);
                 }
                 Claim::Replay(_) | Claim::Held(_) => self.repair(request.key),
                 Claim::InFlight { .. } | Claim::Mismatch => {}
@@ -348,10 +318,9 @@ impl Store for FrontStore {
         let started = now_ms();
         let cas = self.inner.truth.renew(key, token, lease).await?;
         if cas == Cas::Applied && self.inner.health.usable() {
-            let until = started.saturating_add(ms(lease));
-            if let Err(error) = self.inner.front.front_extend(key, token, until).await {
-                self.inner.health.failed(&error);
-            }
+            let until = started.saturating_add(millis(lease));
+            let extended = self.inner.front.front_extend(key, token, until).await;
+            self.inner.health.check(extended);
         }
         Ok(cas)
     }
@@ -371,7 +340,7 @@ impl Store for FrontStore {
             .await?;
         if cas == Cas::Applied {
             // Never past PostgreSQL's retention, which began after `started`.
-            let until = started.saturating_add(ms(retention));
+            let until = started.saturating_add(millis(retention));
             self.settle(key, token, Settled::Completed(response), until)
                 .await;
         }
@@ -379,14 +348,8 @@ impl Store for FrontStore {
     }
 
     async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
-        if self.inner.health.usable()
-            && let Err(error) = self
-                .inner
-                .front
-                .front_invalidate(key, token, self.inner.fence_life)
-                .await
-        {
-            self.inner.health.failed(&error);
+        if self.inner.health.usable() {
+            self.fence(key, token).await;
         }
         self.inner.truth.release(key, token).await
     }
@@ -401,7 +364,7 @@ impl Store for FrontStore {
         let started = now_ms();
         let cas = self.inner.truth.hold(key, token, reason, retention).await?;
         if cas == Cas::Applied {
-            let until = started.saturating_add(ms(retention));
+            let until = started.saturating_add(millis(retention));
             self.settle(key, token, Settled::Held(reason), until).await;
         }
         Ok(cas)

@@ -88,15 +88,13 @@ pub(super) async fn relay(inner: Weak<Inner>) {
             })
             .await;
         let rest = match pass {
-            Ok(done) => {
-                let counts = &store.health.counts;
-                counts.relayed.fetch_add(done.rows, Ordering::Relaxed);
-                if let Some(oldest) = done.oldest {
-                    counts
-                        .lag_ms
-                        .store(oldest.as_millis() as u64, Ordering::Relaxed);
-                }
-                if done.rows as usize >= RELAY_BATCH {
+            Ok(rows) => {
+                store
+                    .health
+                    .counts
+                    .relayed
+                    .fetch_add(rows, Ordering::Relaxed);
+                if rows as usize >= RELAY_BATCH {
                     Duration::ZERO
                 } else {
                     RELAY_IDLE
@@ -192,20 +190,17 @@ async fn same_server(store: &Arc<Inner>) -> bool {
     true
 }
 
-/// Refresh the backlog gauges.
+/// Refresh the backlog gauges: rows waiting, and the oldest one's age.
 pub(super) async fn backlog(inner: Weak<Inner>) {
     loop {
         let Some(store) = inner.upgrade() else { return };
         if let Ok((rows, age)) = store.truth.outbox_backlog(BACKLOG_CAP).await {
             let counts = &store.health.counts;
             counts.backlog.store(rows, Ordering::Relaxed);
-            if rows == 0 {
-                counts.lag_ms.store(0, Ordering::Relaxed);
-            } else {
-                counts
-                    .lag_ms
-                    .store(age.as_millis() as u64, Ordering::Relaxed);
-            }
+            // (The age of no row is zero.)
+            counts
+                .lag_ms
+                .store(age.as_millis() as u64, Ordering::Relaxed);
         }
         drop(store);
         tokio::time::sleep(BACKLOG_EVERY).await;

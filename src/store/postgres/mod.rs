@@ -105,7 +105,9 @@ impl InfoRow {
 /// The channel of the announcements of settled records (`concurrent = "wait"`).
 const WAKE_CHANNEL: &str = "idemgate_keys";
 
-fn millis(d: Duration) -> i64 {
+/// A duration in whole milliseconds, as the statements (and the front's
+/// absolute expiry times) take it.
+pub(in crate::store) fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 

@@ -64,24 +64,6 @@ pub(in crate::store) struct Dirty {
     rows: Vec<i64>,
 }
 
-/// What one relay pass did.
-#[derive(Debug, Clone, Copy, Default)]
-pub(in crate::store) struct Relayed {
-    /// Outbox rows applied and deleted.
-    pub(in crate::store) rows: u64,
-    /// How long the oldest of them waited.
-    pub(in crate::store) oldest: Option<Duration>,
-}
-
-#[derive(sqlx::FromRow)]
-struct OutboxRow {
-    route: String,
-    scope: Vec<u8>,
-    key: String,
-    token: i64,
-    age_ms: i64,
-}
-
 #[derive(sqlx::FromRow)]
 struct TruthRow {
     route: String,
@@ -149,12 +131,13 @@ pub(in crate::store) enum SyncError {
 impl PgStore {
     /// One relay pass: up to `limit` outbox rows, grouped by key, handed
     /// with their records' current state to `apply`; the rows are deleted
-    /// if it succeeds. Bounded by `[store] timeout`.
+    /// if it succeeds, and their number returned. Bounded by `[store]
+    /// timeout`.
     pub(in crate::store) async fn relay_outbox(
         &self,
         limit: usize,
         apply: impl AsyncFnOnce(&[Dirty]) -> Result<(), StoreError>,
-    ) -> Result<Relayed, SyncError> {
+    ) -> Result<u64, SyncError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let result = self
             .pool
@@ -167,48 +150,27 @@ impl PgStore {
                 sqlx::query("SET LOCAL synchronous_commit = off")
                     .execute(&mut *tx)
                     .await?;
-                let rows: Vec<(i64, OutboxRow)> =
-                    sqlx::query_as::<_, (i64, String, Vec<u8>, String, i64, i64)>(
-                        "SELECT id, route, scope, key, token,
-                            (EXTRACT(EPOCH FROM clock_timestamp() - created_at) * 1000)::int8
-                       FROM idemgate_front_outbox ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
-                    )
-                    .bind(limit)
-                    .fetch_all(&mut *tx)
-                    .await?
-                    .into_iter()
-                    .map(|(id, route, scope, key, token, age_ms)| {
-                        (
-                            id,
-                            OutboxRow {
-                                route,
-                                scope,
-                                key,
-                                token,
-                                age_ms,
-                            },
-                        )
-                    })
-                    .collect();
+                let rows: Vec<(i64, String, Vec<u8>, String, i64)> = sqlx::query_as(
+                    "SELECT id, route, scope, key, token FROM idemgate_front_outbox
+                      ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+                )
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await?;
                 if rows.is_empty() {
                     // Ended now, not when the connection is next used.
                     tx.commit().await?;
-                    return Ok(Ok(Relayed::default()));
+                    return Ok(Ok(0));
                 }
-                let oldest = rows.iter().map(|(_, r)| r.age_ms).max().unwrap_or(0);
                 let mut keys: Vec<(RecordKey, Token, Vec<i64>)> = Vec::new();
-                for (id, row) in rows {
-                    let key = RecordKey {
-                        route: row.route,
-                        scope: row.scope,
-                        key: row.key,
-                    };
+                for (id, route, scope, key, token) in rows {
+                    let key = RecordKey { route, scope, key };
                     match keys.iter_mut().find(|(k, _, _)| *k == key) {
                         Some((_, over, ids)) => {
-                            *over = (*over).max(row.token);
+                            *over = (*over).max(token);
                             ids.push(id);
                         }
-                        None => keys.push((key, row.token, vec![id])),
+                        None => keys.push((key, token, vec![id])),
                     }
                 }
                 let dirty = match read_truths(&mut tx, keys).await? {
@@ -229,10 +191,7 @@ impl PgStore {
                     .execute(&mut *tx)
                     .await?;
                 tx.commit().await?;
-                Ok(Ok(Relayed {
-                    rows: rows_applied.len() as u64,
-                    oldest: Some(Duration::from_millis(oldest.max(0) as u64)),
-                }))
+                Ok(Ok(rows_applied.len() as u64))
             })
             .await;
         match result {

@@ -27,7 +27,7 @@ use deadpool_redis::redis::{Script, Value};
 use http::StatusCode;
 use std::sync::LazyLock;
 
-use super::{RedisStore, bytes, corrupt, int, layout::Layout};
+use super::{RedisStore, bytes, corrupt, int, layout::Layout, millis};
 use crate::store::{
     HeldReason, RecordKey, StoreError, StoredResponse, Token, decode_headers, encode_headers,
 };
@@ -144,7 +144,8 @@ return 1
     )
 });
 
-/// KEYS = entry; ARGV = token, end (ms since the epoch). A renewed lease:
+/// KEYS = entry (and the fence, unused); ARGV = token, end (ms since the
+/// epoch). A renewed lease:
 /// the attempt's marker lives on with it.
 static EXTEND: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -158,10 +159,6 @@ return 0
 "#,
     )
 });
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
 
 /// The `run_id` line of an `INFO server` reply.
 pub(super) fn run_id(info: &str) -> Option<&str> {
@@ -420,20 +417,8 @@ impl RedisStore {
         token: Token,
         until_ms: i64,
     ) -> Result<bool, StoreError> {
-        let (entry, _) = self.front_keys(key);
-        let entry = &entry;
         let (token, until) = (token.to_string(), until_ms.to_string());
-        let (token, until) = (&token, &until);
-        let n: i64 = self
-            .bounded(|mut conn| async move {
-                EXTEND
-                    .key(&entry[..])
-                    .arg(token)
-                    .arg(until)
-                    .invoke_async(&mut conn)
-                    .await
-            })
-            .await?;
-        Ok(n == 1)
+        self.front_script(&EXTEND, key, &[token.as_bytes(), until.as_bytes()])
+            .await
     }
 }
