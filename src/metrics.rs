@@ -198,6 +198,9 @@ pub struct FrontMetrics {
     pub outages: ScrapedCounter,
     /// `idemgate_front_outbox_relayed_total`: outbox rows applied to it.
     pub relayed: ScrapedCounter,
+    /// `idemgate_front_outbox_shown_total`: … of which the front already
+    /// showed what they said (deleted without a read or a write).
+    pub shown: ScrapedCounter,
     /// `idemgate_front_outbox_backlog`: rows waiting in the outbox.
     pub backlog: Gauge,
     /// `idemgate_front_outbox_lag_seconds`: the oldest waiting row's age.
@@ -241,6 +244,11 @@ impl FrontMetrics {
             self.relayed.clone(),
         );
         front.register(
+            "outbox_shown",
+            "Outbox rows whose change the Redis front already showed (the completing instance wrote it), deleted without a read or a write",
+            self.shown.clone(),
+        );
+        front.register(
             "outbox_backlog",
             "Rows waiting in the front's outbox",
             self.backlog.clone(),
@@ -274,6 +282,7 @@ impl FrontMetrics {
         self.errors.set(stats.errors);
         self.outages.set(stats.outages);
         self.relayed.set(stats.relayed);
+        self.shown.set(stats.relayed_shown);
         self.backlog.set(stats.backlog);
         self.lag_seconds.set(stats.lag.as_secs_f64());
         self.repairs.set(stats.repairs);

@@ -199,16 +199,19 @@ async fn replays_mismatches_and_conflicts_come_from_the_front_for_every_instance
     let p = Pair::new().await;
     let (a, b) = (&*p.a, &*p.b);
 
-    // In flight on A: B's duplicate is refused by the front.
+    // In flight on A: once the marker has landed (it is written while the
+    // request is forwarded), B's duplicates are refused by the front.
     let k = key("shared");
     let t = token(claim(a, &k, 1).await);
-    let ops = pg_ops(b);
-    match claim(b, &k, 1).await {
+    match front_has(b, &k, 1).await {
         Claim::InFlight { retry_after } => assert!(retry_after <= LEASE),
         other => panic!("expected 409, got {other:?}"),
     }
+    let ops = pg_ops(b);
+    let conflicts = stats(b).conflicts;
+    assert!(matches!(claim(b, &k, 1).await, Claim::InFlight { .. }));
     assert_eq!(claim(b, &k, 2).await, Claim::Mismatch);
-    assert_eq!(stats(b).conflicts, 1);
+    assert_eq!(stats(b).conflicts, conflicts + 1);
     assert_eq!(stats(b).mismatches, 1);
     assert_eq!(pg_ops(b), ops, "the front answered without PostgreSQL");
 
@@ -258,7 +261,7 @@ async fn a_settled_key_is_never_answered_in_flight_once_its_write_returned() {
     for i in 0..40 {
         let k = key(&format!("k{i}"));
         let t = token(claim(a, &k, 1).await);
-        assert!(matches!(claim(b, &k, 1).await, Claim::InFlight { .. }));
+        assert!(matches!(front_has(b, &k, 1).await, Claim::InFlight { .. }));
         if i % 2 == 0 {
             a.complete(&k, t, &response("done"), RETENTION)
                 .await
@@ -277,6 +280,64 @@ async fn a_settled_key_is_never_answered_in_flight_once_its_write_returned() {
         }
     }
     assert!(stats(b).conflicts >= 40, "the front did answer the 409s");
+}
+
+/// The marker is written while the request is forwarded; an attempt that
+/// completes or is released before it landed waits for it first, so it
+/// never lands after the settled record or the fence. Here a failpoint
+/// holds every marker back 200 ms, longer than the completion or release
+/// takes, and the relays are paused, so only what the request path wrote
+/// counts: after the late markers had time to land, no front has any of
+/// the keys in flight. (A release's fence alone would refuse a late
+/// marker; the flush right after the releases removes the fences, as a
+/// `FLUSHALL` or an evicting Redis would.)
+#[tokio::test]
+async fn a_marker_written_off_the_path_never_lands_after_its_attempt_settled() {
+    let p = Pair::new().await;
+    let (a, b) = (&*p.a, &*p.b);
+    let redis = crate::support::store::redis_url();
+    fail::cfg(
+        "front-relay-pause",
+        &format!("return({})", p.storage.prefix()),
+    )
+    .unwrap();
+    fail::cfg("front-mark-delay", "return(late-mark-)").unwrap();
+    let mut completed = Vec::new();
+    for i in 0..10 {
+        let k = key(&format!("late-mark-c{i}"));
+        let t = token(claim(a, &k, 1).await);
+        a.complete(&k, t, &response("done"), RETENTION)
+            .await
+            .unwrap();
+        completed.push(k);
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for k in &completed {
+        let answer = front_has(b, k, 1).await;
+        assert_eq!(answer, Claim::Replay(response("done")), "{}", k.key);
+    }
+    // Few, so that all of them are released, and the front flushed, before
+    // the first marker lands.
+    let mut released = Vec::new();
+    for i in 0..3 {
+        let k = key(&format!("late-mark-r{i}"));
+        let t = token(claim(a, &k, 1).await);
+        assert_eq!(a.release(&k, t).await.unwrap(), Cas::Applied);
+        released.push(k);
+    }
+    flush(&redis, p.storage.prefix()).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    fail::remove("front-mark-delay");
+    for k in &released {
+        let answer = claim(b, k, 1).await;
+        assert!(
+            matches!(answer, Claim::Claimed { .. }),
+            "{}: {answer:?}",
+            k.key
+        );
+    }
+    fail::remove("front-relay-pause");
+    assert_eq!(stats(a).errors + stats(b).errors, 0);
 }
 
 /// The front flushed (every key gone, fences too): every answer is the
@@ -340,6 +401,79 @@ async fn a_flushed_front_changes_no_answer_and_is_refilled() {
         .unwrap();
     assert_eq!(claim(b, &flying, 1).await, Claim::Replay(response("late")));
     assert_eq!(claim(a, &flying, 1).await, Claim::Replay(response("late")));
+}
+
+/// The kinds of the front entries this test's keys have (`completed`,
+/// `in_flight`, `held`), read straight from Redis: no claim, so no
+/// read-repair.
+async fn entry_kinds(redis_url: &str, prefix: &str) -> Vec<String> {
+    let client = redis::Client::open(redis_url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut kinds = Vec::new();
+    for k in front_keys(redis_url, prefix).await {
+        if k.contains("front:") {
+            let kind: Option<String> = redis::cmd("HGET")
+                .arg(&k)
+                .arg("kind")
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            kinds.extend(kind);
+        }
+    }
+    kinds
+}
+
+/// The relay deletes the outbox rows of completions the front already
+/// shows (the completing instance wrote them) without writing again, and
+/// gives the front the ones it does not show: here the marker was lost
+/// (a flush) before the completion, so the completing instance's write,
+/// which only replaces its own entry, wrote nothing.
+#[tokio::test]
+async fn the_relay_skips_what_the_front_shows_and_publishes_what_it_lacks() {
+    let p = Pair::new().await;
+    let (a, b) = (&*p.a, &*p.b);
+    let redis = crate::support::store::redis_url();
+    let shown = |p: &Pair| stats(&*p.a).relayed_shown + stats(&*p.b).relayed_shown;
+
+    let normal = key("normal");
+    let t = token(claim(a, &normal, 1).await);
+    a.complete(&normal, t, &response("one"), RETENTION)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), || async {
+        (outbox_rows(&p.storage.url).await == 0 && shown(&p) >= 1).then_some(())
+    })
+    .await
+    .expect("the completion's row is deleted as shown");
+    assert_eq!(entry_kinds(&redis, p.storage.prefix()).await, ["completed"]);
+
+    let lost = key("lost");
+    let t = token(claim(a, &lost, 1).await);
+    flush(&redis, p.storage.prefix()).await;
+    let shown_before = shown(&p);
+    a.complete(&lost, t, &response("two"), RETENTION)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), || async {
+        (entry_kinds(&redis, p.storage.prefix()).await == ["completed"]).then_some(())
+    })
+    .await
+    .expect("the relay publishes the completion the front lacked");
+    eventually(Duration::from_secs(5), || async {
+        (outbox_rows(&p.storage.url).await == 0).then_some(())
+    })
+    .await
+    .expect("the outbox drains");
+    assert_eq!(
+        shown(&p),
+        shown_before,
+        "a row the front lacked is not shown"
+    );
+    let before = pg_ops(b);
+    assert_eq!(claim(b, &lost, 1).await, Claim::Replay(response("two")));
+    assert_eq!(pg_ops(b), before, "answered by the front");
+    assert_eq!(stats(a).repairs + stats(b).repairs, 0, "no read-repair");
 }
 
 /// A late write never undoes an operator's delete: the completing

@@ -29,6 +29,7 @@ pub(super) struct Counts {
     pub(super) errors: AtomicU64,
     pub(super) outages: AtomicU64,
     pub(super) relayed: AtomicU64,
+    pub(super) relayed_shown: AtomicU64,
     pub(super) repairs: AtomicU64,
     pub(super) backlog: AtomicI64,
     pub(super) lag_ms: AtomicU64,

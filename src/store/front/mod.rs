@@ -35,10 +35,12 @@
 mod health;
 mod relay;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::task::JoinHandle;
 
 use health::{Health, bump};
 
@@ -55,6 +57,11 @@ use crate::waiters::Waiters;
 /// connection of the pool the batches use, so few (a repair takes about a
 /// round trip to each store; a hot set refills in a few of them).
 const MAX_REPAIRS: usize = 4;
+
+/// Most claimed attempts whose marker is written off the request's path
+/// and not yet settled or released (a task handle each). Past it, an
+/// attempt is marked on its path, before the request is forwarded.
+const MAX_PENDING: usize = 65_536;
 
 /// What the front has done since the store opened (`idemgate_front_*`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -77,6 +84,8 @@ pub struct FrontStats {
     pub outages: u64,
     /// Outbox rows applied to the front.
     pub relayed: u64,
+    /// … of which the front already showed what they said.
+    pub relayed_shown: u64,
     /// Rows waiting in the outbox.
     pub backlog: i64,
     /// Age of the oldest waiting row.
@@ -98,8 +107,14 @@ struct Inner {
     /// Routes with `concurrent = "wait"`: their in-flight duplicates wait
     /// on PostgreSQL's announcements, so the front does not answer them.
     wait_routes: Vec<String>,
+    /// The front's key prefix (`[store] prefix`).
+    prefix: String,
     /// Keys being read-repaired.
     repairing: Mutex<HashSet<RecordKey>>,
+    /// The marker writes of the attempts this instance claimed that have
+    /// not settled or been released yet: each is awaited before the
+    /// attempt's next front write, so a marker never lands after it.
+    pending: Mutex<HashMap<Token, JoinHandle<()>>>,
 }
 
 /// Milliseconds since the epoch, by this host's clock.
@@ -140,7 +155,9 @@ impl FrontStore {
             health: Health::default(),
             fence_life: front.fence_life,
             wait_routes: config.wait_routes.clone(),
+            prefix: config.prefix.clone(),
             repairing: Mutex::new(HashSet::new()),
+            pending: Mutex::new(HashMap::new()),
         });
         let weak = Arc::downgrade(&inner);
         tokio::spawn(relay::relay(weak.clone()));
@@ -178,6 +195,7 @@ impl FrontStore {
             errors: get(&c.errors),
             outages: get(&c.outages),
             relayed: get(&c.relayed),
+            relayed_shown: get(&c.relayed_shown),
             backlog: c.backlog.load(Ordering::Relaxed),
             lag: Duration::from_millis(get(&c.lag_ms)),
             repairs: get(&c.repairs),
@@ -228,9 +246,39 @@ impl FrontStore {
         tokio::spawn(relay::repair(self.inner.clone(), key.clone()));
     }
 
+    /// Keep a claimed attempt's marker write until it settles; gives it
+    /// back if too many are kept already.
+    fn remember(&self, token: Token, mark: JoinHandle<()>) -> Option<JoinHandle<()>> {
+        let mut pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if pending.len() >= MAX_PENDING {
+            // Writes that have landed need no waiting (and attempts whose
+            // completion failed in PostgreSQL may never ask).
+            pending.retain(|_, mark| !mark.is_finished());
+            if pending.len() >= MAX_PENDING {
+                return Some(mark);
+            }
+        }
+        pending.insert(token, mark);
+        None
+    }
+
+    /// Attempt `token` settles or is released: wait until its marker
+    /// write, if still under way, has landed or failed.
+    async fn marked(&self, token: Token) {
+        let mark = {
+            let mut pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
+            pending.remove(&token)
+        };
+        if let Some(mark) = mark {
+            // Bounded by the front's timeout; a panic there is not ours.
+            let _ = mark.await;
+        }
+    }
+
     /// After PostgreSQL committed attempt `token`'s completion or hold:
     /// the settled record replaces the attempt's own entry in the front.
     async fn settle(&self, key: &RecordKey, token: Token, settled: Settled<'_>, until_ms: i64) {
+        self.marked(token).await;
         if !self.inner.health.usable() {
             return;
         }
@@ -279,6 +327,18 @@ fn delayed(key: &RecordKey) -> bool {
     false
 }
 
+/// Test builds only: the `front-mark-delay` failpoint, armed with
+/// `return(PREFIX)`, holds back the marker of keys starting with it for
+/// 200 ms (tests/it/front.rs: their attempts settle meanwhile, and must
+/// wait for it). Always false without the `failpoints` feature.
+fn mark_delayed(key: &RecordKey) -> bool {
+    fail::fail_point!("front-mark-delay", |armed: Option<String>| {
+        armed.is_some_and(|prefix| key.key.starts_with(&prefix))
+    });
+    let _ = key; // used only by the failpoint
+    false
+}
+
 #[async_trait::async_trait]
 impl Store for FrontStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
@@ -297,10 +357,23 @@ impl Store for FrontStore {
                 Claim::Claimed { token, .. } => {
                     // Never past PostgreSQL's lease, which began after `started`.
                     let until = started.saturating_add(millis(request.lease));
-                    let fingerprint = &request.fingerprint[..];
-                    let front = &self.inner.front;
-                    let marked = front.front_mark(request.key, *token, fingerprint, until);
-                    health.check(marked.await);
+                    let (token, fingerprint) = (*token, *request.fingerprint);
+                    // Off the request's path: the request is forwarded
+                    // meanwhile (a duplicate that arrives before the
+                    // marker goes to PostgreSQL), and the attempt's next
+                    // front write waits for it ([`Self::marked`]).
+                    let inner = self.inner.clone();
+                    let key = request.key.clone();
+                    let mark = tokio::spawn(async move {
+                        if mark_delayed(&key) {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                        let marked = inner.front.front_mark(&key, token, &fingerprint, until);
+                        inner.health.check(marked.await);
+                    });
+                    if let Some(mark) = self.remember(token, mark) {
+                        let _ = mark.await;
+                    }
                 }
                 Claim::Replay(_) | Claim::Held(_) => self.repair(request.key),
                 Claim::InFlight { .. } | Claim::Mismatch => {}
@@ -343,11 +416,14 @@ impl Store for FrontStore {
             let until = started.saturating_add(millis(retention));
             self.settle(key, token, Settled::Completed(response), until)
                 .await;
+        } else {
+            self.marked(token).await;
         }
         Ok(cas)
     }
 
     async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
+        self.marked(token).await;
         if self.inner.health.usable() {
             self.fence(key, token).await;
         }
@@ -366,6 +442,8 @@ impl Store for FrontStore {
         if cas == Cas::Applied {
             let until = started.saturating_add(millis(retention));
             self.settle(key, token, Settled::Held(reason), until).await;
+        } else {
+            self.marked(token).await;
         }
         Ok(cas)
     }

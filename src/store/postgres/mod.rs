@@ -17,7 +17,7 @@ mod batch;
 mod outbox;
 mod pool;
 
-pub(in crate::store) use outbox::{Dirty, SyncError, Truth};
+pub(in crate::store) use outbox::{Dirty, Relayed, Settling, SyncError, Truth};
 
 use super::info::from_epoch_millis;
 use super::{

@@ -11,6 +11,7 @@
 //! deleted by an operator is deleted after the front was given its last
 //! state, and the delete's own outbox row then removes it from the front.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,7 +19,9 @@ use http::StatusCode;
 use sqlx::Connection;
 
 use super::PgStore;
-use crate::store::{HeldReason, RecordKey, StoreError, StoredResponse, Token, decode_headers};
+use crate::store::{
+    HeldReason, RecordKey, RecordState, StoreError, StoredResponse, Token, decode_headers,
+};
 
 /// A record's current state, as the front may show it.
 #[derive(Debug, Clone)]
@@ -60,8 +63,107 @@ pub(in crate::store) struct Dirty {
     pub(in crate::store) over: Token,
     /// What PostgreSQL holds now.
     pub(in crate::store) truth: Truth,
-    /// Its outbox rows.
-    rows: Vec<i64>,
+}
+
+/// A key whose newest outbox row says it was settled: if the front shows
+/// that (or anything newer), the relay has nothing to do for it.
+#[derive(Debug, Clone)]
+pub(in crate::store) struct Settling {
+    /// The key.
+    pub(in crate::store) key: RecordKey,
+    /// The token of the settled state.
+    pub(in crate::store) token: Token,
+    /// Completed or held.
+    pub(in crate::store) state: RecordState,
+    /// The newest token of its outbox rows (see [`Dirty::over`]).
+    over: Token,
+    /// How many outbox rows it had.
+    rows: u64,
+}
+
+/// What one relay pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(in crate::store) struct Relayed {
+    /// Outbox rows taken and deleted.
+    pub(in crate::store) rows: u64,
+    /// … of which the front already showed what they said.
+    pub(in crate::store) shown: u64,
+}
+
+/// An outbox row (migrations 0004 and 0005).
+#[derive(sqlx::FromRow)]
+struct OutboxRow {
+    id: i64,
+    route: String,
+    scope: Vec<u8>,
+    key: String,
+    /// The attempt whose record changed: it, and every older one, is over.
+    token: Token,
+    /// What the record became (NULL: deleted, or a row older than 0005).
+    state: Option<String>,
+    state_token: Option<Token>,
+}
+
+/// Group rows (in id order, which for one key is the order of its changes:
+/// each change waited for the previous one's commit) by key: the keys
+/// whose newest row says they were settled, and the rest, each with the
+/// newest token its rows name.
+fn group(rows: Vec<OutboxRow>) -> (Vec<Settling>, Vec<(RecordKey, Token)>) {
+    struct Group {
+        over: Token,
+        rows: u64,
+        newest: Option<(RecordState, Token)>,
+    }
+    let mut order: Vec<RecordKey> = Vec::new();
+    let mut groups: HashMap<RecordKey, Group> = HashMap::new();
+    for row in rows {
+        let key = RecordKey {
+            route: row.route,
+            scope: row.scope,
+            key: row.key,
+        };
+        let newest = row
+            .state
+            .as_deref()
+            .and_then(RecordState::parse)
+            .filter(|state| *state != RecordState::InFlight)
+            .zip(row.state_token);
+        match groups.get_mut(&key) {
+            Some(group) => {
+                group.over = group.over.max(row.token);
+                group.rows += 1;
+                group.newest = newest;
+            }
+            None => {
+                order.push(key.clone());
+                groups.insert(
+                    key,
+                    Group {
+                        over: row.token,
+                        rows: 1,
+                        newest,
+                    },
+                );
+            }
+        }
+    }
+    let (mut settling, mut rest) = (Vec::new(), Vec::new());
+    for key in order {
+        let Some(group) = groups.remove(&key) else {
+            continue;
+        };
+        match group.newest {
+            Some((state, token)) => settling.push(Settling {
+                key,
+                token,
+                state,
+                over: group.over,
+                rows: group.rows,
+            }),
+            None => rest.push((key, group.over)),
+        }
+    }
+    (settling, rest)
 }
 
 #[derive(sqlx::FromRow)]
@@ -129,15 +231,19 @@ pub(in crate::store) enum SyncError {
 }
 
 impl PgStore {
-    /// One relay pass: up to `limit` outbox rows, grouped by key, handed
-    /// with their records' current state to `apply`; the rows are deleted
-    /// if it succeeds, and their number returned. Bounded by `[store]
-    /// timeout`.
+    /// One relay pass: up to `limit` outbox rows, grouped by key. Keys
+    /// whose newest row says they were settled are first given to `shown`,
+    /// which says which of them the front already shows (the completing
+    /// instance wrote them); those rows are just deleted. The rest are
+    /// handed with their records' current state, read under a share lock,
+    /// to `apply`. The rows are deleted if every step succeeds. Bounded by
+    /// `[store] timeout`.
     pub(in crate::store) async fn relay_outbox(
         &self,
         limit: usize,
+        shown: impl AsyncFnOnce(&[Settling]) -> Result<Vec<bool>, StoreError>,
         apply: impl AsyncFnOnce(&[Dirty]) -> Result<(), StoreError>,
-    ) -> Result<u64, SyncError> {
+    ) -> Result<Relayed, SyncError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let result = self
             .pool
@@ -150,9 +256,13 @@ impl PgStore {
                 sqlx::query("SET LOCAL synchronous_commit = off")
                     .execute(&mut *tx)
                     .await?;
-                let rows: Vec<(i64, String, Vec<u8>, String, i64)> = sqlx::query_as(
-                    "SELECT id, route, scope, key, token FROM idemgate_front_outbox
-                      ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED",
+                // Deleted at once, locked until the commit; a failed step
+                // rolls the delete back.
+                let mut rows: Vec<OutboxRow> = sqlx::query_as(
+                    "DELETE FROM idemgate_front_outbox
+                      WHERE id IN (SELECT id FROM idemgate_front_outbox
+                                    ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED)
+                  RETURNING id, route, scope, key, token, state, state_token",
                 )
                 .bind(limit)
                 .fetch_all(&mut *tx)
@@ -160,38 +270,49 @@ impl PgStore {
                 if rows.is_empty() {
                     // Ended now, not when the connection is next used.
                     tx.commit().await?;
-                    return Ok(Ok(0));
+                    return Ok(Ok(Relayed::default()));
                 }
-                let mut keys: Vec<(RecordKey, Token, Vec<i64>)> = Vec::new();
-                for (id, route, scope, key, token) in rows {
-                    let key = RecordKey { route, scope, key };
-                    match keys.iter_mut().find(|(k, _, _)| *k == key) {
-                        Some((_, over, ids)) => {
-                            *over = (*over).max(token);
-                            ids.push(id);
-                        }
-                        None => keys.push((key, token, vec![id])),
-                    }
-                }
-                let dirty = match read_truths(&mut tx, keys).await? {
-                    Ok(dirty) => dirty,
-                    Err(e) => {
-                        tx.rollback().await?;
-                        return Ok(Err(SyncError::Store(e)));
-                    }
+                rows.sort_unstable_by_key(|row| row.id);
+                let relayed = Relayed {
+                    rows: rows.len() as u64,
+                    shown: 0,
                 };
-                if let Err(e) = apply(&dirty).await {
-                    tx.rollback().await?;
-                    return Ok(Err(SyncError::Apply(e)));
+                let (settling, mut keys) = group(rows);
+                let mut skipped = 0;
+                if !settling.is_empty() {
+                    let answers = match shown(&settling).await {
+                        Ok(answers) => answers,
+                        Err(e) => {
+                            tx.rollback().await?;
+                            return Ok(Err(SyncError::Apply(e)));
+                        }
+                    };
+                    for (settled, is_shown) in settling.into_iter().zip(answers) {
+                        if is_shown {
+                            skipped += settled.rows;
+                        } else {
+                            keys.push((settled.key, settled.over));
+                        }
+                    }
                 }
-                let rows_applied: Vec<i64> =
-                    dirty.iter().flat_map(|d| d.rows.iter().copied()).collect();
-                sqlx::query("DELETE FROM idemgate_front_outbox WHERE id = ANY($1)")
-                    .bind(&rows_applied)
-                    .execute(&mut *tx)
-                    .await?;
+                if !keys.is_empty() {
+                    let dirty = match read_truths(&mut tx, keys).await? {
+                        Ok(dirty) => dirty,
+                        Err(e) => {
+                            tx.rollback().await?;
+                            return Ok(Err(SyncError::Store(e)));
+                        }
+                    };
+                    if let Err(e) = apply(&dirty).await {
+                        tx.rollback().await?;
+                        return Ok(Err(SyncError::Apply(e)));
+                    }
+                }
                 tx.commit().await?;
-                Ok(Ok(rows_applied.len() as u64))
+                Ok(Ok(Relayed {
+                    shown: skipped,
+                    ..relayed
+                }))
             })
             .await;
         match result {
@@ -207,7 +328,7 @@ impl PgStore {
         keys: Vec<RecordKey>,
         apply: impl AsyncFnOnce(&[Dirty]) -> Result<(), StoreError>,
     ) -> Result<(), SyncError> {
-        let keys = keys.into_iter().map(|k| (k, 0, Vec::new())).collect();
+        let keys = keys.into_iter().map(|k| (k, 0)).collect();
         let result = self
             .pool
             .run(self.timeout, async |conn| {
@@ -325,12 +446,12 @@ impl PgStore {
 /// named), read `FOR SHARE` in the batches' lock order.
 async fn read_truths(
     conn: &mut sqlx::PgConnection,
-    mut keys: Vec<(RecordKey, Token, Vec<i64>)>,
+    mut keys: Vec<(RecordKey, Token)>,
 ) -> Result<Result<Vec<Dirty>, StoreError>, sqlx::Error> {
     keys.sort_by(|a, b| super::batch::lock_order(&a.0, &b.0));
-    let routes: Vec<&str> = keys.iter().map(|(k, _, _)| k.route.as_str()).collect();
-    let scopes: Vec<&[u8]> = keys.iter().map(|(k, _, _)| k.scope.as_slice()).collect();
-    let names: Vec<&str> = keys.iter().map(|(k, _, _)| k.key.as_str()).collect();
+    let routes: Vec<&str> = keys.iter().map(|(k, _)| k.route.as_str()).collect();
+    let scopes: Vec<&[u8]> = keys.iter().map(|(k, _)| k.scope.as_slice()).collect();
+    let names: Vec<&str> = keys.iter().map(|(k, _)| k.key.as_str()).collect();
     // COLLATE "C": bytewise, the order `lock_order` gives the batches.
     let rows: Vec<TruthRow> = sqlx::query_as(
         r#"SELECT r.route, r.scope, r.key, r.state, r.token, r.fingerprint, r.held_reason,
@@ -348,26 +469,18 @@ async fn read_truths(
     .bind(&names)
     .fetch_all(&mut *conn)
     .await?;
-    let mut found = Vec::with_capacity(rows.len());
+    let mut found = HashMap::with_capacity(rows.len());
     for row in rows {
         match row.into_truth() {
-            Ok(pair) => found.push(pair),
+            Ok((key, truth)) => found.insert(key, truth),
             Err(e) => return Ok(Err(e)),
-        }
+        };
     }
     Ok(Ok(keys
         .into_iter()
-        .map(|(key, over, rows)| {
-            let truth = found
-                .iter()
-                .find(|(k, _)| *k == key)
-                .map_or(Truth::Nothing, |(_, t)| t.clone());
-            Dirty {
-                key,
-                over,
-                truth,
-                rows,
-            }
+        .map(|(key, over)| {
+            let truth = found.remove(&key).unwrap_or(Truth::Nothing);
+            Dirty { key, over, truth }
         })
         .collect()))
 }

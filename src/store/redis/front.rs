@@ -29,7 +29,8 @@ use std::sync::LazyLock;
 
 use super::{RedisStore, bytes, corrupt, int, layout::Layout, millis};
 use crate::store::{
-    HeldReason, RecordKey, StoreError, StoredResponse, Token, decode_headers, encode_headers,
+    HeldReason, RecordKey, RecordState, StoreError, StoredResponse, Token, decode_headers,
+    encode_headers,
 };
 
 /// What the front holds for a record.
@@ -144,6 +145,27 @@ return 1
     )
 });
 
+/// KEYS = entry and fence of each record; ARGV = token and kind (`completed`,
+/// `held`) of each. For each, 1 if the front shows that settled state or
+/// something newer (an entry of a newer attempt, a fence at or above the
+/// token), so that publishing it would change nothing; else 0.
+static SHOWN: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r#"
+local out = {}
+for i = 1, #ARGV / 2 do
+  local t = tonumber(ARGV[2 * i - 1])
+  local r = redis.call('HMGET', KEYS[2 * i - 1], 'token', 'kind')
+  local cur = tonumber(r[1] or '0')
+  local shown = cur > t or (cur == t and r[2] == ARGV[2 * i])
+  if not shown then shown = tonumber(redis.call('GET', KEYS[2 * i]) or '0') >= t end
+  out[i] = shown and 1 or 0
+end
+return out
+"#,
+    )
+});
+
 /// KEYS = entry (and the fence, unused); ARGV = token, end (ms since the
 /// epoch). A renewed lease:
 /// the attempt's marker lives on with it.
@@ -249,6 +271,34 @@ impl RedisStore {
                 )));
             }
         }))
+    }
+
+    /// For each settled state (key, token, completed or held), whether the
+    /// front shows it or something newer ([`SHOWN`]), in one round trip.
+    pub(in crate::store) async fn front_shown(
+        &self,
+        settled: &[(&RecordKey, Token, RecordState)],
+    ) -> Result<Vec<bool>, StoreError> {
+        if settled.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = SHOWN.prepare_invoke();
+        for (key, token, state) in settled {
+            let (entry, fence) = self.front_keys(key);
+            invocation
+                .key(entry)
+                .key(fence)
+                .arg(*token)
+                .arg(state.as_str());
+        }
+        let invocation = &invocation;
+        let shown: Vec<i64> = self
+            .bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .await?;
+        if shown.len() != settled.len() {
+            return Err(corrupt("a SHOWN reply of the wrong length"));
+        }
+        Ok(shown.into_iter().map(|n| n == 1).collect())
     }
 
     /// Mark `key` in flight for attempt `token` until `until_ms`.
