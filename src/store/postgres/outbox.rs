@@ -484,3 +484,59 @@ async fn read_truths(
         })
         .collect()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: i64, key: &str, token: Token, became: Option<(&str, Token)>) -> OutboxRow {
+        OutboxRow {
+            id,
+            route: "r".into(),
+            scope: Vec::new(),
+            key: key.into(),
+            token,
+            state: became.map(|(state, _)| state.to_string()),
+            state_token: became.map(|(_, token)| token),
+        }
+    }
+
+    #[test]
+    fn a_key_is_settling_only_if_its_newest_row_says_it_was_settled() {
+        let (settling, rest) = group(vec![
+            // Completed, then deleted: the delete decides.
+            row(1, "deleted", 5, Some(("completed", 5))),
+            // Taken over, then completed by the new attempt.
+            row(2, "done", 3, Some(("in_flight", 4))),
+            row(3, "deleted", 5, None),
+            row(4, "done", 4, Some(("completed", 4))),
+            // Held.
+            row(5, "held", 7, Some(("held", 7))),
+            // Reused after expiry: in flight again.
+            row(6, "reused", 8, Some(("in_flight", 9))),
+            // A row from before migration 0005.
+            row(7, "old", 10, None),
+            // An unknown state is not trusted.
+            row(8, "odd", 11, Some(("settled", 11))),
+        ]);
+        let settling: Vec<_> = settling
+            .iter()
+            .map(|s| (s.key.key.as_str(), s.token, s.state, s.over, s.rows))
+            .collect();
+        assert_eq!(
+            settling,
+            [
+                ("done", 4, RecordState::Completed, 4, 2),
+                ("held", 7, RecordState::Held, 7, 1),
+            ]
+        );
+        let rest: Vec<_> = rest
+            .iter()
+            .map(|(k, over)| (k.key.as_str(), *over))
+            .collect();
+        assert_eq!(
+            rest,
+            [("deleted", 5), ("reused", 8), ("old", 10), ("odd", 11)]
+        );
+    }
+}
