@@ -1,9 +1,11 @@
 -- The outbox (migration 0004) also says what a record became: its new
 -- state and token (NULL for a delete). A relay that finds the front
--- already showing that state (the completing instance wrote it before
+-- already showing a completion (the completing instance wrote it before
 -- answering, as it nearly always does) deletes the row without reading
 -- the record again or writing Redis (src/store/postgres/outbox.rs). Rows
 -- written before this migration have no state and take the full path.
+-- A held record whose reason changes under the same token now writes a
+-- row too, so that the front's held answer follows it.
 
 ALTER TABLE idemgate_front_outbox
     ADD COLUMN state       TEXT,    -- the record's new state; NULL: deleted
@@ -13,9 +15,10 @@ CREATE OR REPLACE FUNCTION idemgate_front_outbox_write() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'UPDATE' THEN
-        IF OLD.state = NEW.state AND OLD.token = NEW.token THEN
+        IF OLD.state = NEW.state AND OLD.token = NEW.token
+           AND OLD.held_reason IS NOT DISTINCT FROM NEW.held_reason THEN
             RETURN NULL;  -- a renewal: the front's marker is renewed directly
-        END IF;
+        END IF;         -- (a held record's new reason is a change: a row)
         INSERT INTO idemgate_front_outbox (route, scope, key, token, state, state_token)
         VALUES (OLD.route, OLD.scope, OLD.key, OLD.token, NEW.state, NEW.token);
         RETURN NULL;

@@ -282,6 +282,45 @@ async fn a_settled_key_is_never_answered_in_flight_once_its_write_returned() {
     assert!(stats(b).conflicts >= 40, "the front did answer the 409s");
 }
 
+/// A held record whose reason changes under the same token (held for its
+/// lapsed lease, then held by its own attempt for the upstream's timeout)
+/// writes an outbox row (migration 0005), so a front that missed the
+/// change hears of it; the relay reads held records again rather than
+/// trusting the front's kind and token alone.
+#[tokio::test]
+async fn a_held_reason_that_changes_reaches_the_front() {
+    let p = Pair::new().await;
+    let (a, b) = (&*p.a, &*p.b);
+    let pause = format!("return({})", p.storage.prefix());
+    fail::cfg("front-relay-pause", &pause).unwrap();
+    let k = key("lapsed");
+    let t = token(claim_lease(a, &k, 1, Duration::from_millis(300)).await);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(claim(b, &k, 1).await, Claim::Held(HeldReason::LeaseLapsed));
+    let before = outbox_rows(&p.storage.url).await;
+    assert_eq!(
+        a.hold(&k, t, HeldReason::UpstreamTimeout, RETENTION)
+            .await
+            .unwrap(),
+        Cas::Applied
+    );
+    assert_eq!(
+        outbox_rows(&p.storage.url).await,
+        before + 1,
+        "the new reason writes a row"
+    );
+    fail::remove("front-relay-pause");
+    eventually(Duration::from_secs(5), || async {
+        (outbox_rows(&p.storage.url).await == 0).then_some(())
+    })
+    .await
+    .expect("the outbox drains");
+    assert_eq!(
+        front_has(b, &k, 1).await,
+        Claim::Held(HeldReason::UpstreamTimeout)
+    );
+}
+
 /// The marker is written while the request is forwarded; an attempt that
 /// completes or is released before it landed waits for it first, so it
 /// never lands after the settled record or the fence. Here a failpoint
@@ -436,11 +475,16 @@ async fn the_relay_skips_what_the_front_shows_and_publishes_what_it_lacks() {
     let redis = crate::support::store::redis_url();
     let shown = |p: &Pair| stats(&*p.a).relayed_shown + stats(&*p.b).relayed_shown;
 
+    // The relays wait until the completion has returned (else one could
+    // find the marker and publish the completion itself).
+    let pause = format!("return({})", p.storage.prefix());
+    fail::cfg("front-relay-pause", &pause).unwrap();
     let normal = key("normal");
     let t = token(claim(a, &normal, 1).await);
     a.complete(&normal, t, &response("one"), RETENTION)
         .await
         .unwrap();
+    fail::remove("front-relay-pause");
     eventually(Duration::from_secs(5), || async {
         (outbox_rows(&p.storage.url).await == 0 && shown(&p) >= 1).then_some(())
     })
@@ -448,8 +492,14 @@ async fn the_relay_skips_what_the_front_shows_and_publishes_what_it_lacks() {
     .expect("the completion's row is deleted as shown");
     assert_eq!(entry_kinds(&redis, p.storage.prefix()).await, ["completed"]);
 
+    // The marker has landed (it is written off the claim's path) when
+    // the flush takes it away.
     let lost = key("lost");
     let t = token(claim(a, &lost, 1).await);
+    assert!(matches!(
+        front_has(b, &lost, 1).await,
+        Claim::InFlight { .. }
+    ));
     flush(&redis, p.storage.prefix()).await;
     let shown_before = shown(&p);
     a.complete(&lost, t, &response("two"), RETENTION)

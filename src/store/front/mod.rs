@@ -368,6 +368,10 @@ impl Store for FrontStore {
                         if mark_delayed(&key) {
                             tokio::time::sleep(Duration::from_millis(200)).await;
                         }
+                        // A front that went down meanwhile is not written.
+                        if !inner.health.usable() {
+                            return;
+                        }
                         let marked = inner.front.front_mark(&key, token, &fingerprint, until);
                         inner.health.check(marked.await);
                     });

@@ -2,14 +2,17 @@
 //! transactional outbox of migration 0004, and reading records' current
 //! state for the front under a share lock.
 //!
-//! A sync runs in one transaction: it locks outbox rows (`FOR UPDATE SKIP
-//! LOCKED`, so every instance may relay at once), reads the current state of
-//! their records `FOR SHARE` (in the lock order of the batches: route,
-//! scope, key, bytewise), hands both to the caller, which applies them to
-//! Redis, and deletes the rows only if that worked. While the caller
-//! writes Redis, no transaction can delete or change those records: a key
-//! deleted by an operator is deleted after the front was given its last
-//! state, and the delete's own outbox row then removes it from the front.
+//! A sync runs in one transaction: it deletes outbox rows taken `FOR UPDATE
+//! SKIP LOCKED` (so every instance may relay at once; the delete is rolled
+//! back if a later step fails). Keys whose newest row says they were
+//! completed, and whose front already shows that or something newer
+//! (the caller's `shown` step), need nothing more. The others' records are
+//! read `FOR SHARE` (in the lock order of the batches: route, scope, key,
+//! bytewise) and handed to the caller, which applies them to Redis. While
+//! it writes Redis, no transaction can delete or change those records: a
+//! key deleted by an operator is deleted after the front was given its
+//! last state, and the delete's own outbox row then removes it from the
+//! front.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -65,7 +68,7 @@ pub(in crate::store) struct Dirty {
     pub(in crate::store) truth: Truth,
 }
 
-/// A key whose newest outbox row says it was settled: if the front shows
+/// A key whose newest outbox row says it was completed: if the front shows
 /// that (or anything newer), the relay has nothing to do for it.
 #[derive(Debug, Clone)]
 pub(in crate::store) struct Settling {
@@ -73,7 +76,7 @@ pub(in crate::store) struct Settling {
     pub(in crate::store) key: RecordKey,
     /// The token of the settled state.
     pub(in crate::store) token: Token,
-    /// Completed or held.
+    /// Completed (the only state checked so).
     pub(in crate::store) state: RecordState,
     /// The newest token of its outbox rows (see [`Dirty::over`]).
     over: Token,
@@ -106,7 +109,7 @@ struct OutboxRow {
 
 /// Group rows (in id order, which for one key is the order of its changes:
 /// each change waited for the previous one's commit) by key: the keys
-/// whose newest row says they were settled, and the rest, each with the
+/// whose newest row says they were completed, and the rest, each with the
 /// newest token its rows name.
 fn group(rows: Vec<OutboxRow>) -> (Vec<Settling>, Vec<(RecordKey, Token)>) {
     struct Group {
@@ -122,11 +125,15 @@ fn group(rows: Vec<OutboxRow>) -> (Vec<Settling>, Vec<(RecordKey, Token)>) {
             scope: row.scope,
             key: row.key,
         };
+        // Only completions: a held record's reason can change under the
+        // same token and kind (a hold after a lapsed lease), which the
+        // front's check would not see; holds are rare, and take the full
+        // path.
         let newest = row
             .state
             .as_deref()
             .and_then(RecordState::parse)
-            .filter(|state| *state != RecordState::InFlight)
+            .filter(|state| *state == RecordState::Completed)
             .zip(row.state_token);
         match groups.get_mut(&key) {
             Some(group) => {
@@ -232,7 +239,7 @@ pub(in crate::store) enum SyncError {
 
 impl PgStore {
     /// One relay pass: up to `limit` outbox rows, grouped by key. Keys
-    /// whose newest row says they were settled are first given to `shown`,
+    /// whose newest row says they were completed are first given to `shown`,
     /// which says which of them the front already shows (the completing
     /// instance wrote them); those rows are just deleted. The rest are
     /// handed with their records' current state, read under a share lock,
@@ -502,7 +509,7 @@ mod tests {
     }
 
     #[test]
-    fn a_key_is_settling_only_if_its_newest_row_says_it_was_settled() {
+    fn a_key_is_checked_only_if_its_newest_row_says_it_was_completed() {
         let (settling, rest) = group(vec![
             // Completed, then deleted: the delete decides.
             row(1, "deleted", 5, Some(("completed", 5))),
@@ -523,20 +530,20 @@ mod tests {
             .iter()
             .map(|s| (s.key.key.as_str(), s.token, s.state, s.over, s.rows))
             .collect();
-        assert_eq!(
-            settling,
-            [
-                ("done", 4, RecordState::Completed, 4, 2),
-                ("held", 7, RecordState::Held, 7, 1),
-            ]
-        );
+        assert_eq!(settling, [("done", 4, RecordState::Completed, 4, 2)]);
         let rest: Vec<_> = rest
             .iter()
             .map(|(k, over)| (k.key.as_str(), *over))
             .collect();
         assert_eq!(
             rest,
-            [("deleted", 5), ("reused", 8), ("old", 10), ("odd", 11)]
+            [
+                ("deleted", 5),
+                ("held", 7),
+                ("reused", 8),
+                ("old", 10),
+                ("odd", 11)
+            ]
         );
     }
 }

@@ -139,7 +139,8 @@ fn cas(v: i64) -> Cas {
     if v == 1 { Cas::Applied } else { Cas::Fenced }
 }
 
-/// How many lanes: `pool_size`, but no more than this host's cores. Redis
+/// How many lanes: `pool_size`, but no more than this host's cores (or
+/// two, on a smaller host). Redis
 /// runs one command at a time, and every lane pipelines the operations in
 /// flight on it: lanes beyond the cores add no parallelism, they only
 /// spread the pipelining thinner (measured on 2 cores, new keys at 32
@@ -147,7 +148,8 @@ fn cas(v: i64) -> Cas {
 /// per key in idemgate and in Redis).
 fn lane_count(pool_size: u32) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    (pool_size as usize).clamp(1, cores)
+    // At least two, so that one large write never holds up every read.
+    (pool_size as usize).clamp(1, cores.max(2))
 }
 
 impl RedisStore {
