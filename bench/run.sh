@@ -122,12 +122,16 @@ if want peer; then
 fi
 
 # ---- services ------------------------------------------------------------------
+start_pg() { # directory port [extra server options]: a private cluster, trust auth
+    local dir="$1" port="$2" extra="${3:-}"
+    mkdir "$dir" && chown postgres:postgres "$dir"
+    runuser -u postgres -- "$PGBIN/initdb" -D "$dir" -A trust -U postgres >/dev/null
+    runuser -u postgres -- "$PGBIN/pg_ctl" -D "$dir" -l "$dir/log" -w \
+        -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c shared_buffers=256MB $extra" start >/dev/null
+}
 PGPORT="$(free_port)"
 log "PostgreSQL on 127.0.0.1:$PGPORT"
-mkdir "$WORK/pg" && chown postgres:postgres "$WORK/pg"
-runuser -u postgres -- "$PGBIN/initdb" -D "$WORK/pg" -A trust -U postgres >/dev/null
-runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/pg" -l "$WORK/pg/log" -w \
-    -o "-p $PGPORT -k $WORK/pg -c listen_addresses=127.0.0.1 -c max_connections=300 -c shared_buffers=256MB" start >/dev/null
+start_pg "$WORK/pg" "$PGPORT" "-c max_connections=300"
 PGURL="postgres://postgres@127.0.0.1:$PGPORT/postgres"
 
 REDISPORT="$(free_port)"
@@ -470,10 +474,8 @@ fi
 if want F; then
     FPGPORT="$(free_port)"
     log "part F: PostgreSQL with pg_stat_statements on 127.0.0.1:$FPGPORT"
-    mkdir "$WORK/pgf" && chown postgres:postgres "$WORK/pgf"
-    runuser -u postgres -- "$PGBIN/initdb" -D "$WORK/pgf" -A trust -U postgres >/dev/null
-    runuser -u postgres -- "$PGBIN/pg_ctl" -D "$WORK/pgf" -l "$WORK/pgf/log" -w \
-        -o "-p $FPGPORT -k $WORK/pgf -c listen_addresses=127.0.0.1 -c max_connections=400 -c shared_buffers=256MB -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=top" start >/dev/null
+    start_pg "$WORK/pgf" "$FPGPORT" \
+        "-c max_connections=400 -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=top"
     FPG="postgres://postgres@127.0.0.1:$FPGPORT"
     FPG_PM="$(head -n 1 "$WORK/pgf/postmaster.pid")"
     psql "$FPG/postgres" -qc "CREATE EXTENSION pg_stat_statements" >/dev/null

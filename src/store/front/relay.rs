@@ -87,11 +87,8 @@ pub(super) async fn relay(inner: Weak<Inner>) {
         let front = &store.front;
         let fence_life = store.fence_life;
         let shown = async |settling: &[Settling]| {
-            let settled: Vec<_> = settling
-                .iter()
-                .map(|s| (&s.key, s.token, s.state))
-                .collect();
-            front.front_shown(&settled).await
+            let completed: Vec<_> = settling.iter().map(|s| (&s.key, s.token)).collect();
+            front.front_shown(&completed).await
         };
         let pass = store
             .truth

@@ -69,15 +69,16 @@ pub(in crate::store) struct Dirty {
 }
 
 /// A key whose newest outbox row says it was completed: if the front shows
-/// that (or anything newer), the relay has nothing to do for it.
+/// that (or anything newer), the relay has nothing to do for it. (Only
+/// completions: a held record's reason can change under the same token,
+/// which such a check would not see; holds are rare and take the full
+/// path.)
 #[derive(Debug, Clone)]
 pub(in crate::store) struct Settling {
     /// The key.
     pub(in crate::store) key: RecordKey,
-    /// The token of the settled state.
+    /// The attempt that completed it.
     pub(in crate::store) token: Token,
-    /// Completed (the only state checked so).
-    pub(in crate::store) state: RecordState,
     /// The newest token of its outbox rows (see [`Dirty::over`]).
     over: Token,
     /// How many outbox rows it had.
@@ -115,7 +116,7 @@ fn group(rows: Vec<OutboxRow>) -> (Vec<Settling>, Vec<(RecordKey, Token)>) {
     struct Group {
         over: Token,
         rows: u64,
-        newest: Option<(RecordState, Token)>,
+        completed: Option<Token>,
     }
     let mut order: Vec<RecordKey> = Vec::new();
     let mut groups: HashMap<RecordKey, Group> = HashMap::new();
@@ -125,21 +126,14 @@ fn group(rows: Vec<OutboxRow>) -> (Vec<Settling>, Vec<(RecordKey, Token)>) {
             scope: row.scope,
             key: row.key,
         };
-        // Only completions: a held record's reason can change under the
-        // same token and kind (a hold after a lapsed lease), which the
-        // front's check would not see; holds are rare, and take the full
-        // path.
-        let newest = row
-            .state
-            .as_deref()
-            .and_then(RecordState::parse)
-            .filter(|state| *state == RecordState::Completed)
-            .zip(row.state_token);
+        let completed = row
+            .state_token
+            .filter(|_| row.state.as_deref() == Some(RecordState::Completed.as_str()));
         match groups.get_mut(&key) {
             Some(group) => {
                 group.over = group.over.max(row.token);
                 group.rows += 1;
-                group.newest = newest;
+                group.completed = completed;
             }
             None => {
                 order.push(key.clone());
@@ -148,7 +142,7 @@ fn group(rows: Vec<OutboxRow>) -> (Vec<Settling>, Vec<(RecordKey, Token)>) {
                     Group {
                         over: row.token,
                         rows: 1,
-                        newest,
+                        completed,
                     },
                 );
             }
@@ -159,11 +153,10 @@ fn group(rows: Vec<OutboxRow>) -> (Vec<Settling>, Vec<(RecordKey, Token)>) {
         let Some(group) = groups.remove(&key) else {
             continue;
         };
-        match group.newest {
-            Some((state, token)) => settling.push(Settling {
+        match group.completed {
+            Some(token) => settling.push(Settling {
                 key,
                 token,
-                state,
                 over: group.over,
                 rows: group.rows,
             }),
@@ -280,10 +273,7 @@ impl PgStore {
                     return Ok(Ok(Relayed::default()));
                 }
                 rows.sort_unstable_by_key(|row| row.id);
-                let relayed = Relayed {
-                    rows: rows.len() as u64,
-                    shown: 0,
-                };
+                let taken = rows.len() as u64;
                 let (settling, mut keys) = group(rows);
                 let mut skipped = 0;
                 if !settling.is_empty() {
@@ -317,8 +307,8 @@ impl PgStore {
                 }
                 tx.commit().await?;
                 Ok(Ok(Relayed {
+                    rows: taken,
                     shown: skipped,
-                    ..relayed
                 }))
             })
             .await;
@@ -528,9 +518,9 @@ mod tests {
         ]);
         let settling: Vec<_> = settling
             .iter()
-            .map(|s| (s.key.key.as_str(), s.token, s.state, s.over, s.rows))
+            .map(|s| (s.key.key.as_str(), s.token, s.over, s.rows))
             .collect();
-        assert_eq!(settling, [("done", 4, RecordState::Completed, 4, 2)]);
+        assert_eq!(settling, [("done", 4, 4, 2)]);
         let rest: Vec<_> = rest
             .iter()
             .map(|(k, over)| (k.key.as_str(), *over))

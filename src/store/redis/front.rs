@@ -29,8 +29,7 @@ use std::sync::LazyLock;
 
 use super::{RedisStore, bytes, corrupt, int, layout::Layout, millis};
 use crate::store::{
-    HeldReason, RecordKey, RecordState, StoreError, StoredResponse, Token, decode_headers,
-    encode_headers,
+    HeldReason, RecordKey, StoreError, StoredResponse, Token, decode_headers, encode_headers,
 };
 
 /// What the front holds for a record.
@@ -145,19 +144,19 @@ return 1
     )
 });
 
-/// KEYS = entry and fence of each record; ARGV = token and kind (`completed`,
-/// `held`) of each. For each, 1 if the front shows that settled state or
+/// KEYS = entry and fence of each record; ARGV = the token of each, whose
+/// attempt completed. For each, 1 if the front shows that completion or
 /// something newer (an entry of a newer attempt, a fence at or above the
 /// token), so that publishing it would change nothing; else 0.
 static SHOWN: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
         r#"
 local out = {}
-for i = 1, #ARGV / 2 do
-  local t = tonumber(ARGV[2 * i - 1])
+for i = 1, #ARGV do
+  local t = tonumber(ARGV[i])
   local r = redis.call('HMGET', KEYS[2 * i - 1], 'token', 'kind')
   local cur = tonumber(r[1] or '0')
-  local shown = cur > t or (cur == t and r[2] == ARGV[2 * i])
+  local shown = cur > t or (cur == t and r[2] == 'completed')
   if not shown then shown = tonumber(redis.call('GET', KEYS[2 * i]) or '0') >= t end
   out[i] = shown and 1 or 0
 end
@@ -273,29 +272,25 @@ impl RedisStore {
         }))
     }
 
-    /// For each settled state (key, token, completed or held), whether the
-    /// front shows it or something newer ([`SHOWN`]), in one round trip.
+    /// For each completion (key, token), whether the front shows it or
+    /// something newer ([`SHOWN`]), in one round trip.
     pub(in crate::store) async fn front_shown(
         &self,
-        settled: &[(&RecordKey, Token, RecordState)],
+        completed: &[(&RecordKey, Token)],
     ) -> Result<Vec<bool>, StoreError> {
-        if settled.is_empty() {
+        if completed.is_empty() {
             return Ok(Vec::new());
         }
         let mut invocation = SHOWN.prepare_invoke();
-        for (key, token, state) in settled {
+        for (key, token) in completed {
             let (entry, fence) = self.front_keys(key);
-            invocation
-                .key(entry)
-                .key(fence)
-                .arg(*token)
-                .arg(state.as_str());
+            invocation.key(entry).key(fence).arg(*token);
         }
         let invocation = &invocation;
         let shown: Vec<i64> = self
             .bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })
             .await?;
-        if shown.len() != settled.len() {
+        if shown.len() != completed.len() {
             return Err(corrupt("a SHOWN reply of the wrong length"));
         }
         Ok(shown.into_iter().map(|n| n == 1).collect())

@@ -1263,6 +1263,10 @@ mod tests {
         };
         let frozen = fault("front Redis SIGSTOP + SIGCONT", true, false);
         let (mut ops, executions) = clean();
+        // The verdict on `ops` with these faults and lost PostgreSQL replies.
+        let judge = |ops: &[Op], faults: &[FaultRecord], losses: &[Duration]| {
+            verdict_with(ops, &executions, &resolved(), faults, losses, &[])
+        };
         ops.push(op(
             5,
             "A",
@@ -1270,32 +1274,18 @@ mod tests {
             300,
             answer(503, Some("store-unavailable"), "p"),
         ));
-        let v = verdict_with(
-            &ops,
-            &executions,
-            &resolved(),
-            std::slice::from_ref(&frozen),
-            &[],
-            &[],
-        );
+        let v = judge(&ops, std::slice::from_ref(&frozen), &[]);
         assert_flags(&v, "property 10");
         assert_eq!(v.front_fault_errors, (1, 0));
         // A lost PostgreSQL reply just before explains it …
-        let v = verdict_with(
-            &ops,
-            &executions,
-            &resolved(),
-            std::slice::from_ref(&frozen),
-            &[MS * 1_900],
-            &[],
-        );
+        let v = judge(&ops, std::slice::from_ref(&frozen), &[MS * 1_900]);
         assert!(v.violations.is_empty(), "{:?}", v.violations);
         assert_eq!(v.front_fault_errors, (1, 1));
         // … as does a PostgreSQL stop; and outside the front's fault and
         // the calm second after it, or for answers that do not blame the
         // store, it does not apply.
         let stop = fault("PostgreSQL stop -m immediate + start", false, true);
-        let v = verdict_with(&ops, &executions, &resolved(), &[stop], &[], &[]);
+        let v = judge(&ops, &[stop], &[]);
         assert!(v.violations.is_empty(), "{:?}", v.violations);
         for (at, took) in [(9_000, 300), (2_000, 2_500)] {
             let mut late = ops.clone();
@@ -1306,27 +1296,13 @@ mod tests {
                 took,
                 answer(503, Some("store-unavailable"), "p"),
             );
-            let v = verdict_with(
-                &late,
-                &executions,
-                &resolved(),
-                std::slice::from_ref(&frozen),
-                &[],
-                &[],
-            );
+            let v = judge(&late, std::slice::from_ref(&frozen), &[]);
             assert!(v.violations.is_empty(), "{:?}", v.violations);
         }
         // Answered within the calm second after it: judged.
         let mut after = ops.clone();
         after[4] = op(5, "A", 3_200, 300, answer(503, Some("record-failed"), "p"));
-        let v = verdict_with(
-            &after,
-            &executions,
-            &resolved(),
-            std::slice::from_ref(&frozen),
-            &[],
-            &[],
-        );
+        let v = judge(&after, std::slice::from_ref(&frozen), &[]);
         assert_flags(&v, "property 10");
         let mut upstream = ops.clone();
         upstream[4] = op(
@@ -1336,7 +1312,7 @@ mod tests {
             300,
             answer(502, Some("upstream-failed"), "p"),
         );
-        let v = verdict_with(&upstream, &executions, &resolved(), &[frozen], &[], &[]);
+        let v = judge(&upstream, std::slice::from_ref(&frozen), &[]);
         assert!(
             !v.violations.iter().any(|x| x.starts_with("property 10")),
             "{:?}",
