@@ -192,6 +192,9 @@ pub struct FrontMetrics {
     pub answers: Family<FrontAnswerLabels, ScrapedCounter>,
     /// `idemgate_front_misses_total`: claims it passed to PostgreSQL.
     pub misses: ScrapedCounter,
+    /// `idemgate_front_marks_total`: in-flight markers written (attempts
+    /// still unsettled after `mark_after`).
+    pub marks: ScrapedCounter,
     /// `idemgate_front_errors_total`: front operations that failed.
     pub errors: ScrapedCounter,
     /// `idemgate_front_outages_total`: times this instance stopped using it.
@@ -227,6 +230,11 @@ impl FrontMetrics {
             "misses",
             "Claims the Redis front passed on to PostgreSQL",
             self.misses.clone(),
+        );
+        front.register(
+            "marks",
+            "In-flight markers written to the Redis front (attempts still unsettled after mark_after)",
+            self.marks.clone(),
         );
         front.register(
             "errors",
@@ -279,6 +287,7 @@ impl FrontMetrics {
                 .set(value);
         }
         self.misses.set(stats.misses);
+        self.marks.set(stats.marks);
         self.errors.set(stats.errors);
         self.outages.set(stats.outages);
         self.relayed.set(stats.relayed);

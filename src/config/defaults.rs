@@ -95,6 +95,12 @@ pub const DEFAULT_STORE_TIMEOUT: Duration = Duration::from_secs(2);
 /// `store.front.timeout`: longest a front (Redis) operation may take before
 /// the front counts as down and requests go to PostgreSQL alone.
 pub const DEFAULT_FRONT_TIMEOUT: Duration = Duration::from_millis(250);
+/// `store.front.mark_after`: how long a claimed attempt runs before the
+/// front marks it in flight (most requests have settled by then, and
+/// their duplicates go to PostgreSQL meanwhile).
+pub const DEFAULT_FRONT_MARK_AFTER: Duration = Duration::from_millis(10);
+/// Largest `store.front.mark_after`.
+pub const MAX_FRONT_MARK_AFTER: Duration = Duration::from_secs(60);
 /// `store.prefix`: prefix of every Redis key idemgate writes.
 pub const DEFAULT_STORE_PREFIX: &str = "idemgate:";
 /// `store.cluster`: the Redis URL names a single server, not a cluster's seed node.

@@ -67,6 +67,7 @@ pub(super) struct RawStore {
 pub(super) struct RawFront {
     pub(super) url: Option<String>,
     pub(super) timeout: Option<String>,
+    pub(super) mark_after: Option<String>,
 }
 
 /// The `[tls]` table: the proxy listener's certificate.

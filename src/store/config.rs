@@ -62,6 +62,9 @@ pub struct FrontConfig {
     /// Longest any front operation may take; past it the front counts as
     /// down and requests go to PostgreSQL alone.
     pub timeout: Duration,
+    /// How long a claimed attempt runs before the front marks it in
+    /// flight; zero: at once (off the request's path either way).
+    pub mark_after: Duration,
     /// How long a fence keeps a finished attempt's late writes out of the
     /// front: the longest lease of any route plus a minute (taken from the
     /// routes, not a key of `[store.front]`).
@@ -278,6 +281,7 @@ mod tests {
         let front = |url: &str| FrontConfig {
             url: url.to_string(),
             timeout: Duration::from_millis(250),
+            mark_after: Duration::from_millis(10),
             fence_life: Duration::from_secs(90),
         };
         let config = StoreConfig {

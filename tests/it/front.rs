@@ -35,8 +35,23 @@ use crate::support::{
 const LEASE: Duration = Duration::from_secs(30);
 const RETENTION: Duration = Duration::from_secs(3600);
 
+/// How long a claimed attempt runs before the front marks it in flight
+/// (`[store.front] mark_after`), unless a test says otherwise.
+const MARK_AFTER: Duration = Duration::from_millis(10);
+
 /// A front store on `db` with its front at `redis` (keys under `prefix`).
 async fn open(db: &str, redis: &str, prefix: &str, timeout: Duration) -> Arc<dyn Store> {
+    open_marking(db, redis, prefix, timeout, MARK_AFTER).await
+}
+
+/// [`open`], marking attempts still unsettled after `mark_after`.
+async fn open_marking(
+    db: &str,
+    redis: &str,
+    prefix: &str,
+    timeout: Duration,
+    mark_after: Duration,
+) -> Arc<dyn Store> {
     let config = StoreConfig {
         url: db.to_string(),
         migrate: true,
@@ -54,6 +69,7 @@ async fn open(db: &str, redis: &str, prefix: &str, timeout: Duration) -> Arc<dyn
         front: Some(FrontConfig {
             url: redis.to_string(),
             timeout,
+            mark_after,
             fence_life: Duration::from_secs(120),
         }),
     };
@@ -71,27 +87,30 @@ struct Pair {
 
 impl Pair {
     async fn new() -> Self {
+        Self::marking(MARK_AFTER).await
+    }
+
+    /// Two instances that mark attempts still unsettled after `mark_after`.
+    async fn marking(mark_after: Duration) -> Self {
         let storage = TestStore::new(Backend::Front).await;
         let redis = crate::support::store::redis_url();
-        let a = open(
-            &storage.url,
-            &redis,
-            storage.prefix(),
-            Duration::from_secs(5),
-        )
-        .await;
-        let b = open(
-            &storage.url,
-            &redis,
-            storage.prefix(),
-            Duration::from_secs(5),
-        )
-        .await;
+        let timeout = Duration::from_secs(5);
+        let a = open_marking(&storage.url, &redis, storage.prefix(), timeout, mark_after).await;
+        let b = open_marking(&storage.url, &redis, storage.prefix(), timeout, mark_after).await;
         assert!(
             stats(&*a).up && stats(&*b).up,
             "the front is up from the start"
         );
         Self { a, b, storage }
+    }
+}
+
+impl Pair {
+    /// Stop both instances' relays (the `front-relay-pause` failpoint, on
+    /// this pair's prefix) until `fail::remove("front-relay-pause")`.
+    fn pause_relays(&self) {
+        let armed = format!("return({})", self.storage.prefix());
+        fail::cfg("front-relay-pause", &armed).unwrap();
     }
 }
 
@@ -291,8 +310,7 @@ async fn a_settled_key_is_never_answered_in_flight_once_its_write_returned() {
 async fn a_held_reason_that_changes_reaches_the_front() {
     let p = Pair::new().await;
     let (a, b) = (&*p.a, &*p.b);
-    let pause = format!("return({})", p.storage.prefix());
-    fail::cfg("front-relay-pause", &pause).unwrap();
+    p.pause_relays();
     let k = key("lapsed");
     let t = token(claim_lease(a, &k, 1, Duration::from_millis(300)).await);
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -322,29 +340,27 @@ async fn a_held_reason_that_changes_reaches_the_front() {
 }
 
 /// The marker is written while the request is forwarded; an attempt that
-/// completes or is released before it landed waits for it first, so it
-/// never lands after the settled record or the fence. Here a failpoint
-/// holds every marker back 200 ms, longer than the completion or release
-/// takes, and the relays are paused, so only what the request path wrote
-/// counts: after the late markers had time to land, no front has any of
-/// the keys in flight. (A release's fence alone would refuse a late
-/// marker; the flush right after the releases removes the fences, as a
-/// `FLUSHALL` or an evicting Redis would.)
+/// completes or is released while it is being written waits for it first,
+/// so it never lands after the settled record or the fence. Here markers
+/// are due at once (`mark_after = 0`), a failpoint holds every marker back
+/// 200 ms, and each attempt settles 50 ms after its claim, while its
+/// marker is held back; the relays are paused, so only what the request
+/// path wrote counts: after the late markers had time to land, no front
+/// has any of the keys in flight. (A release's fence alone would refuse a
+/// late marker; the flush right after the releases removes the fences, as
+/// a `FLUSHALL` or an evicting Redis would.)
 #[tokio::test]
 async fn a_marker_written_off_the_path_never_lands_after_its_attempt_settled() {
-    let p = Pair::new().await;
+    let p = Pair::marking(Duration::ZERO).await;
     let (a, b) = (&*p.a, &*p.b);
     let redis = crate::support::store::redis_url();
-    fail::cfg(
-        "front-relay-pause",
-        &format!("return({})", p.storage.prefix()),
-    )
-    .unwrap();
+    p.pause_relays();
     fail::cfg("front-mark-delay", "return(late-mark-)").unwrap();
     let mut completed = Vec::new();
-    for i in 0..10 {
+    for i in 0..5 {
         let k = key(&format!("late-mark-c{i}"));
         let t = token(claim(a, &k, 1).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
         a.complete(&k, t, &response("done"), RETENTION)
             .await
             .unwrap();
@@ -355,12 +371,14 @@ async fn a_marker_written_off_the_path_never_lands_after_its_attempt_settled() {
         let answer = front_has(b, k, 1).await;
         assert_eq!(answer, Claim::Replay(response("done")), "{}", k.key);
     }
+    assert_eq!(stats(a).marks, 5, "every attempt was marked");
     // Few, so that all of them are released, and the front flushed, before
     // the first marker lands.
     let mut released = Vec::new();
-    for i in 0..3 {
+    for i in 0..2 {
         let k = key(&format!("late-mark-r{i}"));
         let t = token(claim(a, &k, 1).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
         assert_eq!(a.release(&k, t).await.unwrap(), Cas::Applied);
         released.push(k);
     }
@@ -375,6 +393,51 @@ async fn a_marker_written_off_the_path_never_lands_after_its_attempt_settled() {
             k.key
         );
     }
+    fail::remove("front-relay-pause");
+    assert_eq!(stats(a).errors + stats(b).errors, 0);
+}
+
+/// `mark_after`: attempts that settle sooner are never marked (no Redis
+/// write on their path), yet their settled records reach the front from
+/// the completing instance (the relays are paused here); an attempt still
+/// running by then is marked, and the other instance's front refuses its
+/// duplicates.
+#[tokio::test]
+async fn only_attempts_still_running_after_mark_after_are_marked() {
+    let p = Pair::marking(Duration::from_secs(1)).await;
+    let (a, b) = (&*p.a, &*p.b);
+    let redis = crate::support::store::redis_url();
+    p.pause_relays();
+    let running = key("running");
+    let _t = token(claim(a, &running, 1).await);
+    for i in 0..20 {
+        let k = key(&format!("quick{i}"));
+        let t = token(claim(a, &k, 1).await);
+        if i % 4 == 3 {
+            a.hold(&k, t, HeldReason::UpstreamFailed, RETENTION)
+                .await
+                .unwrap();
+        } else {
+            a.complete(&k, t, &response("quick"), RETENTION)
+                .await
+                .unwrap();
+        }
+    }
+    let settled = eventually(Duration::from_secs(5), || async {
+        let mut kinds = entry_kinds(&redis, p.storage.prefix()).await;
+        kinds.retain(|kind| kind != "in_flight"); // the running one, once marked
+        (kinds.len() == 20).then_some(kinds)
+    })
+    .await
+    .expect("the quick attempts' records reach the front without the relays");
+    assert_eq!(settled.iter().filter(|k| *k == "completed").count(), 15);
+    assert_eq!(settled.iter().filter(|k| *k == "held").count(), 5);
+    assert_eq!(stats(a).marks, 0, "no quick attempt was marked");
+    assert!(matches!(
+        front_has(b, &running, 1).await,
+        Claim::InFlight { .. }
+    ));
+    assert_eq!(stats(a).marks, 1, "the running attempt was marked");
     fail::remove("front-relay-pause");
     assert_eq!(stats(a).errors + stats(b).errors, 0);
 }
@@ -475,15 +538,20 @@ async fn the_relay_skips_what_the_front_shows_and_publishes_what_it_lacks() {
     let redis = crate::support::store::redis_url();
     let shown = |p: &Pair| stats(&*p.a).relayed_shown + stats(&*p.b).relayed_shown;
 
-    // The relays wait until the completion has returned (else one could
-    // find the marker and publish the completion itself).
-    let pause = format!("return({})", p.storage.prefix());
-    fail::cfg("front-relay-pause", &pause).unwrap();
+    // The relays wait until the front shows the completion (else one
+    // could publish it itself): it was never marked, so the completing
+    // instance shows it off its caller's path.
+    p.pause_relays();
     let normal = key("normal");
     let t = token(claim(a, &normal, 1).await);
     a.complete(&normal, t, &response("one"), RETENTION)
         .await
         .unwrap();
+    eventually(Duration::from_secs(5), || async {
+        (entry_kinds(&redis, p.storage.prefix()).await == ["completed"]).then_some(())
+    })
+    .await
+    .expect("the completing instance shows its completion");
     fail::remove("front-relay-pause");
     eventually(Duration::from_secs(5), || async {
         (outbox_rows(&p.storage.url).await == 0 && shown(&p) >= 1).then_some(())
@@ -529,41 +597,56 @@ async fn the_relay_skips_what_the_front_shows_and_publishes_what_it_lacks() {
 /// A late write never undoes an operator's delete: the completing
 /// instance's write of the settled record to the front is held back (a
 /// failpoint) past PostgreSQL's commit until after `keys delete` returned;
-/// the fence keeps it out, and the key is new again everywhere.
+/// the fence keeps it out, and the key is new again everywhere. Both
+/// writes are tried: in place of the attempt's marker (an attempt still
+/// running after `mark_after`) and off the caller's path (one that settled
+/// before it was marked).
 #[tokio::test]
 async fn a_delete_is_never_undone_by_a_late_front_write() {
-    let p = Pair::new().await;
-    let k = key("late-write-after-delete");
-    fail::cfg("front-publish-delay", &format!("return({})", k.key)).unwrap();
-    let t = token(claim(&*p.a, &k, 1).await);
-    let (a, k2) = (p.a.clone(), k.clone());
-    let completing = tokio::spawn(async move {
-        a.complete(&k2, t, &response("deleted"), RETENTION)
-            .await
-            .unwrap()
-    });
-    // PostgreSQL has it; the front does not yet.
-    eventually(Duration::from_secs(5), || async {
-        let info = p.b.inspect(&k).await.unwrap()?;
-        (info.state == idemgate::store::RecordState::Completed).then_some(())
-    })
-    .await
-    .expect("the completion commits");
-    assert!(
-        p.b.delete(&k, false).await.unwrap(),
-        "a completed record is deletable"
-    );
-    assert_eq!(completing.await.unwrap(), Cas::Applied);
-    fail::remove("front-publish-delay");
-    for store in [&*p.a, &*p.b] {
+    // Long enough that the unmarked attempt surely settles first.
+    let p = Pair::marking(Duration::from_secs(1)).await;
+    for marked in [true, false] {
+        let k = key(&format!("late-write-after-delete-{marked}"));
+        fail::cfg("front-publish-delay", &format!("return({})", k.key)).unwrap();
+        let t = token(claim(&*p.a, &k, 1).await);
+        if marked {
+            assert!(matches!(
+                front_has(&*p.b, &k, 1).await,
+                Claim::InFlight { .. }
+            ));
+        }
+        let (a, k2) = (p.a.clone(), k.clone());
+        let completing = tokio::spawn(async move {
+            a.complete(&k2, t, &response("deleted"), RETENTION)
+                .await
+                .unwrap()
+        });
+        // PostgreSQL has it; the front does not yet.
+        eventually(Duration::from_secs(5), || async {
+            let info = p.b.inspect(&k).await.unwrap()?;
+            (info.state == idemgate::store::RecordState::Completed).then_some(())
+        })
+        .await
+        .expect("the completion commits");
         assert!(
-            matches!(
-                claim(store, &k, 2).await,
-                Claim::Claimed { .. } | Claim::InFlight { .. }
-            ),
-            "the deleted record came back"
+            p.b.delete(&k, false).await.unwrap(),
+            "a completed record is deletable"
         );
+        assert_eq!(completing.await.unwrap(), Cas::Applied);
+        // The late write has had its chance (held back 500 ms).
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        fail::remove("front-publish-delay");
+        for store in [&*p.a, &*p.b] {
+            assert!(
+                matches!(
+                    claim(store, &k, 2).await,
+                    Claim::Claimed { .. } | Claim::InFlight { .. }
+                ),
+                "the deleted record came back (marked: {marked})"
+            );
+        }
     }
+    assert_eq!(stats(&*p.a).marks, 1, "one attempt was marked");
 }
 
 /// Entries live no longer than the record's retention.

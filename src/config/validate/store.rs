@@ -3,10 +3,11 @@
 //! store module knows which settings a store can work with).
 
 use crate::config::defaults::{
-    DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_FRONT_TIMEOUT, DEFAULT_REPLAY_CACHE_SIZE,
-    DEFAULT_REPLAY_CACHE_TTL, DEFAULT_STORE_CLUSTER, DEFAULT_STORE_MAX_RECORDS,
-    DEFAULT_STORE_MIGRATE, DEFAULT_STORE_POOL_SIZE, DEFAULT_STORE_PREFIX, DEFAULT_STORE_TIMEOUT,
-    DEFAULT_STORE_URL, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL,
+    DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_FRONT_MARK_AFTER, DEFAULT_FRONT_TIMEOUT,
+    DEFAULT_REPLAY_CACHE_SIZE, DEFAULT_REPLAY_CACHE_TTL, DEFAULT_STORE_CLUSTER,
+    DEFAULT_STORE_MAX_RECORDS, DEFAULT_STORE_MIGRATE, DEFAULT_STORE_POOL_SIZE,
+    DEFAULT_STORE_PREFIX, DEFAULT_STORE_TIMEOUT, DEFAULT_STORE_URL, DEFAULT_SWEEP_BATCH,
+    DEFAULT_SWEEP_INTERVAL, MAX_FRONT_MARK_AFTER,
 };
 use std::time::Duration;
 
@@ -66,6 +67,17 @@ fn front(raw: RawFront) -> Result<FrontConfig, ConfigError> {
             "is required: the Redis server in front of PostgreSQL (redis://HOST:PORT)",
         )
     })?;
+    let mark_after = duration(
+        "store.front.mark_after",
+        raw.mark_after.as_deref(),
+        DEFAULT_FRONT_MARK_AFTER,
+    )?;
+    if mark_after > MAX_FRONT_MARK_AFTER {
+        return Err(invalid(
+            "store.front.mark_after",
+            "must be at most 60s: an attempt still running by then is marked in flight",
+        ));
+    }
     Ok(FrontConfig {
         url,
         timeout: duration(
@@ -73,6 +85,7 @@ fn front(raw: RawFront) -> Result<FrontConfig, ConfigError> {
             raw.timeout.as_deref(),
             DEFAULT_FRONT_TIMEOUT,
         )?,
+        mark_after,
         fence_life: Duration::ZERO,
     })
 }
@@ -129,6 +142,7 @@ mod tests {
         let front = c.store.front.expect("a front");
         assert_eq!(front.url, "redis://h:6379");
         assert_eq!(front.timeout, DEFAULT_FRONT_TIMEOUT);
+        assert_eq!(front.mark_after, DEFAULT_FRONT_MARK_AFTER);
         assert_eq!(front.fence_life, Duration::from_secs(45 + 60));
         assert!(parse(MINIMAL).unwrap().store.front.is_none());
         let bad = [
@@ -137,6 +151,10 @@ mod tests {
             (
                 "[store]\nurl = \"postgres://h/db\"\n[store.front]\nurl = \"redis://h\"\ntimeout = \"0s\"\n",
                 "store.front.timeout",
+            ),
+            (
+                "[store]\nurl = \"postgres://h/db\"\n[store.front]\nurl = \"redis://h\"\nmark_after = \"61s\"\n",
+                "store.front.mark_after",
             ),
             (
                 "[store]\nurl = \"postgres://h/db\"\n[store.front]\nurl = \"redis://h\"\nprefix = \"x\"\n",

@@ -26,6 +26,7 @@ pub(super) struct Counts {
     pub(super) mismatches: AtomicU64,
     pub(super) held: AtomicU64,
     pub(super) misses: AtomicU64,
+    pub(super) marks: AtomicU64,
     pub(super) errors: AtomicU64,
     pub(super) outages: AtomicU64,
     pub(super) relayed: AtomicU64,

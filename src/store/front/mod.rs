@@ -13,12 +13,16 @@
 //! **How it stays true.** Writes go to PostgreSQL first, and the front
 //! follows in ways that can only make it forget, never lie:
 //!
-//! - a claim PostgreSQL granted is marked in flight in the front, until
+//! - a claim PostgreSQL granted is marked in flight in the front if it is
+//!   still unsettled after `[store.front] mark_after` ([`marks`]), until
 //!   the lease would end (never later than PostgreSQL's);
-//! - once PostgreSQL has committed a completion or a hold, and before the
-//!   caller is answered, the settled record replaces the attempt's own
-//!   entry in the front (only that: a front that lost it stays without);
-//!   so after a completion returned, no instance's front shows it in flight;
+//! - once PostgreSQL has committed a completion or a hold of a marked
+//!   attempt, and before the caller is answered, the settled record
+//!   replaces the attempt's own entry in the front (only that: a front
+//!   that lost it stays without); so after a completion returned, no
+//!   instance's front shows it in flight. An attempt never marked has no
+//!   entry to replace: its settled record is shown off the caller's path
+//!   ([`publish`]);
 //! - before a release, and before an operator clears or deletes a key or a
 //!   lost claim is abandoned, the front is fenced: no entry of that
 //!   attempt (or of any attempt so far) is written again;
@@ -33,19 +37,21 @@
 //! and the outbox has drained up to that moment ([`health`]).
 
 mod health;
+mod marks;
+mod publish;
 mod relay;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::task::JoinHandle;
-
 use health::{Health, bump};
+use marks::{Marks, Waiting};
+use publish::{Outcome, Publisher};
 
 use super::postgres::{PgStore, millis};
-use super::redis::{FrontEntry, RedisStore, Settled};
+use super::redis::{FrontEntry, Mark, Publish, RedisStore, Settled};
 use super::{
     AttemptId, BatchStats, Cas, Claim, ClaimRequest, FrontConfig, HeldReason, PoolStats,
     RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig, StoreError, StoredResponse,
@@ -57,11 +63,6 @@ use crate::waiters::Waiters;
 /// connection of the pool the batches use, so few (a repair takes about a
 /// round trip to each store; a hot set refills in a few of them).
 const MAX_REPAIRS: usize = 4;
-
-/// Most claimed attempts whose marker is written off the request's path
-/// and not yet settled or released (a task handle each). Past it, an
-/// attempt is marked on its path, before the request is forwarded.
-const MAX_PENDING: usize = 65_536;
 
 /// What the front has done since the store opened (`idemgate_front_*`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -78,6 +79,9 @@ pub struct FrontStats {
     pub held: u64,
     /// Claims that went on to PostgreSQL while the front was up.
     pub misses: u64,
+    /// In-flight markers written (attempts still unsettled after
+    /// `mark_after`).
+    pub marks: u64,
     /// Front operations that failed.
     pub errors: u64,
     /// Times the front went down.
@@ -111,10 +115,10 @@ struct Inner {
     prefix: String,
     /// Keys being read-repaired.
     repairing: Mutex<HashSet<RecordKey>>,
-    /// The marker writes of the attempts this instance claimed that have
-    /// not settled or been released yet: each is awaited before the
-    /// attempt's next front write, so a marker never lands after it.
-    pending: Mutex<HashMap<Token, JoinHandle<()>>>,
+    /// The claimed attempts waiting for their markers.
+    marks: Arc<Marks>,
+    /// The settled records of attempts never marked, to show.
+    publisher: Arc<Publisher>,
 }
 
 /// Milliseconds since the epoch, by this host's clock.
@@ -157,10 +161,13 @@ impl FrontStore {
             wait_routes: config.wait_routes.clone(),
             prefix: config.prefix.clone(),
             repairing: Mutex::new(HashSet::new()),
-            pending: Mutex::new(HashMap::new()),
+            marks: Arc::new(Marks::new(front.mark_after)),
+            publisher: Arc::new(Publisher::default()),
         });
         let weak = Arc::downgrade(&inner);
         tokio::spawn(relay::relay(weak.clone()));
+        tokio::spawn(marks::run(weak.clone(), inner.marks.clone()));
+        tokio::spawn(publish::run(weak.clone(), inner.publisher.clone()));
         // Up from the start if it answers and has every change so far.
         let up = relay::caught_up(&inner).await;
         if up {
@@ -192,6 +199,7 @@ impl FrontStore {
             mismatches: get(&c.mismatches),
             held: get(&c.held),
             misses: get(&c.misses),
+            marks: get(&c.marks),
             errors: get(&c.errors),
             outages: get(&c.outages),
             relayed: get(&c.relayed),
@@ -246,50 +254,48 @@ impl FrontStore {
         tokio::spawn(relay::repair(self.inner.clone(), key.clone()));
     }
 
-    /// Keep a claimed attempt's marker write until it settles; gives it
-    /// back if too many are kept already.
-    fn remember(&self, token: Token, mark: JoinHandle<()>) -> Option<JoinHandle<()>> {
-        let mut pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
-        if pending.len() >= MAX_PENDING {
-            // Writes that have landed need no waiting (and attempts whose
-            // completion failed in PostgreSQL may never ask).
-            pending.retain(|_, mark| !mark.is_finished());
-            if pending.len() >= MAX_PENDING {
-                return Some(mark);
-            }
-        }
-        pending.insert(token, mark);
-        None
-    }
-
-    /// Attempt `token` settles or is released: wait until its marker
-    /// write, if still under way, has landed or failed.
-    async fn marked(&self, token: Token) {
-        let mark = {
-            let mut pending = self.inner.pending.lock().unwrap_or_else(|e| e.into_inner());
-            pending.remove(&token)
-        };
-        if let Some(mark) = mark {
-            // Bounded by the front's timeout; a panic there is not ours.
-            let _ = mark.await;
-        }
-    }
-
-    /// After PostgreSQL committed attempt `token`'s completion or hold:
-    /// the settled record replaces the attempt's own entry in the front.
-    async fn settle(&self, key: &RecordKey, token: Token, settled: Settled<'_>, until_ms: i64) {
-        self.marked(token).await;
+    /// After PostgreSQL committed attempt `token`'s completion or hold
+    /// (`unmarked`: what [`Marks::settle`] gave back): a marked attempt's
+    /// settled record replaces its entry in the front before the caller
+    /// is answered; an unmarked one's is queued to be shown.
+    async fn settle(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        unmarked: Option<Waiting>,
+        outcome: Outcome,
+        until_ms: i64,
+    ) {
         if !self.inner.health.usable() {
+            return;
+        }
+        if let Some(waiting) = unmarked {
+            self.inner.publisher.push(publish::Record {
+                key: waiting.key,
+                token,
+                fingerprint: waiting.fingerprint,
+                outcome,
+                until_ms,
+            });
             return;
         }
         if delayed(key) {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+        let settled = match &outcome {
+            Outcome::Completed(response) => Settled::Completed(response),
+            Outcome::Held(reason) => Settled::Held(*reason),
+        };
         // The fingerprint comes from the attempt's entry itself.
-        let front = &self.inner.front;
-        let result = front
-            .front_publish(key, token, &[], settled, until_ms, true)
-            .await;
+        let record = Publish {
+            key,
+            token,
+            fingerprint: &[],
+            settled,
+            until_ms,
+            own: true,
+        };
+        let result = self.inner.front.front_publish(&[record]).await;
         self.inner.health.check(result);
     }
 
@@ -316,24 +322,12 @@ impl FrontStore {
 
 /// Test builds only: the `front-publish-delay` failpoint, armed with
 /// `return(KEY)`, holds back that key's settled record for half a second
-/// after PostgreSQL's commit (tests/it/front.rs: an operator's delete
-/// meanwhile must win). Without the `fail` crate's `failpoints` feature
-/// this is always false.
+/// after PostgreSQL's commit, on the caller's path or off it
+/// (tests/it/front.rs: an operator's delete meanwhile must win). Without
+/// the `fail` crate's `failpoints` feature this is always false.
 fn delayed(key: &RecordKey) -> bool {
     fail::fail_point!("front-publish-delay", |armed: Option<String>| {
         armed.as_deref() == Some(key.key.as_str())
-    });
-    let _ = key; // used only by the failpoint
-    false
-}
-
-/// Test builds only: the `front-mark-delay` failpoint, armed with
-/// `return(PREFIX)`, holds back the marker of keys starting with it for
-/// 200 ms (tests/it/front.rs: their attempts settle meanwhile, and must
-/// wait for it). Always false without the `failpoints` feature.
-fn mark_delayed(key: &RecordKey) -> bool {
-    fail::fail_point!("front-mark-delay", |armed: Option<String>| {
-        armed.is_some_and(|prefix| key.key.starts_with(&prefix))
     });
     let _ = key; // used only by the failpoint
     false
@@ -356,27 +350,26 @@ impl Store for FrontStore {
             match &claim {
                 Claim::Claimed { token, .. } => {
                     // Never past PostgreSQL's lease, which began after `started`.
-                    let until = started.saturating_add(millis(request.lease));
-                    let (token, fingerprint) = (*token, *request.fingerprint);
-                    // Off the request's path: the request is forwarded
-                    // meanwhile (a duplicate that arrives before the
-                    // marker goes to PostgreSQL), and the attempt's next
-                    // front write waits for it ([`Self::marked`]).
-                    let inner = self.inner.clone();
-                    let key = request.key.clone();
-                    let mark = tokio::spawn(async move {
-                        if mark_delayed(&key) {
-                            tokio::time::sleep(Duration::from_millis(200)).await;
-                        }
-                        // A front that went down meanwhile is not written.
-                        if !inner.health.usable() {
-                            return;
-                        }
-                        let marked = inner.front.front_mark(&key, token, &fingerprint, until);
-                        inner.health.check(marked.await);
-                    });
-                    if let Some(mark) = self.remember(token, mark) {
-                        let _ = mark.await;
+                    let waiting = Waiting {
+                        key: request.key.clone(),
+                        fingerprint: *request.fingerprint,
+                        until_ms: started.saturating_add(millis(request.lease)),
+                    };
+                    // Off the request's path, and only if it is still
+                    // unsettled after `mark_after` ([`marks`]); a full
+                    // queue: marked now, before the request is forwarded.
+                    if let Some(w) = self.inner.marks.queue(*token, waiting) {
+                        let mark = Mark {
+                            key: &w.key,
+                            token: *token,
+                            fingerprint: &w.fingerprint,
+                            until_ms: w.until_ms,
+                        };
+                        let marked = health.check(self.inner.front.front_mark(&[mark]).await);
+                        health
+                            .counts
+                            .marks
+                            .fetch_add(marked.unwrap_or(0), Ordering::Relaxed);
                     }
                 }
                 Claim::Replay(_) | Claim::Held(_) => self.repair(request.key),
@@ -396,8 +389,11 @@ impl Store for FrontStore {
         let cas = self.inner.truth.renew(key, token, lease).await?;
         if cas == Cas::Applied && self.inner.health.usable() {
             let until = started.saturating_add(millis(lease));
-            let extended = self.inner.front.front_extend(key, token, until).await;
-            self.inner.health.check(extended);
+            // A marker still waiting ends with the new lease when written.
+            if !self.inner.marks.renew(token, until) {
+                let extended = self.inner.front.front_extend(key, token, until).await;
+                self.inner.health.check(extended);
+            }
         }
         Ok(cas)
     }
@@ -410,6 +406,9 @@ impl Store for FrontStore {
         retention: Duration,
     ) -> Result<Cas, StoreError> {
         let started = now_ms();
+        // Settling: a marker not yet written never will be (one being
+        // written has landed or failed by the time this returns).
+        let unmarked = self.inner.marks.settle(token).await;
         let cas = self
             .inner
             .truth
@@ -418,17 +417,16 @@ impl Store for FrontStore {
         if cas == Cas::Applied {
             // Never past PostgreSQL's retention, which began after `started`.
             let until = started.saturating_add(millis(retention));
-            self.settle(key, token, Settled::Completed(response), until)
-                .await;
-        } else {
-            self.marked(token).await;
+            let outcome = Outcome::Completed(response.clone());
+            self.settle(key, token, unmarked, outcome, until).await;
         }
         Ok(cas)
     }
 
     async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
-        self.marked(token).await;
-        if self.inner.health.usable() {
+        // An attempt never marked left nothing of its own in the front.
+        let unmarked = self.inner.marks.settle(token).await;
+        if unmarked.is_none() && self.inner.health.usable() {
             self.fence(key, token).await;
         }
         self.inner.truth.release(key, token).await
@@ -442,12 +440,12 @@ impl Store for FrontStore {
         retention: Duration,
     ) -> Result<Cas, StoreError> {
         let started = now_ms();
+        let unmarked = self.inner.marks.settle(token).await;
         let cas = self.inner.truth.hold(key, token, reason, retention).await?;
         if cas == Cas::Applied {
             let until = started.saturating_add(millis(retention));
-            self.settle(key, token, Settled::Held(reason), until).await;
-        } else {
-            self.marked(token).await;
+            self.settle(key, token, unmarked, Outcome::Held(reason), until)
+                .await;
         }
         Ok(cas)
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::Inner;
 use super::health::bump;
 use crate::store::postgres::{Dirty, Relayed, Settling, SyncError, Truth};
-use crate::store::redis::{RedisStore, Settled};
+use crate::store::redis::{Publish, RedisStore, Settled};
 use crate::store::{StoreAdmin, StoreError, Token};
 
 /// Most outbox rows one relay pass takes.
@@ -47,21 +47,43 @@ fn settled(truth: &Truth) -> Option<(Token, &[u8], Settled<'_>, i64)> {
     }
 }
 
+/// Most bytes of settled records one publishing script carries.
+const PUBLISH_BYTES: usize = 1024 * 1024;
+
 /// Bring the front in line with PostgreSQL for each key: show a settled
-/// record; forget every attempt the outbox says is over.
+/// record; forget every attempt the outbox says is over. The settled
+/// records go first, many per script; each key's fence, if any, after its
+/// record.
 pub(super) async fn apply(
     front: &RedisStore,
     dirty: &[Dirty],
     fence_life: Duration,
 ) -> Result<(), StoreError> {
+    let mut batch = Vec::new();
+    let mut bytes = 0;
     for d in dirty {
-        let settled = settled(&d.truth);
-        if let Some((token, fingerprint, what, expires_ms)) = settled {
-            front
-                .front_publish(&d.key, token, fingerprint, what, expires_ms, false)
-                .await?;
+        let Some((token, fingerprint, settled, until_ms)) = settled(&d.truth) else {
+            continue;
+        };
+        if let Settled::Completed(response) = settled {
+            bytes += response.body.len();
         }
-        let newer_settled = settled.is_some_and(|(token, ..)| token >= d.over);
+        batch.push(Publish {
+            key: &d.key,
+            token,
+            fingerprint,
+            settled,
+            until_ms,
+            own: false,
+        });
+        if bytes >= PUBLISH_BYTES {
+            front.front_publish(&batch).await?;
+            (batch, bytes) = (Vec::new(), 0);
+        }
+    }
+    front.front_publish(&batch).await?;
+    for d in dirty {
+        let newer_settled = settled(&d.truth).is_some_and(|(token, ..)| token >= d.over);
         if d.over > 0 && !newer_settled {
             front.front_invalidate(&d.key, d.over, fence_life).await?;
         }

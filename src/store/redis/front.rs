@@ -67,11 +67,6 @@ pub(in crate::store) enum Settled<'a> {
     Held(HeldReason),
 }
 
-/// Refuse a write of token `t` (ARGV[1]) that the fence (KEYS[2]) covers.
-const FENCED: &str = "local t = tonumber(ARGV[1])
-if tonumber(redis.call('GET', KEYS[2]) or '0') >= t then return 0 end
-";
-
 /// KEYS = entry. The entry's fields and time left, or nil.
 static READ: LazyLock<Script> = LazyLock::new(|| {
     Script::new(
@@ -83,47 +78,69 @@ return {r[1], r[2], redis.call('PTTL', KEYS[1]), r[3], r[4], r[5], r[6]}
     )
 });
 
-/// KEYS = entry, fence; ARGV = token, fingerprint, end (ms since the
-/// epoch). A claimed attempt's marker, unless an entry of this attempt or
-/// a newer one is there.
+/// KEYS = entry and fence of each record; ARGV = token, fingerprint, end
+/// (ms since the epoch) of each. A claimed attempt's marker, unless the
+/// fence covers it or an entry of this attempt or a newer one is there.
+/// Returns how many were written.
 static MARK: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{FENCED}{}",
+    Script::new(
         r#"
-local cur = redis.call('HGET', KEYS[1], 'token')
-if cur and tonumber(cur) >= t then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'kind', 'in_flight', 'token', ARGV[1], 'fp', ARGV[2])
-redis.call('PEXPIREAT', KEYS[1], ARGV[3])
-return 1
-"#
-    ))
+local n = 0
+for i = 1, #KEYS / 2 do
+  local entry, fence, a = KEYS[2 * i - 1], KEYS[2 * i], 3 * (i - 1)
+  local t = tonumber(ARGV[a + 1])
+  local cur = tonumber(redis.call('HGET', entry, 'token') or '0')
+  if cur < t and tonumber(redis.call('GET', fence) or '0') < t then
+    redis.call('DEL', entry)
+    redis.call('HSET', entry, 'kind', 'in_flight', 'token', ARGV[a + 1], 'fp', ARGV[a + 2])
+    redis.call('PEXPIREAT', entry, ARGV[a + 3])
+    n = n + 1
+  end
+end
+return n
+"#,
+    )
 });
 
-/// KEYS = entry, fence; ARGV = token, kind, fingerprint, status, headers,
-/// body, reason, end (ms since the epoch), own (1/0). A settled record.
-/// With own, only in place of an entry of the same attempt, whose
-/// fingerprint it keeps (the settling instance, after PostgreSQL's commit:
-/// a front that lost the entry, flushed or fenced, stays without it);
+/// KEYS = entry and fence of each record; ARGV = token, kind, fingerprint,
+/// status, headers, body, reason, end (ms since the epoch), own (1/0) of
+/// each. A settled record, unless the fence covers it. With own, only in
+/// place of an entry of the same attempt, whose fingerprint it keeps (the
+/// settling instance replacing its marker after PostgreSQL's commit: a
+/// front that lost the marker, flushed or fenced, stays without it);
 /// without, unless a newer attempt's entry is there (the relay and
-/// read-repair, which read PostgreSQL under a share lock).
+/// read-repair, which read PostgreSQL under a share lock, and the
+/// completing instance for an attempt it never marked). Returns how many
+/// were written.
 static PUBLISH: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{FENCED}{}",
+    Script::new(
         r#"
-local cur = redis.call('HMGET', KEYS[1], 'token', 'fp')
-local fp = ARGV[3]
-if ARGV[9] == '1' then
-  if not cur[1] or tonumber(cur[1]) ~= t or not cur[2] then return 0 end
-  fp = cur[2]
-elseif cur[1] and tonumber(cur[1]) > t then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'kind', ARGV[2], 'token', ARGV[1], 'fp', fp, 'status', ARGV[4],
-           'headers', ARGV[5], 'body', ARGV[6], 'reason', ARGV[7])
-redis.call('PEXPIREAT', KEYS[1], ARGV[8])
-return 1
-"#
-    ))
+local n = 0
+for i = 1, #KEYS / 2 do
+  local entry, fence, a = KEYS[2 * i - 1], KEYS[2 * i], 9 * (i - 1)
+  local t = tonumber(ARGV[a + 1])
+  if tonumber(redis.call('GET', fence) or '0') < t then
+    local cur = redis.call('HMGET', entry, 'token', 'fp')
+    local fp, ok = ARGV[a + 3], true
+    if ARGV[a + 9] == '1' then
+      ok = cur[1] and tonumber(cur[1]) == t and cur[2]
+      fp = cur[2]
+    elseif cur[1] and tonumber(cur[1]) > t then
+      ok = false
+    end
+    if ok then
+      redis.call('DEL', entry)
+      redis.call('HSET', entry, 'kind', ARGV[a + 2], 'token', ARGV[a + 1], 'fp', fp,
+                 'status', ARGV[a + 4], 'headers', ARGV[a + 5], 'body', ARGV[a + 6],
+                 'reason', ARGV[a + 7])
+      redis.call('PEXPIREAT', entry, ARGV[a + 8])
+      n = n + 1
+    end
+  end
+end
+return n
+"#,
+    )
 });
 
 /// KEYS = entry, fence; ARGV = token, fence life (ms). Every attempt up to
@@ -180,6 +197,36 @@ return 0
 "#,
     )
 });
+
+/// A claimed attempt's marker ([`RedisStore::front_mark`]).
+#[derive(Debug, Clone, Copy)]
+pub(in crate::store) struct Mark<'a> {
+    /// The record.
+    pub key: &'a RecordKey,
+    /// The attempt.
+    pub token: Token,
+    /// The request's fingerprint.
+    pub fingerprint: &'a [u8],
+    /// When the marker ends (ms since the epoch): never after the lease.
+    pub until_ms: i64,
+}
+
+/// A settled record to show ([`RedisStore::front_publish`]).
+#[derive(Debug, Clone, Copy)]
+pub(in crate::store) struct Publish<'a> {
+    /// The record.
+    pub key: &'a RecordKey,
+    /// The attempt that settled it.
+    pub token: Token,
+    /// The request's fingerprint (unused with `own`: the marker's is kept).
+    pub fingerprint: &'a [u8],
+    /// What it settled as.
+    pub settled: Settled<'a>,
+    /// When it ends (ms since the epoch): never after the retention.
+    pub until_ms: i64,
+    /// Only in place of the attempt's own entry (its marker).
+    pub own: bool,
+}
 
 /// The `run_id` line of an `INFO server` reply.
 pub(super) fn run_id(info: &str) -> Option<&str> {
@@ -296,69 +343,63 @@ impl RedisStore {
         Ok(shown.into_iter().map(|n| n == 1).collect())
     }
 
-    /// Mark `key` in flight for attempt `token` until `until_ms`.
-    pub(in crate::store) async fn front_mark(
-        &self,
-        key: &RecordKey,
-        token: Token,
-        fingerprint: &[u8],
-        until_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let (token, until) = (token.to_string(), until_ms.to_string());
-        self.front_script(
-            &MARK,
-            key,
-            &[token.as_bytes(), fingerprint, until.as_bytes()],
-        )
-        .await
+    /// Mark each attempt in flight until its end ([`MARK`]), in one round
+    /// trip; returns how many markers were written.
+    pub(in crate::store) async fn front_mark(&self, marks: &[Mark<'_>]) -> Result<u64, StoreError> {
+        if marks.is_empty() {
+            return Ok(0);
+        }
+        let mut invocation = MARK.prepare_invoke();
+        for mark in marks {
+            let (entry, fence) = self.front_keys(mark.key);
+            invocation
+                .key(entry)
+                .key(fence)
+                .arg(mark.token)
+                .arg(mark.fingerprint)
+                .arg(mark.until_ms);
+        }
+        let invocation = &invocation;
+        self.bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .await
     }
 
-    /// Show attempt `token`'s settled record until `until_ms`; with `own`,
-    /// only in place of an entry of that attempt ([`PUBLISH`]).
+    /// Show each settled record until its end ([`PUBLISH`]), in one round
+    /// trip; returns how many were written.
     pub(in crate::store) async fn front_publish(
         &self,
-        key: &RecordKey,
-        token: Token,
-        fingerprint: &[u8],
-        settled: Settled<'_>,
-        until_ms: i64,
-        own: bool,
-    ) -> Result<bool, StoreError> {
-        let (token, until) = (token.to_string(), until_ms.to_string());
-        let (kind, status, headers, body, reason): (&[u8], String, Vec<u8>, &[u8], &[u8]) =
-            match settled {
-                Settled::Completed(response) => (
-                    b"completed",
-                    response.status.as_u16().to_string(),
-                    encode_headers(&response.headers),
-                    &response.body[..],
-                    b"",
-                ),
-                Settled::Held(reason) => (
-                    b"held",
-                    String::new(),
-                    Vec::new(),
-                    b"",
-                    reason.as_str().as_bytes(),
-                ),
+        records: &[Publish<'_>],
+    ) -> Result<u64, StoreError> {
+        if records.is_empty() {
+            return Ok(0);
+        }
+        let mut invocation = PUBLISH.prepare_invoke();
+        for record in records {
+            let (entry, fence) = self.front_keys(record.key);
+            invocation.key(entry).key(fence).arg(record.token);
+            match record.settled {
+                Settled::Completed(response) => invocation
+                    .arg("completed")
+                    .arg(record.fingerprint)
+                    .arg(response.status.as_u16())
+                    .arg(encode_headers(&response.headers))
+                    .arg(&response.body[..])
+                    .arg(""),
+                Settled::Held(reason) => invocation
+                    .arg("held")
+                    .arg(record.fingerprint)
+                    .arg("")
+                    .arg("")
+                    .arg("")
+                    .arg(reason.as_str()),
             };
-        let own: &[u8] = if own { b"1" } else { b"0" };
-        self.front_script(
-            &PUBLISH,
-            key,
-            &[
-                token.as_bytes(),
-                kind,
-                fingerprint,
-                status.as_bytes(),
-                &headers,
-                body,
-                reason,
-                until.as_bytes(),
-                own,
-            ],
-        )
-        .await
+            invocation
+                .arg(record.until_ms)
+                .arg(if record.own { "1" } else { "0" });
+        }
+        let invocation = &invocation;
+        self.bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .await
     }
 
     /// Every attempt of `key` up to `token` is over: fence them out for `life`.

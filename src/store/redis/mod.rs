@@ -40,7 +40,7 @@ use deadpool_redis::redis::{self, Script, Value};
 use futures_util::StreamExt;
 use std::sync::Arc;
 
-pub(in crate::store) use front::{FrontEntry, Settled};
+pub(in crate::store) use front::{FrontEntry, Mark, Publish, Settled};
 
 use crate::waiters::{self, Waiters, parse_wake_id, wake_id};
 

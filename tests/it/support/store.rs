@@ -266,6 +266,7 @@ impl TestStore {
             front: (self.backend == Backend::Front).then(|| FrontConfig {
                 url: redis_url(),
                 timeout: Duration::from_secs(5),
+                mark_after: Duration::from_millis(10),
                 fence_life: Duration::from_secs(120),
             }),
         }
