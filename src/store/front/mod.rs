@@ -59,10 +59,12 @@ use super::{
 };
 use crate::waiters::Waiters;
 
-/// Most read-repairs under way at once: each holds a PostgreSQL
-/// connection of the pool the batches use, so few (a repair takes about a
-/// round trip to each store; a hot set refills in a few of them).
-const MAX_REPAIRS: usize = 4;
+/// Most keys waiting for or under read-repair.
+const MAX_REPAIRS: usize = 256;
+/// Most read-repairs reading PostgreSQL at once: each holds a connection
+/// of the pool the batches use, so few (a repair takes about a round trip
+/// to each store; a hot set refills in a few of them).
+const REPAIRS_AT_ONCE: usize = 4;
 
 /// What the front has done since the store opened (`idemgate_front_*`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -113,8 +115,10 @@ struct Inner {
     wait_routes: Vec<String>,
     /// The front's key prefix (`[store] prefix`).
     prefix: String,
-    /// Keys being read-repaired.
+    /// Keys waiting for or under read-repair.
     repairing: Mutex<HashSet<RecordKey>>,
+    /// Read-repairs that may read PostgreSQL now.
+    repair_slots: tokio::sync::Semaphore,
     /// The claimed attempts waiting for their markers.
     marks: Arc<Marks>,
     /// The settled records of attempts never marked, to show.
@@ -122,7 +126,7 @@ struct Inner {
 }
 
 /// Milliseconds since the epoch, by this host's clock.
-fn now_ms() -> i64 {
+pub(super) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -161,6 +165,7 @@ impl FrontStore {
             wait_routes: config.wait_routes.clone(),
             prefix: config.prefix.clone(),
             repairing: Mutex::new(HashSet::new()),
+            repair_slots: tokio::sync::Semaphore::new(REPAIRS_AT_ONCE),
             marks: Arc::new(Marks::new(front.mark_after)),
             publisher: Arc::new(Publisher::default()),
         });
@@ -239,7 +244,8 @@ impl FrontStore {
         Some(claim)
     }
 
-    /// Give the front a settled record PostgreSQL answered (once per key at a time).
+    /// Give the front a settled record PostgreSQL answered, unless it has
+    /// one by the time the repair looks (once per key at a time).
     fn repair(&self, key: &RecordKey) {
         {
             let mut repairing = self
@@ -339,7 +345,7 @@ impl Store for FrontStore {
         let started = now_ms();
         let health = &self.inner.health;
         if health.usable() {
-            let read = health.check(self.inner.front.front_read(request.key).await);
+            let read = health.check(self.inner.front.front_read(request.key, started).await);
             if let Some(claim) = read.flatten().and_then(|entry| self.answer(entry, request)) {
                 return Ok(claim);
             }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::Inner;
 use super::health::bump;
 use crate::store::postgres::{Dirty, Relayed, Settling, SyncError, Truth};
-use crate::store::redis::{Publish, RedisStore, Settled};
+use crate::store::redis::{FrontEntry, Publish, RedisStore, Settled};
 use crate::store::{StoreAdmin, StoreError, Token};
 
 /// Most outbox rows one relay pass takes.
@@ -18,6 +18,8 @@ const RELAY_BATCH: usize = 256;
 const RELAY_IDLE: Duration = Duration::from_millis(50);
 /// How long the relay and the probe rest after a failure.
 const BACKOFF: Duration = Duration::from_millis(250);
+/// How long a read-repair waits before it looks at the front again.
+const REPAIR_AFTER: Duration = Duration::from_millis(100);
 /// How often the backlog gauge is refreshed.
 const BACKLOG_EVERY: Duration = Duration::from_secs(1);
 /// The backlog is counted up to this many rows.
@@ -249,21 +251,42 @@ pub(super) async fn backlog(inner: Weak<Inner>) {
 }
 
 /// Read-repair: the front did not have a settled record PostgreSQL
-/// replayed; publish it (read under a share lock, like the relay).
+/// replayed. A record settled moments ago is normally on its way (the
+/// settling instance's write, its outbox row), and its duplicates meet
+/// PostgreSQL meanwhile: so wait [`REPAIR_AFTER`], and publish the record
+/// (read under a share lock, like the relay) only if the front still has
+/// no settled entry for the key then; what it has is the outbox's to fix.
 pub(super) async fn repair(store: Arc<Inner>, key: crate::store::RecordKey) {
-    let front = &store.front;
-    let fence_life = store.fence_life;
-    let result = store
-        .truth
-        .sync_keys(vec![key.clone()], async |dirty| {
-            apply(front, dirty, fence_life).await
-        })
-        .await;
-    match result {
-        Ok(()) => bump(&store.health.counts.repairs),
-        Err(SyncError::Apply(error)) => store.health.failed(&error),
-        Err(SyncError::Store(error)) => {
-            tracing::debug!(%error, "front read-repair: PostgreSQL failed");
+    tokio::time::sleep(REPAIR_AFTER).await;
+    let read = async {
+        if !store.health.usable() {
+            return None; // down: the outbox brings it up to date
+        }
+        store
+            .health
+            .check(store.front.front_read(&key, super::now_ms()).await)
+    };
+    let lacks = read.await.is_some_and(|entry| {
+        !matches!(
+            entry,
+            Some(FrontEntry::Completed { .. } | FrontEntry::Held { .. })
+        )
+    });
+    if lacks && let Ok(_slot) = store.repair_slots.acquire().await {
+        let front = &store.front;
+        let fence_life = store.fence_life;
+        let result = store
+            .truth
+            .sync_keys(vec![key.clone()], async |dirty| {
+                apply(front, dirty, fence_life).await
+            })
+            .await;
+        match result {
+            Ok(()) => bump(&store.health.counts.repairs),
+            Err(SyncError::Apply(error)) => store.health.failed(&error),
+            Err(SyncError::Store(error)) => {
+                tracing::debug!(%error, "front read-repair: PostgreSQL failed");
+            }
         }
     }
     store

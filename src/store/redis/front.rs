@@ -7,9 +7,11 @@
 //! the record's name as the Redis store spells it):
 //!
 //! - the **entry**, a hash: `kind` (`in_flight`, `completed`, `held`), the
-//!   attempt's `token`, the request's `fp`, and for
-//!   `completed` the response (`status`, `headers`, `body`), for `held` its
-//!   `reason`; its TTL ends with the lease (`in_flight`) or the retention;
+//!   attempt's `token`, the request's `fp`, and for `in_flight` its `end`
+//!   (ms since the epoch), for `completed` the response (`status`,
+//!   `headers`, `body`), for `held` its `reason`; its TTL ends with the
+//!   lease (`in_flight`, at `end`) or the retention. A claim reads it with
+//!   one `HMGET`, not a script;
 //! - the **fence**, the highest token whose attempt is known to be over
 //!   for good (released, abandoned, deleted): no entry of that token or an
 //!   older one is written again while the fence lives.
@@ -23,11 +25,11 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use deadpool_redis::redis::{Script, Value};
+use deadpool_redis::redis::Script;
 use http::StatusCode;
 use std::sync::LazyLock;
 
-use super::{RedisStore, bytes, corrupt, int, layout::Layout, millis};
+use super::{RedisStore, corrupt, layout::Layout, millis};
 use crate::store::{
     HeldReason, RecordKey, StoreError, StoredResponse, Token, decode_headers, encode_headers,
 };
@@ -67,16 +69,9 @@ pub(in crate::store) enum Settled<'a> {
     Held(HeldReason),
 }
 
-/// KEYS = entry. The entry's fields and time left, or nil.
-static READ: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r#"
-local r = redis.call('HMGET', KEYS[1], 'kind', 'fp', 'status', 'headers', 'body', 'reason')
-if not r[1] then return false end
-return {r[1], r[2], redis.call('PTTL', KEYS[1]), r[3], r[4], r[5], r[6]}
-"#,
-    )
-});
+/// The fields a claim reads from an entry (one `HMGET`): every kind's,
+/// and `end`, when an in-flight marker ends (ms since the epoch).
+const READ_FIELDS: [&str; 7] = ["kind", "fp", "status", "headers", "body", "reason", "end"];
 
 /// KEYS = entry and fence of each record; ARGV = token, fingerprint, end
 /// (ms since the epoch) of each. A claimed attempt's marker, unless the
@@ -92,7 +87,8 @@ for i = 1, #KEYS / 2 do
   local cur = tonumber(redis.call('HGET', entry, 'token') or '0')
   if cur < t and tonumber(redis.call('GET', fence) or '0') < t then
     redis.call('DEL', entry)
-    redis.call('HSET', entry, 'kind', 'in_flight', 'token', ARGV[a + 1], 'fp', ARGV[a + 2])
+    redis.call('HSET', entry, 'kind', 'in_flight', 'token', ARGV[a + 1], 'fp', ARGV[a + 2],
+               'end', ARGV[a + 3])
     redis.call('PEXPIREAT', entry, ARGV[a + 3])
     n = n + 1
   end
@@ -190,6 +186,7 @@ static EXTEND: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local r = redis.call('HMGET', KEYS[1], 'token', 'kind')
 if r[1] == ARGV[1] and r[2] == 'in_flight' then
+  redis.call('HSET', KEYS[1], 'end', ARGV[2])
   redis.call('PEXPIREAT', KEYS[1], ARGV[2])
   return 1
 end
@@ -266,47 +263,62 @@ impl RedisStore {
         Ok(n == 1)
     }
 
-    /// What the front holds for `key`.
+    /// What the front holds for `key`, at `now_ms` (ms since the epoch,
+    /// this host's clock: the one markers' ends were set by).
     pub(in crate::store) async fn front_read(
         &self,
         key: &RecordKey,
+        now_ms: i64,
     ) -> Result<Option<FrontEntry>, StoreError> {
         let (entry, _) = self.front_keys(key);
         let entry = &entry;
-        let reply: Value = self
-            .bounded(|mut conn| async move { READ.key(&entry[..]).invoke_async(&mut conn).await })
+        let fields: Vec<Option<Vec<u8>>> = self
+            .bounded(|mut conn| async move {
+                deadpool_redis::redis::cmd("HMGET")
+                    .arg(&entry[..])
+                    .arg(&READ_FIELDS[..])
+                    .query_async(&mut conn)
+                    .await
+            })
             .await?;
-        let Value::Array(fields) = reply else {
+        let [kind, fp, status, headers, body, reason, end]: [Option<Vec<u8>>; 7] = fields
+            .try_into()
+            .map_err(|_| corrupt("an HMGET reply of the wrong length"))?;
+        let Some(kind) = kind else {
             return Ok(None);
         };
-        let kind = bytes(fields.first()).ok_or_else(|| corrupt("a front entry with no kind"))?;
-        let fingerprint = || bytes(fields.get(1)).ok_or_else(|| corrupt("no fingerprint"));
+        let fingerprint = fp.ok_or_else(|| corrupt("a front entry with no fingerprint"))?;
+        let number = |field: Option<Vec<u8>>| -> Option<i64> {
+            std::str::from_utf8(&field?).ok()?.parse().ok()
+        };
         Ok(Some(match &kind[..] {
             b"in_flight" => {
-                let left = int(fields.get(2)).unwrap_or(0);
+                // (A marker without its end, written by an older version,
+                // is left to PostgreSQL.)
+                let left = number(end).map_or(0, |end| end.saturating_sub(now_ms));
                 if left <= 0 {
                     return Ok(None);
                 }
                 FrontEntry::InFlight {
-                    fingerprint: fingerprint()?,
+                    fingerprint,
                     left: Duration::from_millis(left as u64),
                 }
             }
             b"completed" => FrontEntry::Completed {
-                fingerprint: fingerprint()?,
+                fingerprint,
                 response: StoredResponse {
-                    status: int(fields.get(3))
+                    status: number(status)
                         .and_then(|s| u16::try_from(s).ok())
                         .and_then(|s| StatusCode::from_u16(s).ok())
                         .ok_or_else(|| corrupt("a bad status"))?,
-                    headers: decode_headers(&bytes(fields.get(4)).unwrap_or_default())
+                    headers: decode_headers(&headers.unwrap_or_default())
                         .ok_or_else(|| corrupt("undecodable headers"))?,
-                    body: Bytes::from(bytes(fields.get(5)).unwrap_or_default()),
+                    body: Bytes::from(body.unwrap_or_default()),
                 },
             },
             b"held" => FrontEntry::Held {
-                fingerprint: fingerprint()?,
-                reason: bytes(fields.get(6))
+                fingerprint,
+                reason: reason
                     .and_then(|r| HeldReason::parse(std::str::from_utf8(&r).ok()?))
                     .ok_or_else(|| corrupt("an unknown held reason"))?,
             },
