@@ -110,7 +110,7 @@ impl Marks {
     /// marker write, if under way, has finished by the time this returns),
     /// or it was never queued.
     pub(super) async fn settle(&self, token: Token) -> Option<Waiting> {
-        let mut done = {
+        let (mut done, seen) = {
             let mut state = self.state();
             if let Some(waiting) = state.waiting.remove(&token) {
                 return Some(waiting);
@@ -118,11 +118,11 @@ impl Marks {
             if !state.marking.contains(&token) {
                 return None;
             }
-            self.done.subscribe()
+            // Read under the lock: the batch under way ends the count.
+            (self.done.subscribe(), state.batches)
         };
         // The batch finishes within the front's timeout; a dropped store
         // (no sender) writes nothing more.
-        let seen = *done.borrow_and_update();
         let _ = done.wait_for(|batches| *batches > seen).await;
         None
     }
