@@ -50,12 +50,9 @@ impl Weighter<RecordKey, Entry> for BySize {
 
 /// Bytes an entry holds, roughly: body, headers, key, and fixed overhead.
 fn weight(key: &RecordKey, response: &StoredResponse) -> u64 {
-    let headers: usize = response
-        .headers
-        .iter()
-        .map(|(name, value)| name.as_str().len() + value.len() + 32)
-        .sum();
-    (response.body.len() + headers + key.route.len() + key.scope.len() + key.key.len() + 160) as u64
+    let header_overhead = 32 * response.headers.len();
+    (response.size() + header_overhead + key.route.len() + key.scope.len() + key.key.len() + 160)
+        as u64
 }
 
 /// A [`Store`] that answers claims on recently replayed completed records

@@ -104,6 +104,18 @@ pub struct StoredResponse {
     pub body: Bytes,
 }
 
+impl StoredResponse {
+    /// Bytes of its body and its headers' names and values.
+    pub fn size(&self) -> usize {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len())
+            .sum();
+        self.body.len() + headers
+    }
+}
+
 /// Why a key is `held` (docs/DESIGN.md §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeldReason {

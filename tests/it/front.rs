@@ -14,7 +14,8 @@
 //! - the outbox is written only by instances with a front, and not for
 //!   swept records.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -105,12 +106,40 @@ impl Pair {
     }
 }
 
+/// The key prefixes whose relays are paused now. The failpoint is one for
+/// the whole test binary, and tests run in parallel: each pause adds its
+/// prefix to the list the failpoint is armed with, and takes it out again.
+static PAUSED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// Relays paused for one prefix, until dropped.
+struct RelayPause(String);
+
+fn arm_relay_pause(paused: &BTreeSet<String>) {
+    if paused.is_empty() {
+        fail::remove("front-relay-pause");
+    } else {
+        let list: Vec<&str> = paused.iter().map(String::as_str).collect();
+        fail::cfg("front-relay-pause", &format!("return({})", list.join(","))).unwrap();
+    }
+}
+
+impl Drop for RelayPause {
+    fn drop(&mut self) {
+        let mut paused = PAUSED.lock().unwrap_or_else(|e| e.into_inner());
+        paused.remove(&self.0);
+        arm_relay_pause(&paused);
+    }
+}
+
 impl Pair {
     /// Stop both instances' relays (the `front-relay-pause` failpoint, on
-    /// this pair's prefix) until `fail::remove("front-relay-pause")`.
-    fn pause_relays(&self) {
-        let armed = format!("return({})", self.storage.prefix());
-        fail::cfg("front-relay-pause", &armed).unwrap();
+    /// this pair's prefix) until the pause is dropped.
+    fn pause_relays(&self) -> RelayPause {
+        let prefix = self.storage.prefix().to_string();
+        let mut paused = PAUSED.lock().unwrap_or_else(|e| e.into_inner());
+        paused.insert(prefix.clone());
+        arm_relay_pause(&paused);
+        RelayPause(prefix)
     }
 }
 
@@ -310,7 +339,7 @@ async fn a_settled_key_is_never_answered_in_flight_once_its_write_returned() {
 async fn a_held_reason_that_changes_reaches_the_front() {
     let p = Pair::new().await;
     let (a, b) = (&*p.a, &*p.b);
-    p.pause_relays();
+    let pause = p.pause_relays();
     let k = key("lapsed");
     let t = token(claim_lease(a, &k, 1, Duration::from_millis(300)).await);
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -327,7 +356,7 @@ async fn a_held_reason_that_changes_reaches_the_front() {
         before + 1,
         "the new reason writes a row"
     );
-    fail::remove("front-relay-pause");
+    drop(pause);
     eventually(Duration::from_secs(5), || async {
         (outbox_rows(&p.storage.url).await == 0).then_some(())
     })
@@ -354,12 +383,14 @@ async fn a_marker_written_off_the_path_never_lands_after_its_attempt_settled() {
     let p = Pair::marking(Duration::ZERO).await;
     let (a, b) = (&*p.a, &*p.b);
     let redis = crate::support::store::redis_url();
-    p.pause_relays();
+    let pause = p.pause_relays();
     fail::cfg("front-mark-delay", "return(late-mark-)").unwrap();
     let mut completed = Vec::new();
     for i in 0..5 {
         let k = key(&format!("late-mark-c{i}"));
         let t = token(claim(a, &k, 1).await);
+        // The marker task takes the marker at once and holds it back
+        // 200 ms; the completion comes meanwhile.
         tokio::time::sleep(Duration::from_millis(50)).await;
         a.complete(&k, t, &response("done"), RETENTION)
             .await
@@ -393,26 +424,50 @@ async fn a_marker_written_off_the_path_never_lands_after_its_attempt_settled() {
             k.key
         );
     }
-    fail::remove("front-relay-pause");
+    drop(pause);
     assert_eq!(stats(a).errors + stats(b).errors, 0);
+}
+
+/// A renewal while the attempt's marker is being written waits for that
+/// write, so the marker ends with the renewed lease (a renewal's `EXTEND`
+/// that reached Redis before the `MARK` would change nothing, and the
+/// marker would end with the first lease).
+#[tokio::test]
+async fn a_renewal_during_the_marker_write_extends_the_marker() {
+    let p = Pair::marking(Duration::ZERO).await;
+    let (a, b) = (&*p.a, &*p.b);
+    fail::cfg("front-mark-delay", "return(renewed-mark)").unwrap();
+    let k = key("renewed-mark");
+    let t = token(claim_lease(a, &k, 1, Duration::from_secs(2)).await);
+    // The marker task has taken the marker and holds it back 200 ms.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(a.renew(&k, t, LEASE).await.unwrap(), Cas::Applied);
+    fail::remove("front-mark-delay");
+    match front_has(b, &k, 1).await {
+        Claim::InFlight { retry_after } => assert!(
+            retry_after > Duration::from_secs(2),
+            "the marker kept the first lease: {retry_after:?} left"
+        ),
+        other => panic!("expected 409, got {other:?}"),
+    }
 }
 
 /// `mark_after`: attempts that settle sooner are never marked (no Redis
 /// write on their path), yet their settled records reach the front from
 /// the completing instance (the relays are paused here); an attempt still
 /// running by then is marked, and the other instance's front refuses its
-/// duplicates.
+/// duplicates. Each quick attempt runs 50 ms, time enough for a marker
+/// written at once to land.
 #[tokio::test]
 async fn only_attempts_still_running_after_mark_after_are_marked() {
     let p = Pair::marking(Duration::from_secs(1)).await;
     let (a, b) = (&*p.a, &*p.b);
     let redis = crate::support::store::redis_url();
-    p.pause_relays();
-    let running = key("running");
-    let _t = token(claim(a, &running, 1).await);
+    let pause = p.pause_relays();
     for i in 0..20 {
         let k = key(&format!("quick{i}"));
         let t = token(claim(a, &k, 1).await);
+        tokio::time::sleep(Duration::from_millis(50)).await;
         if i % 4 == 3 {
             a.hold(&k, t, HeldReason::UpstreamFailed, RETENTION)
                 .await
@@ -424,8 +479,7 @@ async fn only_attempts_still_running_after_mark_after_are_marked() {
         }
     }
     let settled = eventually(Duration::from_secs(5), || async {
-        let mut kinds = entry_kinds(&redis, p.storage.prefix()).await;
-        kinds.retain(|kind| kind != "in_flight"); // the running one, once marked
+        let kinds = entry_kinds(&redis, p.storage.prefix()).await;
         (kinds.len() == 20).then_some(kinds)
     })
     .await
@@ -433,12 +487,14 @@ async fn only_attempts_still_running_after_mark_after_are_marked() {
     assert_eq!(settled.iter().filter(|k| *k == "completed").count(), 15);
     assert_eq!(settled.iter().filter(|k| *k == "held").count(), 5);
     assert_eq!(stats(a).marks, 0, "no quick attempt was marked");
+    let running = key("running");
+    let _t = token(claim(a, &running, 1).await);
     assert!(matches!(
         front_has(b, &running, 1).await,
         Claim::InFlight { .. }
     ));
     assert_eq!(stats(a).marks, 1, "the running attempt was marked");
-    fail::remove("front-relay-pause");
+    drop(pause);
     assert_eq!(stats(a).errors + stats(b).errors, 0);
 }
 
@@ -541,7 +597,7 @@ async fn the_relay_skips_what_the_front_shows_and_publishes_what_it_lacks() {
     // The relays wait until the front shows the completion (else one
     // could publish it itself): it was never marked, so the completing
     // instance shows it off its caller's path.
-    p.pause_relays();
+    let pause = p.pause_relays();
     let normal = key("normal");
     let t = token(claim(a, &normal, 1).await);
     a.complete(&normal, t, &response("one"), RETENTION)
@@ -552,7 +608,7 @@ async fn the_relay_skips_what_the_front_shows_and_publishes_what_it_lacks() {
     })
     .await
     .expect("the completing instance shows its completion");
-    fail::remove("front-relay-pause");
+    drop(pause);
     eventually(Duration::from_secs(5), || async {
         (outbox_rows(&p.storage.url).await == 0 && shown(&p) >= 1).then_some(())
     })
@@ -637,13 +693,15 @@ async fn a_delete_is_never_undone_by_a_late_front_write() {
         tokio::time::sleep(Duration::from_millis(700)).await;
         fail::remove("front-publish-delay");
         for store in [&*p.a, &*p.b] {
+            let answer = claim(store, &k, 2).await;
             assert!(
-                matches!(
-                    claim(store, &k, 2).await,
-                    Claim::Claimed { .. } | Claim::InFlight { .. }
-                ),
+                matches!(answer, Claim::Claimed { .. } | Claim::InFlight { .. }),
                 "the deleted record came back (marked: {marked})"
             );
+            // Released at once: never marked, it leaves the count alone.
+            if let Claim::Claimed { token, .. } = answer {
+                assert_eq!(store.release(&k, token).await.unwrap(), Cas::Applied);
+            }
         }
     }
     assert_eq!(stats(&*p.a).marks, 1, "one attempt was marked");

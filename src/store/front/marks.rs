@@ -95,6 +95,11 @@ impl Marks {
             if state.waiting.len() >= MAX_WAITING {
                 return Some(waiting);
             }
+            if state.due.len() >= 2 * MAX_WAITING {
+                // Settled attempts' places, not yet come up: drop them.
+                let State { waiting, due, .. } = &mut *state;
+                due.retain(|(_, token)| waiting.contains_key(token));
+            }
             state.waiting.insert(token, waiting);
             state.due.push_back((Instant::now() + self.delay, token));
             state.due.len() == 1
@@ -110,33 +115,48 @@ impl Marks {
     /// marker write, if under way, has finished by the time this returns),
     /// or it was never queued.
     pub(super) async fn settle(&self, token: Token) -> Option<Waiting> {
-        let (mut done, seen) = {
+        let batch = {
             let mut state = self.state();
             if let Some(waiting) = state.waiting.remove(&token) {
                 return Some(waiting);
             }
-            if !state.marking.contains(&token) {
-                return None;
-            }
-            // Read under the lock: the batch under way ends the count.
-            (self.done.subscribe(), state.batches)
+            self.batch_of(&state, token)
         };
-        // The batch finishes within the front's timeout; a dropped store
-        // (no sender) writes nothing more.
-        let _ = done.wait_for(|batches| *batches > seen).await;
+        self.written(batch).await;
         None
     }
 
     /// Attempt `token` renewed its lease: `true` if its marker is still
-    /// waiting (it will end at `until_ms`: nothing to write now).
-    pub(super) fn renew(&self, token: Token, until_ms: i64) -> bool {
-        let mut state = self.state();
-        match state.waiting.get_mut(&token) {
-            Some(waiting) => {
+    /// waiting (it will end at `until_ms`: nothing to write now); else its
+    /// marker, if being written, has landed or failed when this returns
+    /// (so that the renewal's own write comes after it).
+    pub(super) async fn renew(&self, token: Token, until_ms: i64) -> bool {
+        let batch = {
+            let mut state = self.state();
+            if let Some(waiting) = state.waiting.get_mut(&token) {
                 waiting.until_ms = until_ms;
-                true
+                return true;
             }
-            None => false,
+            self.batch_of(&state, token)
+        };
+        self.written(batch).await;
+        false
+    }
+
+    /// If `token`'s marker is being written: a receiver of the batch count
+    /// and the count that batch will end (read under the lock).
+    fn batch_of(&self, state: &State, token: Token) -> Option<(watch::Receiver<u64>, u64)> {
+        state
+            .marking
+            .contains(&token)
+            .then(|| (self.done.subscribe(), state.batches))
+    }
+
+    /// Wait until the batch [`Self::batch_of`] found has been written
+    /// (within the front's timeout; a dropped store writes nothing more).
+    async fn written(&self, batch: Option<(watch::Receiver<u64>, u64)>) {
+        if let Some((mut done, seen)) = batch {
+            let _ = done.wait_for(|batches| *batches > seen).await;
         }
     }
 
@@ -176,9 +196,11 @@ pub(super) async fn run(inner: Weak<Inner>, marks: Arc<Marks>) {
     loop {
         let (batch, next) = marks.take_due(Instant::now());
         if !batch.is_empty() {
+            // Finished however the write ends, so no settling attempt
+            // waits for it forever.
+            let _finished = Finished(&marks);
             let Some(store) = inner.upgrade() else { return };
             write(&store, &batch).await;
-            marks.finished();
             continue;
         }
         match next {
@@ -191,6 +213,15 @@ pub(super) async fn run(inner: Weak<Inner>, marks: Arc<Marks>) {
                 let _ = tokio::time::timeout(IDLE, marks.wake.notified()).await;
             }
         }
+    }
+}
+
+/// Marks the batch taken last as finished when dropped.
+struct Finished<'a>(&'a Marks);
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.0.finished();
     }
 }
 

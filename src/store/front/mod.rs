@@ -396,7 +396,7 @@ impl Store for FrontStore {
         if cas == Cas::Applied && self.inner.health.usable() {
             let until = started.saturating_add(millis(lease));
             // A marker still waiting ends with the new lease when written.
-            if !self.inner.marks.renew(token, until) {
+            if !self.inner.marks.renew(token, until).await {
                 let extended = self.inner.front.front_extend(key, token, until).await;
                 self.inner.health.check(extended);
             }

@@ -53,14 +53,7 @@ pub(super) struct Record {
 impl Record {
     fn bytes(&self) -> usize {
         let size = match &self.outcome {
-            Outcome::Completed(response) => {
-                response.body.len()
-                    + response
-                        .headers
-                        .iter()
-                        .map(|(name, value)| name.as_str().len() + value.len())
-                        .sum::<usize>()
-            }
+            Outcome::Completed(response) => response.size(),
             Outcome::Held(_) => 0,
         };
         size + self.key.key.len() + self.key.route.len() + self.key.scope.len() + 64

@@ -68,7 +68,7 @@ pub(super) async fn apply(
             continue;
         };
         if let Settled::Completed(response) = settled {
-            bytes += response.body.len();
+            bytes += response.size();
         }
         batch.push(Publish {
             key: &d.key,
@@ -150,12 +150,12 @@ pub(super) async fn relay(inner: Weak<Inner>) {
 }
 
 /// Test builds only: the `front-relay-pause` failpoint, armed with
-/// `return(PREFIX)`, stops the relays of fronts under that key prefix
-/// (tests/it/front.rs: what the request path wrote is seen alone). Always
-/// false without the `failpoints` feature.
+/// `return(PREFIX,PREFIX,…)`, stops the relays of fronts under those key
+/// prefixes (tests/it/front.rs: what the request path wrote is seen
+/// alone). Always false without the `failpoints` feature.
 fn paused(prefix: &str) -> bool {
     fail::fail_point!("front-relay-pause", |armed: Option<String>| {
-        armed.as_deref() == Some(prefix)
+        armed.is_some_and(|list| list.split(',').any(|p| p == prefix))
     });
     let _ = prefix; // used only by the failpoint
     false

@@ -19,8 +19,12 @@
 //! An entry is only ever replaced by one of a newer token, or by its own
 //! attempt's settled record: written by the settling instance after
 //! PostgreSQL's commit, in place of the entry it finds of that attempt
-//! only, and by the relay and read-repair, which read PostgreSQL under a
-//! share lock (so no change to the record commits until they are done).
+//! only (its marker); by the settling instance's publishing task, for an
+//! attempt it never marked (a completed or held record does not change in
+//! PostgreSQL but by its own attempt, and a delete fences the front at a
+//! token at or above it first); and by the relay and read-repair, which
+//! read PostgreSQL under a share lock (so no change to the record commits
+//! until they are done).
 
 use std::time::Duration;
 
