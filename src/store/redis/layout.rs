@@ -56,16 +56,17 @@ impl Layout {
     /// `rec:{len(route)}:{route}:{hex(scope)}:{key}`: the record's name after
     /// the prefix (and the hash tag, on a cluster).
     pub(super) fn record_name(key: &RecordKey) -> Vec<u8> {
-        let mut k = Vec::with_capacity(key.route.len() + key.key.len() + 80);
-        k.extend_from_slice(
-            format!(
-                "rec:{}:{}:{}:",
-                key.route.len(),
-                key.route,
-                hex::encode(&key.scope)
-            )
-            .as_bytes(),
-        );
+        use std::io::Write as _;
+        let scope_hex = 2 * key.scope.len();
+        let mut k = Vec::with_capacity(key.route.len() + scope_hex + key.key.len() + 28);
+        // (Written in place: this runs for every store operation.)
+        let _ = write!(k, "rec:{}:", key.route.len());
+        k.extend_from_slice(key.route.as_bytes());
+        k.push(b':');
+        let at = k.len();
+        k.resize(at + scope_hex, 0);
+        hex::encode_to_slice(&key.scope, &mut k[at..]).expect("sized for the scope");
+        k.push(b':');
         k.extend_from_slice(key.key.as_bytes());
         k
     }
