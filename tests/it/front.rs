@@ -234,6 +234,15 @@ async fn flush(redis_url: &str, prefix: &str) {
     }
 }
 
+/// Wait until the relays have drained the outbox.
+async fn outbox_drains(db: &str) {
+    eventually(Duration::from_secs(5), || async {
+        (outbox_rows(db).await == 0).then_some(())
+    })
+    .await
+    .expect("the relays drain the outbox");
+}
+
 async fn outbox_rows(db: &str) -> i64 {
     let mut conn = sqlx::PgConnection::connect(db).await.unwrap();
     sqlx::query_scalar("SELECT count(*) FROM idemgate_front_outbox")
@@ -292,11 +301,7 @@ async fn replays_mismatches_and_conflicts_come_from_the_front_for_every_instance
         front_has(b, &h, 1).await,
         Claim::Held(HeldReason::UpstreamTimeout)
     );
-    eventually(Duration::from_secs(5), || async {
-        (outbox_rows(&p.storage.url).await == 0).then_some(())
-    })
-    .await
-    .expect("the relay drains the outbox");
+    outbox_drains(&p.storage.url).await;
 }
 
 /// G2 and "never a 409 for a free key", right after the write returned:
@@ -357,11 +362,7 @@ async fn a_held_reason_that_changes_reaches_the_front() {
         "the new reason writes a row"
     );
     drop(pause);
-    eventually(Duration::from_secs(5), || async {
-        (outbox_rows(&p.storage.url).await == 0).then_some(())
-    })
-    .await
-    .expect("the outbox drains");
+    outbox_drains(&p.storage.url).await;
     assert_eq!(
         front_has(b, &k, 1).await,
         Claim::Held(HeldReason::UpstreamTimeout)
@@ -524,11 +525,7 @@ async fn a_flushed_front_changes_no_answer_and_is_refilled() {
 
     // The relay has applied every outbox row, so after the flush only
     // read-repair can fill the front again.
-    eventually(Duration::from_secs(5), || async {
-        (outbox_rows(&p.storage.url).await == 0).then_some(())
-    })
-    .await
-    .expect("the outbox drains");
+    outbox_drains(&p.storage.url).await;
     flush(&redis, p.storage.prefix()).await;
     assert!(front_keys(&redis, p.storage.prefix()).await.is_empty());
     assert_eq!(claim(b, &done, 1).await, Claim::Replay(response("kept")));
@@ -582,6 +579,15 @@ async fn entry_kinds(redis_url: &str, prefix: &str) -> Vec<String> {
     kinds
 }
 
+/// Wait until the kinds of this test's front entries are `expected`.
+async fn front_becomes(redis_url: &str, prefix: &str, expected: &[&str], what: &str) {
+    eventually(Duration::from_secs(5), || async {
+        (entry_kinds(redis_url, prefix).await == expected).then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("{what}"));
+}
+
 /// The relay deletes the outbox rows of completions the front already
 /// shows (the completing instance wrote them) without writing again, and
 /// gives the front the ones it does not show: here the marker was lost
@@ -603,11 +609,13 @@ async fn the_relay_skips_what_the_front_shows_and_publishes_what_it_lacks() {
     a.complete(&normal, t, &response("one"), RETENTION)
         .await
         .unwrap();
-    eventually(Duration::from_secs(5), || async {
-        (entry_kinds(&redis, p.storage.prefix()).await == ["completed"]).then_some(())
-    })
-    .await
-    .expect("the completing instance shows its completion");
+    front_becomes(
+        &redis,
+        p.storage.prefix(),
+        &["completed"],
+        "the completing instance shows its completion",
+    )
+    .await;
     drop(pause);
     eventually(Duration::from_secs(5), || async {
         (outbox_rows(&p.storage.url).await == 0 && shown(&p) >= 1).then_some(())
@@ -629,16 +637,14 @@ async fn the_relay_skips_what_the_front_shows_and_publishes_what_it_lacks() {
     a.complete(&lost, t, &response("two"), RETENTION)
         .await
         .unwrap();
-    eventually(Duration::from_secs(5), || async {
-        (entry_kinds(&redis, p.storage.prefix()).await == ["completed"]).then_some(())
-    })
-    .await
-    .expect("the relay publishes the completion the front lacked");
-    eventually(Duration::from_secs(5), || async {
-        (outbox_rows(&p.storage.url).await == 0).then_some(())
-    })
-    .await
-    .expect("the outbox drains");
+    front_becomes(
+        &redis,
+        p.storage.prefix(),
+        &["completed"],
+        "the relay publishes the completion the front lacked",
+    )
+    .await;
+    outbox_drains(&p.storage.url).await;
     assert_eq!(
         shown(&p),
         shown_before,

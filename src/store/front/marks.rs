@@ -15,7 +15,6 @@
 //! never lands after its attempt's settled record or fence.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -47,6 +46,18 @@ pub(super) struct Waiting {
     pub fingerprint: Fingerprint,
     /// When its marker would end (ms since the epoch): its lease's end.
     pub until_ms: i64,
+}
+
+impl Waiting {
+    /// Attempt `token`'s marker.
+    pub(super) fn mark(&self, token: Token) -> Mark<'_> {
+        Mark {
+            key: &self.key,
+            token,
+            fingerprint: &self.fingerprint,
+            until_ms: self.until_ms,
+        }
+    }
 }
 
 /// The queue of attempts waiting for their markers.
@@ -233,22 +244,8 @@ async fn write(store: &Inner, batch: &[(Token, Waiting)]) {
     if !store.health.usable() {
         return;
     }
-    let marks: Vec<Mark<'_>> = batch
-        .iter()
-        .map(|(token, w)| Mark {
-            key: &w.key,
-            token: *token,
-            fingerprint: &w.fingerprint,
-            until_ms: w.until_ms,
-        })
-        .collect();
-    if let Some(written) = store.health.check(store.front.front_mark(&marks).await) {
-        store
-            .health
-            .counts
-            .marks
-            .fetch_add(written, Ordering::Relaxed);
-    }
+    let marks: Vec<Mark<'_>> = batch.iter().map(|(token, w)| w.mark(*token)).collect();
+    store.mark(&marks).await;
 }
 
 /// Test builds only: the `front-mark-delay` failpoint, armed with

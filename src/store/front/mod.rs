@@ -113,8 +113,6 @@ struct Inner {
     /// Routes with `concurrent = "wait"`: their in-flight duplicates wait
     /// on PostgreSQL's announcements, so the front does not answer them.
     wait_routes: Vec<String>,
-    /// The front's key prefix (`[store] prefix`).
-    prefix: String,
     /// Keys waiting for or under read-repair.
     repairing: Mutex<HashSet<RecordKey>>,
     /// Read-repairs that may read PostgreSQL now.
@@ -123,6 +121,18 @@ struct Inner {
     marks: Arc<Marks>,
     /// The settled records of attempts never marked, to show.
     publisher: Arc<Publisher>,
+}
+
+impl Inner {
+    /// Write markers, counting those written.
+    async fn mark(&self, marks: &[Mark<'_>]) {
+        if let Some(written) = self.health.check(self.front.front_mark(marks).await) {
+            self.health
+                .counts
+                .marks
+                .fetch_add(written, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Milliseconds since the epoch, by this host's clock.
@@ -163,7 +173,6 @@ impl FrontStore {
             health: Health::default(),
             fence_life: front.fence_life,
             wait_routes: config.wait_routes.clone(),
-            prefix: config.prefix.clone(),
             repairing: Mutex::new(HashSet::new()),
             repair_slots: tokio::sync::Semaphore::new(REPAIRS_AT_ONCE),
             marks: Arc::new(Marks::new(front.mark_after)),
@@ -263,13 +272,13 @@ impl FrontStore {
     /// After PostgreSQL committed attempt `token`'s completion or hold
     /// (`unmarked`: what [`Marks::settle`] gave back): a marked attempt's
     /// settled record replaces its entry in the front before the caller
-    /// is answered; an unmarked one's is queued to be shown.
+    /// is answered; an unmarked one's is copied and queued to be shown.
     async fn settle(
         &self,
         key: &RecordKey,
         token: Token,
         unmarked: Option<Waiting>,
-        outcome: Outcome,
+        settled: Settled<'_>,
         until_ms: i64,
     ) {
         if !self.inner.health.usable() {
@@ -280,7 +289,7 @@ impl FrontStore {
                 key: waiting.key,
                 token,
                 fingerprint: waiting.fingerprint,
-                outcome,
+                outcome: Outcome::of(settled),
                 until_ms,
             });
             return;
@@ -288,10 +297,6 @@ impl FrontStore {
         if delayed(key) {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        let settled = match &outcome {
-            Outcome::Completed(response) => Settled::Completed(response),
-            Outcome::Held(reason) => Settled::Held(*reason),
-        };
         // The fingerprint comes from the attempt's entry itself.
         let record = Publish {
             key,
@@ -365,17 +370,7 @@ impl Store for FrontStore {
                     // unsettled after `mark_after` ([`marks`]); a full
                     // queue: marked now, before the request is forwarded.
                     if let Some(w) = self.inner.marks.queue(*token, waiting) {
-                        let mark = Mark {
-                            key: &w.key,
-                            token: *token,
-                            fingerprint: &w.fingerprint,
-                            until_ms: w.until_ms,
-                        };
-                        let marked = health.check(self.inner.front.front_mark(&[mark]).await);
-                        health
-                            .counts
-                            .marks
-                            .fetch_add(marked.unwrap_or(0), Ordering::Relaxed);
+                        self.inner.mark(&[w.mark(*token)]).await;
                     }
                 }
                 Claim::Replay(_) | Claim::Held(_) => self.repair(request.key),
@@ -423,8 +418,8 @@ impl Store for FrontStore {
         if cas == Cas::Applied {
             // Never past PostgreSQL's retention, which began after `started`.
             let until = started.saturating_add(millis(retention));
-            let outcome = Outcome::Completed(response.clone());
-            self.settle(key, token, unmarked, outcome, until).await;
+            self.settle(key, token, unmarked, Settled::Completed(response), until)
+                .await;
         }
         Ok(cas)
     }
@@ -450,7 +445,7 @@ impl Store for FrontStore {
         let cas = self.inner.truth.hold(key, token, reason, retention).await?;
         if cas == Cas::Applied {
             let until = started.saturating_add(millis(retention));
-            self.settle(key, token, unmarked, Outcome::Held(reason), until)
+            self.settle(key, token, unmarked, Settled::Held(reason), until)
                 .await;
         }
         Ok(cas)

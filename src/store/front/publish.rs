@@ -23,9 +23,7 @@ use crate::store::{HeldReason, RecordKey, StoredResponse, Token};
 /// Most bytes of bodies and headers queued; past it, records are left to
 /// the relay.
 const MAX_QUEUED_BYTES: usize = 16 * 1024 * 1024;
-/// Most bytes one script carries (a record larger than this goes alone).
-const BATCH_BYTES: usize = 1024 * 1024;
-/// Most records one script carries.
+/// Most records one pass takes (the front's scripts bound their bytes).
 const BATCH_RECORDS: usize = 256;
 /// An idle task looks whether its store is gone this often.
 const IDLE: Duration = Duration::from_secs(1);
@@ -37,6 +35,24 @@ pub(super) enum Outcome {
     Completed(StoredResponse),
     /// A held key.
     Held(HeldReason),
+}
+
+impl Outcome {
+    /// An owned copy of `settled`.
+    pub(super) fn of(settled: Settled<'_>) -> Self {
+        match settled {
+            Settled::Completed(response) => Self::Completed(response.clone()),
+            Settled::Held(reason) => Self::Held(reason),
+        }
+    }
+
+    /// It, borrowed, to write.
+    pub(super) fn settled(&self) -> Settled<'_> {
+        match self {
+            Self::Completed(response) => Settled::Completed(response),
+            Self::Held(reason) => Settled::Held(*reason),
+        }
+    }
 }
 
 /// A settled record waiting to be shown.
@@ -93,20 +109,13 @@ impl Publisher {
         true
     }
 
-    /// The next batch, oldest first: bounded by records and bytes.
+    /// The next batch, oldest first.
     fn take(&self) -> Vec<Record> {
         let mut queue = self.queue();
-        let (mut n, mut bytes) = (0, 0);
-        for record in &queue.records {
-            let size = record.bytes();
-            if n == BATCH_RECORDS || (n > 0 && bytes + size > BATCH_BYTES) {
-                break;
-            }
-            n += 1;
-            bytes += size;
-        }
-        queue.bytes -= bytes;
-        queue.records.drain(..n).collect()
+        let n = queue.records.len().min(BATCH_RECORDS);
+        let batch: Vec<Record> = queue.records.drain(..n).collect();
+        queue.bytes -= batch.iter().map(Record::bytes).sum::<usize>();
+        batch
     }
 }
 
@@ -134,10 +143,7 @@ pub(super) async fn run(inner: Weak<Inner>, publisher: Arc<Publisher>) {
                 key: &r.key,
                 token: r.token,
                 fingerprint: &r.fingerprint,
-                settled: match &r.outcome {
-                    Outcome::Completed(response) => Settled::Completed(response),
-                    Outcome::Held(reason) => Settled::Held(*reason),
-                },
+                settled: r.outcome.settled(),
                 until_ms: r.until_ms,
                 own: false,
             })

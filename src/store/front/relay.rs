@@ -49,9 +49,6 @@ fn settled(truth: &Truth) -> Option<(Token, &[u8], Settled<'_>, i64)> {
     }
 }
 
-/// Most bytes of settled records one publishing script carries.
-const PUBLISH_BYTES: usize = 1024 * 1024;
-
 /// Bring the front in line with PostgreSQL for each key: show a settled
 /// record; forget every attempt the outbox says is over. The settled
 /// records go first, many per script; each key's fence, if any, after its
@@ -61,34 +58,28 @@ pub(super) async fn apply(
     dirty: &[Dirty],
     fence_life: Duration,
 ) -> Result<(), StoreError> {
-    let mut batch = Vec::new();
-    let mut bytes = 0;
+    let mut records = Vec::new();
+    let mut fences = Vec::new();
     for d in dirty {
-        let Some((token, fingerprint, settled, until_ms)) = settled(&d.truth) else {
-            continue;
-        };
-        if let Settled::Completed(response) = settled {
-            bytes += response.size();
+        let settled = settled(&d.truth);
+        if let Some((token, fingerprint, settled, until_ms)) = settled {
+            records.push(Publish {
+                key: &d.key,
+                token,
+                fingerprint,
+                settled,
+                until_ms,
+                own: false,
+            });
         }
-        batch.push(Publish {
-            key: &d.key,
-            token,
-            fingerprint,
-            settled,
-            until_ms,
-            own: false,
-        });
-        if bytes >= PUBLISH_BYTES {
-            front.front_publish(&batch).await?;
-            (batch, bytes) = (Vec::new(), 0);
+        let newer_settled = settled.is_some_and(|(token, ..)| token >= d.over);
+        if d.over > 0 && !newer_settled {
+            fences.push((&d.key, d.over));
         }
     }
-    front.front_publish(&batch).await?;
-    for d in dirty {
-        let newer_settled = settled(&d.truth).is_some_and(|(token, ..)| token >= d.over);
-        if d.over > 0 && !newer_settled {
-            front.front_invalidate(&d.key, d.over, fence_life).await?;
-        }
+    front.front_publish(&records).await?;
+    for (key, over) in fences {
+        front.front_invalidate(key, over, fence_life).await?;
     }
     Ok(())
 }
@@ -97,7 +88,7 @@ pub(super) async fn apply(
 pub(super) async fn relay(inner: Weak<Inner>) {
     loop {
         let Some(store) = inner.upgrade() else { return };
-        if paused(&store.prefix) {
+        if paused(store.front.prefix()) {
             drop(store);
             tokio::time::sleep(RELAY_IDLE).await;
             continue;

@@ -73,6 +73,9 @@ pub(in crate::store) enum Settled<'a> {
     Held(HeldReason),
 }
 
+/// Most bytes of responses one [`PUBLISH`] script carries.
+const PUBLISH_BYTES: usize = 1024 * 1024;
+
 /// The fields a claim reads from an entry (one `HMGET`): every kind's,
 /// and `end`, when an in-flight marker ends (ms since the epoch).
 const READ_FIELDS: [&str; 7] = ["kind", "fp", "status", "headers", "body", "reason", "end"];
@@ -380,15 +383,32 @@ impl RedisStore {
             .await
     }
 
-    /// Show each settled record until its end ([`PUBLISH`]), in one round
-    /// trip; returns how many were written.
+    /// Show each settled record until its end ([`PUBLISH`]): one round
+    /// trip per [`PUBLISH_BYTES`] of responses (a larger record goes
+    /// alone); returns how many were written.
     pub(in crate::store) async fn front_publish(
         &self,
         records: &[Publish<'_>],
     ) -> Result<u64, StoreError> {
-        if records.is_empty() {
-            return Ok(0);
+        let mut written = 0;
+        let mut rest = records;
+        while !rest.is_empty() {
+            let (mut n, mut bytes) = (0, 0);
+            while n < rest.len() && (n == 0 || bytes < PUBLISH_BYTES) {
+                if let Settled::Completed(response) = rest[n].settled {
+                    bytes += response.size();
+                }
+                n += 1;
+            }
+            let (script, later) = rest.split_at(n);
+            written += self.publish_script(script).await?;
+            rest = later;
         }
+        Ok(written)
+    }
+
+    /// One [`PUBLISH`] script for `records`.
+    async fn publish_script(&self, records: &[Publish<'_>]) -> Result<u64, StoreError> {
         let mut invocation = PUBLISH.prepare_invoke();
         for record in records {
             let (entry, fence) = self.front_keys(record.key);
@@ -416,6 +436,11 @@ impl RedisStore {
         let invocation = &invocation;
         self.bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })
             .await
+    }
+
+    /// The prefix of every key the front writes (`[store] prefix`).
+    pub(in crate::store) fn prefix(&self) -> &str {
+        &self.layout.prefix
     }
 
     /// Every attempt of `key` up to `token` is over: fence them out for `life`.
