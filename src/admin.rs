@@ -45,7 +45,7 @@ pub struct Admin {
 pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Future<Output = ()>) {
     let settings = Arc::new(server::Settings::of(&admin.config));
     let cap = admin.config.admin_max_connections;
-    let open = server::accept_until(listener, cap, shutdown, move |stream, _, stop| {
+    let open = server::accept_until(listener, cap, None, shutdown, move |stream, _, stop| {
         let (admin, settings) = (admin.clone(), settings.clone());
         let handle = move |request| {
             let admin = admin.clone();

@@ -26,6 +26,9 @@ pub enum RunError {
     /// The proxy listener's certificate could not be loaded.
     #[error("cannot load the TLS certificate: {0}")]
     Tls(#[from] crate::tls::TlsFileError),
+    /// The serving threads (`server_threads`) could not be started.
+    #[error("cannot start the serving threads (server_threads): {0}")]
+    Threads(std::io::Error),
     /// The admin listener could not be bound.
     #[error("cannot listen on admin_listen {addr}: {source}")]
     AdminBind {
@@ -95,8 +98,12 @@ pub async fn run_with(
         config.store.sweep_interval,
         config.store.sweep_batch,
     ));
+    let cores = (config.server_threads > 0)
+        .then(|| server::cores::Cores::start(config.server_threads))
+        .transpose()
+        .map_err(RunError::Threads)?;
     let gateway = Arc::new(Gateway::new(&config, path, metrics, waiters));
-    server::serve(listener, gateway, &config, tls, shutdown).await;
+    server::serve(listener, gateway, cores, &config, tls, shutdown).await;
     sweeper.abort();
     if let Some(relay) = relay {
         relay.abort();

@@ -1,76 +1,284 @@
 //! Logging: one line per request and the gateway's warnings, written to
 //! stderr by a background thread so that no request waits on the terminal
-//! or a log pipe. The queue between them is bounded ([`LOG_QUEUE_LINES`]);
-//! when it is full a line is dropped, never waited for, and counted
-//! (`idemgate_log_lines_dropped_total`).
+//! or a log pipe.
+//!
+//! A request's thread formats its line (tracing-subscriber's `fmt`, text or
+//! JSON) and appends it to one shared buffer, bounded in bytes
+//! ([`LOG_BUFFER_BYTES`]); a line that does not fit is dropped, never
+//! waited for, and counted (`idemgate_log_lines_dropped_total`). The writer
+//! thread is woken only when the buffer goes from empty to not empty, or
+//! passes [`FLUSH_AT_BYTES`]; otherwise it takes the whole buffer every
+//! [`LINGER`] and writes it with one `write(2)`. So a busy gateway pays no
+//! wake-up, no allocation and no system call per line, and a line reaches
+//! stderr at most [`LINGER`] after it was logged.
 //!
 //! The subscriber is process-wide, and so is its drop counter.
 
-use std::io::IsTerminal;
-use std::sync::OnceLock;
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
-use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::fmt::MakeWriter;
 
 use crate::config::LogFormat;
 
-/// Lines the log queue holds before it drops (at a few hundred bytes a
-/// line, a few MiB at most).
-pub const LOG_QUEUE_LINES: usize = 16_384;
+/// Bytes of formatted lines the buffer holds before it drops (at 100–300
+/// bytes a request line, 7,000–20,000 lines).
+pub const LOG_BUFFER_BYTES: usize = 2 * 1024 * 1024;
 
-/// Bytes the writer thread gathers before a write(2); it flushes whenever
-/// the queue runs empty, so a line never waits for more to come.
-const LOG_BUFFER_BYTES: usize = 64 * 1024;
+/// Buffered bytes past which the writer is woken at once rather than at
+/// its next [`LINGER`].
+const FLUSH_AT_BYTES: usize = 64 * 1024;
 
-static DROPPED: OnceLock<ErrorCounter> = OnceLock::new();
+/// How long the writer lets lines gather before it writes them.
+const LINGER: Duration = Duration::from_millis(5);
 
-/// Flushes the queued lines when dropped: keep it alive until the process
-/// ends.
+static SHARED: OnceLock<Arc<Shared>> = OnceLock::new();
+
+/// What the request threads and the writer thread share.
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    dropped: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    /// Whole lines, in the order they were logged.
+    buffer: Vec<u8>,
+    /// The writer waits for a first line (woken by it).
+    idle: bool,
+    /// The writer was asked to write now (the buffer passed
+    /// [`FLUSH_AT_BYTES`], or the guard is dropped).
+    flush: bool,
+    /// The guard was dropped: write what is left and end.
+    done: bool,
+}
+
+impl Shared {
+    /// Append one whole line, or drop and count it.
+    fn append(&self, line: &[u8]) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.buffer.len() + line.len() > LOG_BUFFER_BYTES {
+            drop(state);
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let was_empty = state.buffer.is_empty();
+        state.buffer.extend_from_slice(line);
+        let wake = (was_empty && state.idle)
+            || (!state.flush && state.buffer.len() >= FLUSH_AT_BYTES && {
+                state.flush = true;
+                true
+            });
+        drop(state);
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The writer thread: wait for lines, let more gather for [`LINGER`]
+    /// (unless asked to write now), write them all, repeat; after the guard
+    /// is dropped, write what is left and return.
+    fn write_forever(&self, out: &mut dyn Write) {
+        let mut taken = Vec::new();
+        loop {
+            let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+            while state.buffer.is_empty() && !state.done {
+                state.idle = true;
+                state = self.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+            }
+            state.idle = false;
+            if !state.flush && !state.done {
+                state = self
+                    .wake
+                    .wait_timeout_while(state, LINGER, |s| !s.flush && !s.done)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            std::mem::swap(&mut state.buffer, &mut taken);
+            state.flush = false;
+            let done = state.done;
+            drop(state);
+            // A failed write (stderr closed) loses these lines, as a
+            // terminal that went away would; nothing else can be done.
+            let _ = out.write_all(&taken).and_then(|()| out.flush());
+            taken.clear();
+            // Keep the spare buffer from holding a burst's size forever.
+            taken.shrink_to(FLUSH_AT_BYTES);
+            if done && self.state.lock().map_or(true, |s| s.buffer.is_empty()) {
+                return;
+            }
+        }
+    }
+}
+
+/// What `fmt` writes one formatted line through.
+#[derive(Clone)]
+struct Appender(Arc<Shared>);
+
+impl Write for Appender {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        self.0.append(line);
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> MakeWriter<'a> for Appender {
+    type Writer = Appender;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+/// Writes what is still buffered when dropped: keep it alive until the
+/// process ends.
 #[must_use = "dropping the guard stops the log writer"]
 pub struct LogGuard {
-    _writer: Option<WorkerGuard>,
+    writer: Option<(Arc<Shared>, JoinHandle<()>)>,
+}
+
+impl Drop for LogGuard {
+    fn drop(&mut self) {
+        if let Some((shared, thread)) = self.writer.take() {
+            if let Ok(mut state) = shared.state.lock() {
+                state.done = true;
+            }
+            shared.wake.notify_one();
+            let _ = thread.join();
+        }
+    }
 }
 
 /// Install the process's logger (`RUST_LOG` filters; default `info`, sqlx
 /// at `warn`). A second call installs nothing and returns an empty guard.
 pub fn init(format: LogFormat) -> LogGuard {
-    if DROPPED.get().is_some() {
-        return LogGuard { _writer: None };
+    if SHARED.get().is_some() {
+        return LogGuard { writer: None };
     }
-    let (writer, guard) = NonBlockingBuilder::default()
-        .lossy(true)
-        .buffered_lines_limit(LOG_QUEUE_LINES)
-        .thread_name("idemgate-log")
-        // Buffered: the writer thread flushes once per batch of queued
-        // lines, one write(2) for all of them instead of one per line.
-        .finish(std::io::BufWriter::with_capacity(
-            LOG_BUFFER_BYTES,
-            std::io::stderr(),
-        ));
+    let shared = Arc::new(Shared::default());
     // sqlx reports migration notices at INFO on every start: keep it to warnings.
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
-    let counter = writer.error_counter();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(writer);
+        .with_writer(Appender(shared.clone()));
     let installed = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
-    if installed.is_err() {
-        return LogGuard { _writer: None };
+    if installed.is_err() || SHARED.set(shared.clone()).is_err() {
+        return LogGuard { writer: None };
     }
-    let _ = DROPPED.set(counter);
+    let writer = shared.clone();
+    let thread = std::thread::Builder::new()
+        .name("idemgate-log".into())
+        .spawn(move || writer.write_forever(&mut std::io::stderr()))
+        .expect("cannot start the log writer thread");
     LogGuard {
-        _writer: Some(guard),
+        writer: Some((shared, thread)),
     }
 }
 
-/// Log lines dropped because the queue was full, since [`init`].
+/// Log lines dropped because the buffer was full, since [`init`].
 pub fn dropped_lines() -> u64 {
-    DROPPED
+    SHARED
         .get()
-        .map_or(0, |counter| counter.dropped_lines() as u64)
+        .map_or(0, |shared| shared.dropped.load(Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A writer the test can read after the thread wrote to it.
+    #[derive(Clone, Default)]
+    struct Sink(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Sink {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn writer(shared: &Arc<Shared>, sink: &Sink) -> JoinHandle<()> {
+        let (shared, mut sink) = (shared.clone(), sink.clone());
+        std::thread::spawn(move || shared.write_forever(&mut sink))
+    }
+
+    fn finish(shared: &Arc<Shared>, thread: JoinHandle<()>) {
+        shared.state.lock().unwrap().done = true;
+        shared.wake.notify_one();
+        thread.join().unwrap();
+    }
+
+    /// Lines from many threads arrive whole, each thread's in order, and
+    /// the last ones are written when the writer is stopped.
+    #[test]
+    fn lines_from_many_threads_arrive_whole_and_in_order() {
+        let shared = Arc::new(Shared::default());
+        let sink = Sink::default();
+        let thread = writer(&shared, &sink);
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let shared = &shared;
+                scope.spawn(move || {
+                    for i in 0..5_000 {
+                        Appender(shared.clone())
+                            .write_all(
+                                format!("thread={t} line={i} {}\n", "x".repeat(i % 97)).as_bytes(),
+                            )
+                            .unwrap();
+                    }
+                });
+            }
+        });
+        finish(&shared, thread);
+        let text = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        let mut next = [0usize; 4];
+        for line in text.lines() {
+            let mut words = line.split(' ');
+            let t: usize = words.next().unwrap()["thread=".len()..].parse().unwrap();
+            let i: usize = words.next().unwrap()["line=".len()..].parse().unwrap();
+            assert_eq!(i, next[t], "thread {t}: line {i} out of order");
+            assert_eq!(words.next().unwrap_or("").len(), i % 97, "a torn line");
+            next[t] += 1;
+        }
+        assert_eq!(next, [5_000; 4]);
+        assert_eq!(shared.dropped.load(Ordering::Relaxed), 0);
+    }
+
+    /// With nobody writing the buffer out, lines past its bound are
+    /// dropped and counted, never waited for; what fitted is written once
+    /// the writer runs.
+    #[test]
+    fn a_full_buffer_drops_and_counts() {
+        let shared = Arc::new(Shared::default());
+        let line = vec![b'x'; 1023];
+        let fits = LOG_BUFFER_BYTES / 1024;
+        for _ in 0..fits + 10 {
+            Appender(shared.clone())
+                .write_all(&[&line[..], b"\n"].concat())
+                .unwrap();
+        }
+        assert_eq!(shared.dropped.load(Ordering::Relaxed), 10);
+        let sink = Sink::default();
+        let thread = writer(&shared, &sink);
+        finish(&shared, thread);
+        assert_eq!(sink.0.lock().unwrap().len(), fits * 1024);
+    }
 }

@@ -28,6 +28,7 @@
 //!   for `http2_keep_alive_timeout` closes the connection;
 //! - a protected request's body: `body_read_timeout` (in the handler).
 
+pub(crate) mod cores;
 mod h1;
 mod h2;
 mod preface;
@@ -51,13 +52,16 @@ use crate::clock::Instant;
 use crate::config::Config;
 use crate::handler::Gateway;
 use crate::upstream::ClientOverTls;
+use cores::Cores;
 
 /// Serve `gateway` on `listener` until `shutdown` resolves, then drain.
 /// With `tls`, the listener speaks TLS with that certificate (reloaded on
-/// SIGHUP while serving).
+/// SIGHUP while serving); with `cores`, connections are served on those
+/// threads ([`cores`]), which end once everything is drained.
 pub(crate) async fn serve(
     listener: TcpListener,
     gateway: Arc<Gateway>,
+    cores: Option<Cores>,
     config: &Config,
     tls: Option<Arc<tls::Certificate>>,
     shutdown: impl Future<Output = ()>,
@@ -66,17 +70,23 @@ pub(crate) async fn serve(
     settings.tls = tls.as_ref().map(tls::Certificate::acceptor);
     let reloader = tls.map(|certificate| tokio::spawn(certificate.reload_on_sighup()));
     let settings = Arc::new(settings);
-    let open = accept_until(listener, config.max_connections, shutdown, {
-        let gateway = gateway.clone();
-        move |stream, client, stop| {
-            let (gateway, settings) = (gateway.clone(), settings.clone());
-            let handle = move |request| {
-                let gateway = gateway.clone();
-                async move { gateway.handle(request, client).await }
-            };
-            async move { serve_connection(&settings, stream, handle, stop).await }
-        }
-    })
+    let open = accept_until(
+        listener,
+        config.max_connections,
+        cores.as_ref(),
+        shutdown,
+        {
+            let gateway = gateway.clone();
+            move |stream, client, stop| {
+                let (gateway, settings) = (gateway.clone(), settings.clone());
+                let handle = move |request| {
+                    let gateway = gateway.clone();
+                    async move { gateway.handle(request, client).await }
+                };
+                async move { serve_connection(&settings, stream, handle, stop).await }
+            }
+        },
+    )
     .await;
 
     if let Some(reloader) = reloader {
@@ -101,6 +111,9 @@ pub(crate) async fn serve(
     {
         tracing::warn!(timeout = ?config.shutdown_timeout, "forwards still running at the shutdown deadline");
     }
+    if let Some(cores) = cores {
+        cores.stop().await;
+    }
 }
 
 /// The connections an accept loop left open when it stopped.
@@ -113,22 +126,25 @@ pub(crate) struct OpenConnections {
 
 /// Accept connections on `listener` until `shutdown` resolves, at most
 /// `cap` at once (past the cap, connections wait in the kernel's backlog),
-/// each served by `serve(stream, peer, stop)` in a task of its own. Accept
-/// errors (EMFILE and friends) back off instead of spinning.
+/// each served by `serve(stream, peer, stop)` in a task of its own: on this
+/// runtime, or with `cores` on the serving thread [`Cores::place`] picks.
+/// Accept errors (EMFILE and friends) back off instead of spinning.
 pub(crate) async fn accept_until<S, F>(
     listener: TcpListener,
     cap: usize,
+    cores: Option<&Cores>,
     shutdown: impl Future<Output = ()>,
     serve: S,
 ) -> OpenConnections
 where
-    S: Fn(TcpStream, SocketAddr, CancellationToken) -> F,
+    S: Fn(TcpStream, SocketAddr, CancellationToken) -> F + Send + Sync + 'static,
     F: Future<Output = ()> + Send + 'static,
 {
     let open = OpenConnections {
         tracker: TaskTracker::new(),
         stop: CancellationToken::new(),
     };
+    let serve = Arc::new(serve);
     let slots = Arc::new(Semaphore::new(cap));
     tokio::pin!(shutdown);
     loop {
@@ -148,11 +164,23 @@ where
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let connection = serve(stream, peer, open.stop.clone());
-        open.tracker.spawn(async move {
-            connection.await;
-            drop(permit);
+        let stop = open.stop.clone();
+        let Some(cores) = cores else {
+            let connection = serve(stream, peer, stop);
+            open.tracker.spawn(async move {
+                connection.await;
+                drop(permit);
+            });
+            continue;
+        };
+        let (serve, tracked) = (serve.clone(), open.tracker.token());
+        let placed = cores.place(stream, move |stream| async move {
+            serve(stream, peer, stop).await;
+            drop((permit, tracked));
         });
+        if let Err(error) = placed {
+            tracing::warn!(%error, "cannot hand a connection to a serving thread: closed");
+        }
     }
     open
 }

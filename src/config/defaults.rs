@@ -30,6 +30,13 @@ pub const DEFAULT_ADMIN_LISTEN: SocketAddr =
     SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9090));
 /// `max_connections`: client connections served at once.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// `server_threads`: the most that may be asked for (unset: one per core).
+pub const MAX_SERVER_THREADS: usize = 256;
+
+/// `server_threads` when unset: one per core the process may run on.
+pub fn default_server_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+}
 /// `admin_token`: the shortest accepted (there is no default token: without
 /// one, key administration over HTTP is off).
 pub const MIN_ADMIN_TOKEN_LEN: usize = 16;

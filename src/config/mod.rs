@@ -88,6 +88,10 @@ pub struct Config {
     pub admin_token: Option<AdminToken>,
     /// Most client connections served at once; further ones wait in the backlog.
     pub max_connections: usize,
+    /// Threads serving client connections, each with its own runtime and
+    /// upstream pool (`crate::server::cores`); 0: they are served on the
+    /// process's shared runtime.
+    pub server_threads: usize,
     /// Time a client has to send its request headers.
     pub header_read_timeout: Duration,
     /// A connection with no request in progress for this long is closed.

@@ -17,6 +17,7 @@ pub(super) struct RawConfig {
     pub(super) admin_listen: Option<String>,
     pub(super) admin_token: Option<String>,
     pub(super) max_connections: Option<usize>,
+    pub(super) server_threads: Option<usize>,
     pub(super) header_read_timeout: Option<String>,
     pub(super) idle_timeout: Option<String>,
     pub(super) body_read_timeout: Option<String>,

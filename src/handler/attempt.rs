@@ -32,7 +32,7 @@ impl Gateway {
         let started = Instant::now();
         let exchange = tokio::time::timeout(route.upstream_timeout, async {
             let response = self
-                .upstream
+                .upstream()
                 .send(route.upstream_ca.as_ref(), request)
                 .await?;
             let (parts, incoming) = response.into_parts();

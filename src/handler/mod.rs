@@ -73,7 +73,9 @@ struct Trace {
 pub struct Gateway {
     routes: Vec<Arc<Route>>,
     store: Arc<dyn Store>,
-    upstream: Upstream,
+    /// One upstream pool per serving thread (`server_threads`; one when
+    /// connections are served on the shared runtime): [`Gateway::upstream`].
+    upstreams: Vec<Upstream>,
     tasks: TaskTracker,
     docs_url: Option<String>,
     body_read_timeout: Duration,
@@ -118,14 +120,18 @@ impl Gateway {
             routes: config.routes.iter().cloned().map(Arc::new).collect(),
             orphans: Orphans::start(store.clone(), metrics.clone(), &tasks),
             store,
-            upstream: Upstream::new(
-                connect_timeout(config),
-                config
-                    .routes
-                    .iter()
-                    .filter(|r| r.upstream.scheme_str() == Some("https"))
-                    .map(|r| r.upstream_ca.as_ref()),
-            ),
+            upstreams: (0..config.server_threads.max(1))
+                .map(|_| {
+                    Upstream::new(
+                        connect_timeout(config),
+                        config
+                            .routes
+                            .iter()
+                            .filter(|r| r.upstream.scheme_str() == Some("https"))
+                            .map(|r| r.upstream_ca.as_ref()),
+                    )
+                })
+                .collect(),
             tasks,
             docs_url: config.docs_url.clone(),
             body_read_timeout: config.body_read_timeout,
@@ -138,6 +144,13 @@ impl Gateway {
             wait_slots: Arc::new(Semaphore::new(config.max_waiting)),
             wait_bytes: Arc::new(Semaphore::new(config.max_buffered_request_bytes / 2)),
         }
+    }
+
+    /// The upstream pool of the serving thread this runs on: a request's
+    /// upstream connections stay on the thread that serves its client.
+    fn upstream(&self) -> &Upstream {
+        let core = crate::server::cores::current();
+        &self.upstreams[core.min(self.upstreams.len() - 1)]
     }
 
     /// A route's metric handles (`None`: no route matched).
@@ -629,7 +642,7 @@ impl Gateway {
     ) -> Result<Response<Body>, GatewayError> {
         let end_to_end = |name: &http::HeaderName| route.travels_end_to_end(name);
         let request = upstream::prepare(request, &route.upstream, client, end_to_end);
-        let sent = self.upstream.send(route.upstream_ca.as_ref(), request);
+        let sent = self.upstream().send(route.upstream_ca.as_ref(), request);
         let response = tokio::time::timeout(route.upstream_timeout, sent)
             .await
             .map_err(|_| GatewayError::UpstreamTimeout {

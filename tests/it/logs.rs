@@ -145,8 +145,9 @@ async fn a_stalled_log_pipe_never_stalls_requests_and_drops_are_counted() {
     })
     .await;
     assert!(ready.is_some(), "the gateway did not start");
-    // More request lines than the pipe and the queue hold together.
-    let total = idemgate::logging::LOG_QUEUE_LINES + 4_000;
+    // More request lines than the pipe and the buffer hold together (a
+    // request line here is over 100 bytes).
+    let total = idemgate::logging::LOG_BUFFER_BYTES / 100 + 4_000;
     let workers = 16;
     let mut tasks = tokio::task::JoinSet::new();
     for w in 0..workers {

@@ -58,6 +58,18 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     if max_connections == 0 {
         return Err(invalid("max_connections", "must be at least 1"));
     }
+    let server_threads = raw
+        .server_threads
+        .unwrap_or_else(super::defaults::default_server_threads);
+    if server_threads > super::defaults::MAX_SERVER_THREADS {
+        return Err(invalid(
+            "server_threads",
+            format!(
+                "must be at most {} (0: serve on the shared runtime)",
+                super::defaults::MAX_SERVER_THREADS
+            ),
+        ));
+    }
     let streams = raw
         .http2_max_concurrent_streams
         .unwrap_or(DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS);
@@ -127,6 +139,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         )?,
         admin_token: super::secret::admin_token(raw.admin_token)?,
         max_connections,
+        server_threads,
         header_read_timeout: deadline(
             "header_read_timeout",
             raw.header_read_timeout.as_deref(),
@@ -255,6 +268,21 @@ mod tests {
         assert_eq!(r.on_unknown_outcome, DEFAULT_ON_UNKNOWN_OUTCOME);
         assert_eq!(r.on_store_error, DEFAULT_ON_STORE_ERROR);
         assert_eq!(r.replay_headers_deny, DEFAULT_REPLAY_HEADERS_DENY);
+    }
+
+    #[test]
+    fn server_threads_default_to_the_cores_and_are_bounded() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(
+            c.server_threads,
+            crate::config::defaults::default_server_threads()
+        );
+        assert!(c.server_threads >= 1);
+        let shared = parse(&format!("server_threads = 0\n{MINIMAL}")).unwrap();
+        assert_eq!(shared.server_threads, 0);
+        let err = error(&format!("server_threads = 257\n{MINIMAL}"));
+        assert!(err.contains("`server_threads`"), "{err}");
+        assert!(err.contains("at most 256"), "{err}");
     }
 
     #[test]
