@@ -9,15 +9,15 @@
 //! thread is woken only when the buffer goes from empty to not empty, or
 //! passes [`FLUSH_AT_BYTES`]; otherwise it takes the whole buffer every
 //! [`LINGER`] and writes it with one `write(2)`. So a busy gateway pays no
-//! wake-up, no allocation and no system call per line, and a line reaches
-//! stderr at most [`LINGER`] after it was logged.
+//! wake-up, no allocation and no system call per line, and a line is
+//! written at most [`LINGER`] after it was logged (once stderr takes what
+//! came before it). Lines a failed write lost are counted as dropped too.
 //!
 //! The subscriber is process-wide, and so is its drop counter.
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tracing_subscriber::EnvFilter;
@@ -105,8 +105,11 @@ impl Shared {
             let done = state.done;
             drop(state);
             // A failed write (stderr closed) loses these lines, as a
-            // terminal that went away would; nothing else can be done.
-            let _ = out.write_all(&taken).and_then(|()| out.flush());
+            // terminal that went away would: they are counted as dropped.
+            if out.write_all(&taken).and_then(|()| out.flush()).is_err() {
+                let lines = taken.iter().filter(|&&b| b == b'\n').count();
+                self.dropped.fetch_add(lines as u64, Ordering::Relaxed);
+            }
             taken.clear();
             // Keep the spare buffer from holding a burst's size forever.
             taken.shrink_to(FLUSH_AT_BYTES);
@@ -140,21 +143,25 @@ impl<'a> MakeWriter<'a> for Appender {
     }
 }
 
-/// Writes what is still buffered when dropped: keep it alive until the
-/// process ends.
+/// How long dropping the [`LogGuard`] waits for the buffered lines to be
+/// written (a stuck stderr must not keep the process from ending).
+const FINAL_WRITE: Duration = Duration::from_secs(1);
+
+/// Writes what is still buffered when dropped (waiting at most
+/// [`FINAL_WRITE`]): keep it alive until the process ends.
 #[must_use = "dropping the guard stops the log writer"]
 pub struct LogGuard {
-    writer: Option<(Arc<Shared>, JoinHandle<()>)>,
+    writer: Option<(Arc<Shared>, std::sync::mpsc::Receiver<()>)>,
 }
 
 impl Drop for LogGuard {
     fn drop(&mut self) {
-        if let Some((shared, thread)) = self.writer.take() {
-            if let Ok(mut state) = shared.state.lock() {
-                state.done = true;
-            }
+        if let Some((shared, finished)) = self.writer.take() {
+            shared.state.lock().unwrap_or_else(|e| e.into_inner()).done = true;
             shared.wake.notify_one();
-            let _ = thread.join();
+            // Gone (or never ending, blocked on stderr): the process goes on
+            // ending either way.
+            let _ = finished.recv_timeout(FINAL_WRITE);
         }
     }
 }
@@ -181,12 +188,16 @@ pub fn init(format: LogFormat) -> LogGuard {
         return LogGuard { writer: None };
     }
     let writer = shared.clone();
-    let thread = std::thread::Builder::new()
+    let (finished, finished_rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
         .name("idemgate-log".into())
-        .spawn(move || writer.write_forever(&mut std::io::stderr()))
+        .spawn(move || {
+            writer.write_forever(&mut std::io::stderr());
+            let _ = finished.send(());
+        })
         .expect("cannot start the log writer thread");
     LogGuard {
-        writer: Some((shared, thread)),
+        writer: Some((shared, finished_rx)),
     }
 }
 
@@ -215,12 +226,12 @@ mod tests {
         }
     }
 
-    fn writer(shared: &Arc<Shared>, sink: &Sink) -> JoinHandle<()> {
+    fn writer(shared: &Arc<Shared>, sink: &Sink) -> std::thread::JoinHandle<()> {
         let (shared, mut sink) = (shared.clone(), sink.clone());
         std::thread::spawn(move || shared.write_forever(&mut sink))
     }
 
-    fn finish(shared: &Arc<Shared>, thread: JoinHandle<()>) {
+    fn finish(shared: &Arc<Shared>, thread: std::thread::JoinHandle<()>) {
         shared.state.lock().unwrap().done = true;
         shared.wake.notify_one();
         thread.join().unwrap();

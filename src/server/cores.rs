@@ -5,7 +5,9 @@
 //! its own upstream pool, [`current`] picks it). Nothing of a request then
 //! moves between threads, except its store operations, whose connections
 //! and batches stay on the process's shared runtime with the admin
-//! listener and the background tasks.
+//! listener and the background tasks (stores open their connections
+//! there, whoever asks: `shared` in the PostgreSQL pool and the Redis
+//! store).
 //!
 //! Why: on the shared multi-threaded runtime a pass-through request woke
 //! another thread about every other request (a task stolen, or the
@@ -26,7 +28,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use tokio::net::TcpStream;
 use tokio::runtime::Handle;
@@ -42,10 +43,6 @@ thread_local! {
 pub(crate) fn current() -> usize {
     CORE.with(Cell::get)
 }
-
-/// How long a serving thread's runtime waits, once released, for blocking
-/// work it started before it is dropped.
-const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(1);
 
 /// The serving threads.
 pub(crate) struct Cores {
@@ -69,20 +66,35 @@ impl Cores {
         let release = CancellationToken::new();
         let mut threads = Vec::with_capacity(n);
         for index in 0..n {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            let handle = runtime.handle().clone();
+            // The runtime is built (and dropped) on its own thread, never
+            // inside the caller's runtime; its handle comes back.
+            let (handle_tx, handle_rx) = std::sync::mpsc::sync_channel(1);
             let released = release.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("idemgate-serve-{index}"))
                 .spawn(move || {
+                    let runtime = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(runtime) => runtime,
+                        Err(error) => return drop(handle_tx.send(Err(error))),
+                    };
                     CORE.with(|core| core.set(index));
+                    let _ = handle_tx.send(Ok(runtime.handle().clone()));
                     runtime.block_on(released.cancelled());
-                    runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
+                    // What is left (connections past the shutdown deadline)
+                    // is dropped; nothing is waited for.
+                    runtime.shutdown_background();
                 });
-            let thread = match spawned {
-                Ok(thread) => thread,
+            let started = spawned.and_then(|thread| {
+                let handle = handle_rx
+                    .recv()
+                    .map_err(|_| std::io::Error::other("a serving thread ended at start"))??;
+                Ok((thread, handle))
+            });
+            let (thread, handle) = match started {
+                Ok(started) => started,
                 Err(error) => {
                     release.cancel();
                     return Err(error);
@@ -131,8 +143,9 @@ impl Cores {
         Ok(())
     }
 
-    /// Let the threads end once everything they serve is done; waits for
-    /// them.
+    /// End the threads, dropping whatever they still serve (called once
+    /// connections and forwards are drained, or the shutdown deadline
+    /// passed); waits for them.
     pub(crate) async fn stop(mut self) {
         self.release.cancel();
         let threads: Vec<_> = self
@@ -168,6 +181,8 @@ impl Drop for OpenGuard {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     /// Place one connection whose task reports `(n, thread index, thread

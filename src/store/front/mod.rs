@@ -121,6 +121,9 @@ struct Inner {
     marks: Arc<Marks>,
     /// The settled records of attempts never marked, to show.
     publisher: Arc<Publisher>,
+    /// The runtime the store was opened on: read-repairs run there, not on
+    /// the serving thread (`server_threads`) whose request asked for one.
+    shared: tokio::runtime::Handle,
 }
 
 impl Inner {
@@ -177,6 +180,7 @@ impl FrontStore {
             repair_slots: tokio::sync::Semaphore::new(REPAIRS_AT_ONCE),
             marks: Arc::new(Marks::new(front.mark_after)),
             publisher: Arc::new(Publisher::default()),
+            shared: tokio::runtime::Handle::current(),
         });
         let weak = Arc::downgrade(&inner);
         tokio::spawn(relay::relay(weak.clone()));
@@ -266,7 +270,9 @@ impl FrontStore {
                 return;
             }
         }
-        tokio::spawn(relay::repair(self.inner.clone(), key.clone()));
+        self.inner
+            .shared
+            .spawn(relay::repair(self.inner.clone(), key.clone()));
     }
 
     /// After PostgreSQL committed attempt `token`'s completion or hold

@@ -20,6 +20,11 @@ use crate::store::StoreError;
 #[derive(Debug)]
 pub(super) struct Connector {
     options: PgConnectOptions,
+    /// The runtime the pool was made on (the process's shared one):
+    /// connections are opened there whoever asks, so that their sockets
+    /// never belong to a serving thread (`server_threads`) whose runtime
+    /// ends before the store's users do.
+    shared: tokio::runtime::Handle,
 }
 
 impl Manager for Connector {
@@ -27,7 +32,11 @@ impl Manager for Connector {
     type Error = sqlx::Error;
 
     async fn create(&self) -> Result<PgConnection, sqlx::Error> {
-        <PgConnection as sqlx::Connection>::connect_with(&self.options).await
+        let options = self.options.clone();
+        self.shared
+            .spawn(async move { <PgConnection as sqlx::Connection>::connect_with(&options).await })
+            .await
+            .map_err(|e| sqlx::Error::Io(std::io::Error::other(e)))?
     }
 
     async fn recycle(&self, _: &mut PgConnection, _: &Metrics) -> RecycleResult<sqlx::Error> {
@@ -76,9 +85,11 @@ impl From<RunError> for StoreError {
 
 impl PgPool {
     /// A pool of at most `max` connections; waiting for one and opening one
-    /// are each bounded by `timeout`. Connects lazily.
+    /// are each bounded by `timeout`. Connects lazily, on the runtime this
+    /// is called on.
     pub(super) fn new(options: PgConnectOptions, max: usize, timeout: Duration) -> Self {
-        let pool = Pool::builder(Connector { options })
+        let shared = tokio::runtime::Handle::current();
+        let pool = Pool::builder(Connector { options, shared })
             .max_size(max)
             .wait_timeout(Some(timeout))
             .create_timeout(Some(timeout))

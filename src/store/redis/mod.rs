@@ -76,6 +76,10 @@ pub struct RedisStore {
     /// The routes whose settled records are announced.
     wait_routes: Vec<String>,
     timeout: Duration,
+    /// The runtime the store was opened on (the process's shared one):
+    /// lanes are connected there whoever asks, so that a connection's
+    /// driver task never runs on a serving thread (`server_threads`).
+    shared: tokio::runtime::Handle,
 }
 
 /// Where new connections come from.
@@ -206,6 +210,7 @@ impl RedisStore {
             listens: AtomicUsize::new(0),
             expected_run_id: Mutex::new(None),
             wait_routes: config.wait_routes.clone(),
+            shared: tokio::runtime::Handle::current(),
         })
     }
 
@@ -325,12 +330,21 @@ impl RedisStore {
         }
         let generation = self.lanes.generation.load(Ordering::SeqCst);
         let unavailable = |e: &dyn std::fmt::Display| StoreError::Unavailable(e.to_string());
+        // Connected on the shared runtime, where the connection's driver
+        // task then lives.
+        let connecting = |e: tokio::task::JoinError| unavailable(&e);
         let conn = match &self.source {
             Source::Single(single) => {
-                let (client, settings) = single.as_ref();
-                let mut conn = client
-                    .get_multiplexed_async_connection_with_config(settings)
+                let (client, settings) = single.as_ref().clone();
+                let mut conn = self
+                    .shared
+                    .spawn(async move {
+                        client
+                            .get_multiplexed_async_connection_with_config(&settings)
+                            .await
+                    })
                     .await
+                    .map_err(connecting)?
                     .map_err(|e| unavailable(&e))?;
                 let expected = self
                     .expected_run_id
@@ -352,12 +366,16 @@ impl RedisStore {
                 }
                 Conn::Single(conn)
             }
-            Source::Cluster(client) => Conn::Cluster(
-                client
-                    .get_async_connection()
-                    .await
-                    .map_err(|e| unavailable(&e))?,
-            ),
+            Source::Cluster(client) => {
+                let client = client.clone();
+                Conn::Cluster(
+                    self.shared
+                        .spawn(async move { client.get_async_connection().await })
+                        .await
+                        .map_err(connecting)?
+                        .map_err(|e| unavailable(&e))?,
+                )
+            }
         };
         *self.lanes.slot(lane) = Some((conn.clone(), generation));
         Ok((conn, generation))
