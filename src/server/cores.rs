@@ -13,7 +13,11 @@
 //! another thread about every other request (a task stolen, or the
 //! upstream connection's task running on the other worker), a `futex` and a
 //! cold cache each time; measured on two shared cores, serving threads gave
-//! pass-through +20–25 % and replays +5–13 % (`bench/results/2026-11-25.md`).
+//! pass-through 1.2× (30.0 → 26.9 µs of CPU a request) and left replays
+//! equal, but new keys, whose store operations now always cross between a
+//! serving thread and the store's runtime, lost 8–13 %
+//! (`bench/results/2026-11-25.md`); `server_threads = 0` keeps the shared
+//! runtime.
 //!
 //! One accept loop, on the shared runtime, keeps `max_connections` and
 //! graceful shutdown exactly as before; it hands each accepted socket to the
