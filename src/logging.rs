@@ -120,11 +120,14 @@ impl Shared {
     }
 }
 
-/// What `fmt` writes one formatted line through.
-#[derive(Clone)]
+/// What `fmt` makes a writer from for each line.
 struct Appender(Arc<Shared>);
 
-impl Write for Appender {
+/// What `fmt` writes one formatted line through (borrowed: no reference
+/// count touched per line).
+struct Append<'a>(&'a Shared);
+
+impl Write for Append<'_> {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
         self.0.append(line);
         Ok(line.len())
@@ -136,10 +139,10 @@ impl Write for Appender {
 }
 
 impl<'a> MakeWriter<'a> for Appender {
-    type Writer = Appender;
+    type Writer = Append<'a>;
 
     fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
+        Append(&self.0)
     }
 }
 
@@ -249,7 +252,7 @@ mod tests {
                 let shared = &shared;
                 scope.spawn(move || {
                     for i in 0..5_000 {
-                        Appender(shared.clone())
+                        Append(shared)
                             .write_all(
                                 format!("thread={t} line={i} {}\n", "x".repeat(i % 97)).as_bytes(),
                             )
@@ -282,7 +285,7 @@ mod tests {
         let line = vec![b'x'; 1023];
         let fits = LOG_BUFFER_BYTES / 1024;
         for _ in 0..fits + 10 {
-            Appender(shared.clone())
+            Append(&shared)
                 .write_all(&[&line[..], b"\n"].concat())
                 .unwrap();
         }

@@ -335,6 +335,55 @@ async fn sleep_until(at: Option<Instant>) {
 mod tests {
     use super::*;
 
+    /// With serving threads, the accept loop serves each connection on one
+    /// of them (not on its own runtime), and still tracks it for the drain.
+    #[tokio::test]
+    async fn with_cores_connections_are_served_on_the_serving_threads() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cores = Cores::start(2).unwrap();
+        let (seen, mut seen_rx) = tokio::sync::mpsc::unbounded_channel();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let accepting = async {
+            accept_until(
+                listener,
+                8,
+                Some(&cores),
+                async {
+                    let _ = stopped.await;
+                },
+                move |_stream, _peer, stop: CancellationToken| {
+                    let seen = seen.clone();
+                    async move {
+                        let name = std::thread::current().name().map(str::to_owned);
+                        seen.send(name).unwrap();
+                        stop.cancelled().await;
+                    }
+                },
+            )
+            .await
+        };
+        let clients = async {
+            let mut clients = Vec::new();
+            for _ in 0..4 {
+                clients.push(TcpStream::connect(addr).await.unwrap());
+                let name = seen_rx.recv().await.unwrap().unwrap_or_default();
+                assert!(name.starts_with("idemgate-serve-"), "served on {name:?}");
+            }
+            let _ = stop.send(());
+            clients
+        };
+        let (open, _clients) = tokio::join!(accepting, clients);
+        // The connections are tracked: the drain waits for them.
+        open.tracker.close();
+        assert!(!open.tracker.is_empty(), "four connections still open");
+        open.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(10), open.tracker.wait())
+            .await
+            .expect("the connections end when told to stop");
+        cores.stop().await;
+    }
+
     /// Every open connection's task is at least this future: what it
     /// holds inline, 10,000 idle connections hold 10,000 times. The TLS
     /// handshake's state (boxed in [`serve_tls`]) once sat inline here and

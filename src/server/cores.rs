@@ -196,7 +196,7 @@ mod tests {
         listener: &tokio::net::TcpListener,
         n: usize,
         seen: &tokio::sync::mpsc::UnboundedSender<(usize, usize, Option<String>)>,
-    ) -> (TcpStream, tokio::sync::oneshot::Sender<()>) {
+    ) -> (TcpStream, Option<tokio::sync::oneshot::Sender<()>>) {
         let client = TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
@@ -210,7 +210,7 @@ mod tests {
                 let _ = ended.await;
             })
             .unwrap();
-        (client, end)
+        (client, Some(end))
     }
 
     /// Connections go to the thread with the fewest open ones and run
@@ -234,7 +234,7 @@ mod tests {
         assert_eq!((on[0].len(), on[1].len()), (2, 2), "{on:?}");
         // Thread 0's two connections end: the next two both go there.
         for &n in &on[0] {
-            let _ = std::mem::replace(&mut open[n].1, tokio::sync::oneshot::channel().0).send(());
+            let _ = open[n].1.take().expect("not ended yet").send(());
         }
         let freed = async {
             while cores.threads[0].open.load(Ordering::Relaxed) > 0 {

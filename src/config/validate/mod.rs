@@ -60,7 +60,7 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
     }
     let server_threads = raw
         .server_threads
-        .unwrap_or_else(super::defaults::default_server_threads);
+        .unwrap_or_else(super::defaults::host_cores);
     if server_threads > super::defaults::MAX_SERVER_THREADS {
         return Err(invalid(
             "server_threads",
@@ -273,10 +273,7 @@ mod tests {
     #[test]
     fn server_threads_default_to_the_cores_and_are_bounded() {
         let c = parse(MINIMAL).unwrap();
-        assert_eq!(
-            c.server_threads,
-            crate::config::defaults::default_server_threads()
-        );
+        assert_eq!(c.server_threads, crate::config::defaults::host_cores());
         assert!(c.server_threads >= 1);
         let shared = parse(&format!("server_threads = 0\n{MINIMAL}")).unwrap();
         assert_eq!(shared.server_threads, 0);

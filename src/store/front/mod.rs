@@ -50,6 +50,7 @@ use health::{Health, bump};
 use marks::{Marks, Waiting};
 use publish::{Outcome, Publisher};
 
+use super::home::Home;
 use super::postgres::{PgStore, millis};
 use super::redis::{FrontEntry, Mark, Publish, RedisStore, Settled};
 use super::{
@@ -121,9 +122,8 @@ struct Inner {
     marks: Arc<Marks>,
     /// The settled records of attempts never marked, to show.
     publisher: Arc<Publisher>,
-    /// The runtime the store was opened on: read-repairs run there, not on
-    /// the serving thread (`server_threads`) whose request asked for one.
-    shared: tokio::runtime::Handle,
+    /// Where read-repairs run, whichever thread's request asked for one.
+    home: Home,
 }
 
 impl Inner {
@@ -180,7 +180,7 @@ impl FrontStore {
             repair_slots: tokio::sync::Semaphore::new(REPAIRS_AT_ONCE),
             marks: Arc::new(Marks::new(front.mark_after)),
             publisher: Arc::new(Publisher::default()),
-            shared: tokio::runtime::Handle::current(),
+            home: Home::here(),
         });
         let weak = Arc::downgrade(&inner);
         tokio::spawn(relay::relay(weak.clone()));
@@ -271,7 +271,7 @@ impl FrontStore {
             }
         }
         self.inner
-            .shared
+            .home
             .spawn(relay::repair(self.inner.clone(), key.clone()));
     }
 

@@ -15,16 +15,14 @@ use deadpool::managed::{self, Manager, Metrics, Object, Pool, RecycleResult};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 use crate::store::StoreError;
+use crate::store::home::Home;
 
 /// Opens connections for the pool.
 #[derive(Debug)]
 pub(super) struct Connector {
     options: PgConnectOptions,
-    /// The runtime the pool was made on (the process's shared one):
-    /// connections are opened there whoever asks, so that their sockets
-    /// never belong to a serving thread (`server_threads`) whose runtime
-    /// ends before the store's users do.
-    shared: tokio::runtime::Handle,
+    /// Where connections are opened, whoever asks.
+    home: Home,
 }
 
 impl Manager for Connector {
@@ -33,8 +31,8 @@ impl Manager for Connector {
 
     async fn create(&self) -> Result<PgConnection, sqlx::Error> {
         let options = self.options.clone();
-        self.shared
-            .spawn(async move { <PgConnection as sqlx::Connection>::connect_with(&options).await })
+        self.home
+            .run(async move { <PgConnection as sqlx::Connection>::connect_with(&options).await })
             .await
             .map_err(|e| sqlx::Error::Io(std::io::Error::other(e)))?
     }
@@ -86,10 +84,10 @@ impl From<RunError> for StoreError {
 impl PgPool {
     /// A pool of at most `max` connections; waiting for one and opening one
     /// are each bounded by `timeout`. Connects lazily, on the runtime this
-    /// is called on.
+    /// is called on ([`Home`]).
     pub(super) fn new(options: PgConnectOptions, max: usize, timeout: Duration) -> Self {
-        let shared = tokio::runtime::Handle::current();
-        let pool = Pool::builder(Connector { options, shared })
+        let home = Home::here();
+        let pool = Pool::builder(Connector { options, home })
             .max_size(max)
             .wait_timeout(Some(timeout))
             .create_timeout(Some(timeout))

@@ -50,6 +50,7 @@ use self::layout::Layout;
 use self::scripts::{ABANDON, CLAIM, CLEAR, COMPLETE, HOLD, INSPECT, RELEASE, RENEW};
 use http::StatusCode;
 
+use super::home::Home;
 use super::info::from_epoch_millis;
 use super::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store,
@@ -76,10 +77,8 @@ pub struct RedisStore {
     /// The routes whose settled records are announced.
     wait_routes: Vec<String>,
     timeout: Duration,
-    /// The runtime the store was opened on (the process's shared one):
-    /// lanes are connected there whoever asks, so that a connection's
-    /// driver task never runs on a serving thread (`server_threads`).
-    shared: tokio::runtime::Handle,
+    /// Where lanes are connected (and their driver tasks run), whoever asks.
+    home: Home,
 }
 
 /// Where new connections come from.
@@ -151,7 +150,7 @@ fn cas(v: i64) -> Cas {
 /// clients: 2 lanes 6.5–6.8k/s, 16 lanes 5.9k/s, with 10–20 % less CPU
 /// per key in idemgate and in Redis).
 fn lane_count(pool_size: u32) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let cores = crate::config::defaults::host_cores();
     // At least two, so that one large write never holds up every read.
     (pool_size as usize).clamp(1, cores.max(2))
 }
@@ -210,7 +209,7 @@ impl RedisStore {
             listens: AtomicUsize::new(0),
             expected_run_id: Mutex::new(None),
             wait_routes: config.wait_routes.clone(),
-            shared: tokio::runtime::Handle::current(),
+            home: Home::here(),
         })
     }
 
@@ -330,15 +329,13 @@ impl RedisStore {
         }
         let generation = self.lanes.generation.load(Ordering::SeqCst);
         let unavailable = |e: &dyn std::fmt::Display| StoreError::Unavailable(e.to_string());
-        // Connected on the shared runtime, where the connection's driver
-        // task then lives.
         let connecting = |e: tokio::task::JoinError| unavailable(&e);
         let conn = match &self.source {
             Source::Single(single) => {
                 let (client, settings) = single.as_ref().clone();
                 let mut conn = self
-                    .shared
-                    .spawn(async move {
+                    .home
+                    .run(async move {
                         client
                             .get_multiplexed_async_connection_with_config(&settings)
                             .await
@@ -369,8 +366,8 @@ impl RedisStore {
             Source::Cluster(client) => {
                 let client = client.clone();
                 Conn::Cluster(
-                    self.shared
-                        .spawn(async move { client.get_async_connection().await })
+                    self.home
+                        .run(async move { client.get_async_connection().await })
                         .await
                         .map_err(connecting)?
                         .map_err(|e| unavailable(&e))?,

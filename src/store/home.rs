@@ -1,0 +1,38 @@
+//! A store's home: the runtime it was opened on (the process's shared one),
+//! where its connections are opened and its own tasks run, whoever asks.
+//!
+//! With `server_threads`, requests run on serving threads, each with a
+//! current-thread runtime of its own. A connection opened from one of them
+//! would have its socket (and, for Redis, its driver task) on that
+//! thread's runtime: every other thread's operations on it would depend on
+//! that thread being free, and it would die with that runtime at shutdown,
+//! while the admin listener and the sweeper still use the store.
+
+use std::future::Future;
+
+use tokio::runtime::Handle;
+use tokio::task::JoinError;
+
+/// The runtime a store was opened on.
+#[derive(Debug, Clone)]
+pub(crate) struct Home(Handle);
+
+impl Home {
+    /// The runtime this is called on (a store's constructor).
+    pub(crate) fn here() -> Self {
+        Self(Handle::current())
+    }
+
+    /// Run `work` at home and wait for it (opening a connection).
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        work: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, JoinError> {
+        self.0.spawn(work).await
+    }
+
+    /// Start `work` at home, in a task of its own.
+    pub(crate) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
+        drop(self.0.spawn(work));
+    }
+}
