@@ -185,13 +185,12 @@ impl StoreConfig {
 }
 
 #[cfg(test)]
-impl StoreConfig {
-    /// Unit tests' `[store]`: `url`, one connection, a second per
-    /// operation, one record, nothing else on (each test changes what it
-    /// needs).
-    pub(crate) fn for_test(url: &str) -> Self {
-        Self {
-            url: url.to_string(),
+mod tests {
+    use super::*;
+
+    fn usable() -> StoreConfig {
+        StoreConfig {
+            url: "memory://".to_string(),
             migrate: false,
             pool_size: 1,
             timeout: Duration::from_secs(1),
@@ -206,15 +205,6 @@ impl StoreConfig {
             wait_routes: Vec::new(),
             front: None,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn usable() -> StoreConfig {
-        StoreConfig::for_test("memory://")
     }
 
     fn rejected_key(change: impl FnOnce(&mut StoreConfig)) -> &'static str {

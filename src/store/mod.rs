@@ -11,7 +11,7 @@ mod cache;
 mod config;
 pub mod front;
 mod headers;
-pub(crate) mod home;
+mod home;
 mod info;
 pub mod memory;
 pub mod postgres;
