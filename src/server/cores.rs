@@ -85,6 +85,7 @@ impl Cores {
                         Err(error) => return drop(handle_tx.send(Err(error))),
                     };
                     CORE.with(|core| core.set(index));
+                    crate::store::home::enter_serving_thread();
                     let _ = handle_tx.send(Ok(runtime.handle().clone()));
                     runtime.block_on(released.cancelled());
                     // What is left (connections past the shutdown deadline)

@@ -185,12 +185,13 @@ impl StoreConfig {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn usable() -> StoreConfig {
-        StoreConfig {
-            url: "memory://".to_string(),
+impl StoreConfig {
+    /// Unit tests' `[store]`: `url`, one connection, a second per
+    /// operation, one record, nothing else on (each test changes what it
+    /// needs).
+    pub(crate) fn for_test(url: &str) -> Self {
+        Self {
+            url: url.to_string(),
             migrate: false,
             pool_size: 1,
             timeout: Duration::from_secs(1),
@@ -205,6 +206,15 @@ mod tests {
             wait_routes: Vec::new(),
             front: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usable() -> StoreConfig {
+        StoreConfig::for_test("memory://")
     }
 
     fn rejected_key(change: impl FnOnce(&mut StoreConfig)) -> &'static str {

@@ -6,12 +6,32 @@
 //! would have its socket (and, for Redis, its driver task) on that
 //! thread's runtime: every other thread's operations on it would depend on
 //! that thread being free, and it would die with that runtime at shutdown,
-//! while the admin listener and the sweeper still use the store.
+//! while the admin listener and the sweeper still use the store. (The one
+//! deliberate exception: a serving thread's own Redis lane, used only by
+//! that thread's requests: src/store/redis/lanes.rs.)
 
+use std::cell::Cell;
 use std::future::Future;
 
 use tokio::runtime::Handle;
 use tokio::task::JoinError;
+
+thread_local! {
+    /// This thread is a serving thread (src/server/cores.rs).
+    static SERVING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Called by a serving thread before its runtime runs: this thread serves
+/// connections on a runtime of its own until it ends. (A store may keep a
+/// connection of the thread's own for it: the Redis store's lanes.)
+pub(crate) fn enter_serving_thread() {
+    SERVING.set(true);
+}
+
+/// Whether this is a serving thread.
+pub(crate) fn on_serving_thread() -> bool {
+    SERVING.get()
+}
 
 /// The runtime a store was opened on.
 #[derive(Debug, Clone)]

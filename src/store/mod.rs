@@ -11,7 +11,7 @@ mod cache;
 mod config;
 pub mod front;
 mod headers;
-mod home;
+pub(crate) mod home;
 mod info;
 pub mod memory;
 pub mod postgres;

@@ -45,7 +45,7 @@ pub(in crate::store) use front::{FrontEntry, Mark, Publish, Settled};
 use crate::waiters::{self, Waiters, parse_wake_id, wake_id};
 
 use self::conn::{Conn, Node, primaries, url_of};
-use self::lanes::Lanes;
+use self::lanes::{Lane, Lanes};
 use self::layout::Layout;
 use self::scripts::{ABANDON, CLAIM, CLEAR, COMPLETE, HOLD, INSPECT, RELEASE, RENEW};
 use http::StatusCode;
@@ -79,6 +79,8 @@ pub struct RedisStore {
     timeout: Duration,
     /// Where lanes are connected (and their driver tasks run), whoever asks.
     home: Home,
+    /// Connections opened for serving threads' own lanes.
+    local_opens: AtomicU64,
 }
 
 /// Where new connections come from.
@@ -198,7 +200,9 @@ impl RedisStore {
         };
         Ok(Self {
             source,
-            lanes: Lanes::new(lane_count(config.pool_size)),
+            // (A cluster connection is many connections: shared ones only.)
+            lanes: Lanes::new(lane_count(config.pool_size), !config.cluster),
+            local_opens: AtomicU64::new(0),
             layout: Layout {
                 prefix: config.prefix.clone(),
                 cluster: config.cluster,
@@ -320,29 +324,32 @@ impl RedisStore {
         Ok(())
     }
 
-    /// The lane's connection, opened if it has none. Only
-    /// one operation per lane connects; the others wait and share it.
-    async fn open_lane(&self, lane: usize) -> Result<(Conn, u64), StoreError> {
-        let _turn = self.lanes.connecting[lane].lock().await;
-        if let Some(opened) = self.lanes.slot(lane).clone() {
+    /// The lane's connection, opened if it has none current. Only one
+    /// operation per lane connects; the others wait and share it. A
+    /// serving thread's own lane connects on that thread's runtime; the
+    /// shared ones on the store's home.
+    async fn open_lane(&self, lane: &Lane, local: bool) -> Result<(Conn, u64), StoreError> {
+        let _turn = lane.connecting.lock().await;
+        let generation = self.lanes.generation.load(Ordering::SeqCst);
+        if let Some(opened) = lane.current(generation) {
             return Ok(opened);
         }
-        let generation = self.lanes.generation.load(Ordering::SeqCst);
         let unavailable = |e: &dyn std::fmt::Display| StoreError::Unavailable(e.to_string());
         let connecting = |e: tokio::task::JoinError| unavailable(&e);
         let conn = match &self.source {
             Source::Single(single) => {
                 let (client, settings) = single.as_ref().clone();
-                let mut conn = self
-                    .home
-                    .run(async move {
-                        client
-                            .get_multiplexed_async_connection_with_config(&settings)
-                            .await
-                    })
-                    .await
-                    .map_err(connecting)?
-                    .map_err(|e| unavailable(&e))?;
+                let connect = async move {
+                    client
+                        .get_multiplexed_async_connection_with_config(&settings)
+                        .await
+                };
+                let mut conn = if local {
+                    connect.await
+                } else {
+                    self.home.run(connect).await.map_err(connecting)?
+                }
+                .map_err(|e| unavailable(&e))?;
                 let expected = self
                     .expected_run_id
                     .lock()
@@ -365,16 +372,21 @@ impl RedisStore {
             }
             Source::Cluster(client) => {
                 let client = client.clone();
+                let connect = async move { client.get_async_connection().await };
                 Conn::Cluster(
-                    self.home
-                        .run(async move { client.get_async_connection().await })
-                        .await
-                        .map_err(connecting)?
-                        .map_err(|e| unavailable(&e))?,
+                    if local {
+                        connect.await
+                    } else {
+                        self.home.run(connect).await.map_err(connecting)?
+                    }
+                    .map_err(|e| unavailable(&e))?,
                 )
             }
         };
-        *self.lanes.slot(lane) = Some((conn.clone(), generation));
+        if local {
+            self.local_opens.fetch_add(1, Ordering::Relaxed);
+        }
+        *lane.slot() = Some((conn.clone(), generation));
         Ok((conn, generation))
     }
 
@@ -388,14 +400,14 @@ impl RedisStore {
         F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
-        let (lane, conn, picked) = self.lanes.pick();
+        let picked = self.lanes.pick();
         // The generation of the connection the operation ends up on.
-        let generation = AtomicU64::new(picked);
+        let generation = AtomicU64::new(picked.generation);
         let work = async {
-            let conn = match conn {
+            let conn = match picked.conn {
                 Some(conn) => conn,
                 None => {
-                    let (conn, opened) = self.open_lane(lane).await?;
+                    let (conn, opened) = self.open_lane(&picked.lane, picked.local).await?;
                     generation.store(opened, Ordering::Relaxed);
                     conn
                 }
@@ -680,7 +692,7 @@ impl StoreAdmin for RedisStore {
         Some(super::PoolStats {
             connections: open,
             idle: open,
-            max: self.lanes.slots.len() as u64,
+            max: self.lanes.count() as u64,
         })
     }
 
@@ -714,5 +726,80 @@ impl StoreAdmin for RedisStore {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::home;
+
+    /// The Redis the integration tests use (.ci/run starts one there).
+    fn config() -> StoreConfig {
+        let url = std::env::var("IDEMGATE_TEST_REDIS")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379/".to_string());
+        StoreConfig {
+            pool_size: 2,
+            timeout: Duration::from_secs(5),
+            prefix: format!("lanes-test-{}:", std::process::id()),
+            ..StoreConfig::for_test(&url)
+        }
+    }
+
+    /// Run `work` on a thread of its own with a current-thread runtime,
+    /// as a serving thread (`serving`) or not.
+    fn on_thread(serving: bool, store: Arc<RedisStore>) {
+        std::thread::spawn(move || {
+            if serving {
+                home::enter_serving_thread();
+            }
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async {
+                for _ in 0..3 {
+                    store.ping().await.expect("Redis answers");
+                }
+            });
+        })
+        .join()
+        .expect("the thread ends");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_serving_thread_has_a_connection_of_its_own() {
+        let store = Arc::new(RedisStore::connect(&config()).await.expect("Redis"));
+        let opens = || store.local_opens.load(Ordering::Relaxed);
+        // The store's own runtime and other threads use the shared lanes.
+        store.ping().await.expect("Redis answers");
+        on_thread(false, store.clone());
+        assert_eq!(opens(), 0);
+        assert!(store.lanes.open() >= 1);
+        // A serving thread opens one, on its runtime, and keeps it.
+        on_thread(true, store.clone());
+        assert_eq!(opens(), 1);
+        // Another serving thread: one more.
+        on_thread(true, store.clone());
+        assert_eq!(opens(), 2);
+        // After a reset (a connection failed), a serving thread opens a
+        // new one, and so does a shared lane.
+        let generation = store.lanes.generation.load(Ordering::SeqCst);
+        store.lanes.reset(generation);
+        assert_eq!(store.lanes.open(), 0);
+        on_thread(true, store.clone());
+        assert_eq!(opens(), 3);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_them_a_serving_thread_uses_the_shared_lanes() {
+        let lanes = Lanes::new(2, false);
+        let picked = std::thread::spawn(move || {
+            home::enter_serving_thread();
+            lanes.pick().local
+        })
+        .join()
+        .expect("the thread ends");
+        assert!(!picked);
     }
 }

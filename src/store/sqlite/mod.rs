@@ -494,20 +494,12 @@ mod tests {
 
     fn config(url: String) -> StoreConfig {
         StoreConfig {
-            url,
             migrate: true,
             pool_size: 4,
             timeout: Duration::from_secs(10),
-            batches_in_flight: 1,
-            prefix: String::new(),
-            cluster: false,
-            max_records: 1,
             sweep_interval: Duration::from_secs(60),
             sweep_batch: 100,
-            replay_cache_ttl: Duration::ZERO,
-            replay_cache_size: 0,
-            wait_routes: Vec::new(),
-            front: None,
+            ..StoreConfig::for_test(&url)
         }
     }
 
