@@ -93,7 +93,7 @@ pub async fn run_with(
         stop_admin.clone().cancelled_owned(),
     ));
     let sweeper = tokio::spawn(sweep_forever(
-        records,
+        records.clone(),
         metrics.clone(),
         config.store.sweep_interval,
         config.store.sweep_batch,
@@ -102,6 +102,14 @@ pub async fn run_with(
         .then(|| server::cores::Cores::start(config.server_threads))
         .transpose()
         .map_err(RunError::Threads)?;
+    if let Some(cores) = &cores {
+        cores
+            .on_each(|| {
+                let records = records.clone();
+                async move { records.open_serving_thread().await }
+            })
+            .await;
+    }
     let gateway = Arc::new(Gateway::new(&config, path, metrics, waiters));
     server::serve(listener, gateway, cores, &config, tls, shutdown).await;
     sweeper.abort();

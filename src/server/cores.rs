@@ -148,6 +148,22 @@ impl Cores {
         Ok(())
     }
 
+    /// Run `work` on every serving thread at once; wait for all of them.
+    pub(crate) async fn on_each<W, F>(&self, work: W)
+    where
+        W: Fn() -> F,
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let runs: Vec<_> = self
+            .threads
+            .iter()
+            .map(|core| core.handle.spawn(work()))
+            .collect();
+        for run in runs {
+            let _ = run.await;
+        }
+    }
+
     /// End the threads, dropping whatever they still serve (called once
     /// connections and forwards are drained, or the shutdown deadline
     /// passed); waits for them.
@@ -253,6 +269,28 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), cores.stop())
             .await
             .expect("released threads end, dropping what they still serve");
+    }
+
+    /// `on_each` runs its work once on every serving thread, and returns
+    /// when all have run it.
+    #[tokio::test]
+    async fn on_each_runs_on_every_thread() {
+        let cores = Cores::start(3).unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        cores
+            .on_each(|| {
+                let seen = seen.clone();
+                async move {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    let serving = crate::store::home::on_serving_thread();
+                    seen.lock().unwrap().push((current(), serving));
+                }
+            })
+            .await;
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort_unstable();
+        assert_eq!(seen, [(0, true), (1, true), (2, true)]);
+        cores.stop().await;
     }
 
     /// Off the serving threads, [`current`] is 0 (the first pool).

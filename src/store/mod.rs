@@ -287,6 +287,12 @@ pub trait StoreAdmin: Send + Sync + 'static {
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError>;
     /// Readiness: the store answers and (where it has a schema) is migrated.
     async fn ping(&self) -> Result<(), StoreError>;
+    /// Called once on each serving thread before the gateway serves: a
+    /// store that keeps a connection per serving thread (Redis) opens this
+    /// thread's now, so no request waits behind its connect, and a request
+    /// sent while the store is frozen is on the wire ahead of any later
+    /// retry. A failure is left for the thread's first request to find.
+    async fn open_serving_thread(&self) {}
     /// The connection pool's occupancy, for stores that have one.
     fn pool_stats(&self) -> Option<PoolStats> {
         None

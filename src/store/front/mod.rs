@@ -506,6 +506,10 @@ impl StoreAdmin for FrontStore {
         self.inner.truth.ping().await
     }
 
+    async fn open_serving_thread(&self) {
+        self.inner.front.open_serving_thread().await;
+    }
+
     fn pool_stats(&self) -> Option<PoolStats> {
         self.inner.truth.pool_stats()
     }

@@ -696,6 +696,14 @@ impl StoreAdmin for RedisStore {
         })
     }
 
+    async fn open_serving_thread(&self) {
+        // A PING opens the lane this thread's operations use (bounded by
+        // `timeout`).
+        if let Err(error) = self.ping().await {
+            tracing::debug!(%error, "a serving thread's Redis connection will open at its first request");
+        }
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         if !self.layout.cluster {
             return self
@@ -747,24 +755,33 @@ mod tests {
     }
 
     /// Run `work` on a thread of its own with a current-thread runtime,
-    /// as a serving thread (`serving`) or not.
-    fn on_thread(serving: bool, store: Arc<RedisStore>) {
+    /// as a serving thread (`serving`) or not; returns its output.
+    fn on_thread<T, F>(serving: bool, work: impl FnOnce() -> F + Send + 'static) -> T
+    where
+        T: Send + 'static,
+        F: Future<Output = T>,
+    {
         std::thread::spawn(move || {
             if serving {
                 home::enter_serving_thread();
             }
-            let runtime = tokio::runtime::Builder::new_current_thread()
+            tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .expect("a runtime");
-            runtime.block_on(async {
-                for _ in 0..3 {
-                    store.ping().await.expect("Redis answers");
-                }
-            });
+                .expect("a runtime")
+                .block_on(work())
         })
         .join()
-        .expect("the thread ends");
+        .expect("the thread ends")
+    }
+
+    /// Three PINGs from a thread of its own, a serving one or not.
+    fn pings(serving: bool, store: Arc<RedisStore>) {
+        on_thread(serving, move || async move {
+            for _ in 0..3 {
+                store.ping().await.expect("Redis answers");
+            }
+        });
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -773,22 +790,36 @@ mod tests {
         let opens = || store.local_opens.load(Ordering::Relaxed);
         // The store's own runtime and other threads use the shared lanes.
         store.ping().await.expect("Redis answers");
-        on_thread(false, store.clone());
+        pings(false, store.clone());
         assert_eq!(opens(), 0);
         assert!(store.lanes.open() >= 1);
         // A serving thread opens one, on its runtime, and keeps it.
-        on_thread(true, store.clone());
+        pings(true, store.clone());
         assert_eq!(opens(), 1);
         // Another serving thread: one more.
-        on_thread(true, store.clone());
+        pings(true, store.clone());
         assert_eq!(opens(), 2);
         // After a reset (a connection failed), a serving thread opens a
         // new one, and so does a shared lane.
         let generation = store.lanes.generation.load(Ordering::SeqCst);
         store.lanes.reset(generation);
         assert_eq!(store.lanes.open(), 0);
-        on_thread(true, store.clone());
+        pings(true, store.clone());
         assert_eq!(opens(), 3);
+    }
+
+    /// `open_serving_thread` opens the thread's lane before any request:
+    /// the thread's first operation finds it open.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_serving_thread_opens_its_connection_before_serving() {
+        let store = Arc::new(RedisStore::connect(&config()).await.expect("Redis"));
+        let served = store.clone();
+        let before_first = on_thread(true, move || async move {
+            served.open_serving_thread().await;
+            served.lanes.pick().conn.is_some()
+        });
+        assert!(before_first, "the lane is open before the first request");
+        assert_eq!(store.local_opens.load(Ordering::Relaxed), 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
