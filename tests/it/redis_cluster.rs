@@ -181,7 +181,7 @@ async fn wakeups(gateway: &Gateway) -> (f64, f64) {
 /// A slow request on `key` and a duplicate waiting on it; whether the
 /// duplicate was woken by the store and never by the slow poll, or `None`
 /// when the key's slot is on a dead node (503).
-async fn wait_round(gateway: &Gateway, key: &str) -> Option<bool> {
+async fn wait_round(gateway: &Gateway, upstream: &Upstream, key: &str) -> Option<bool> {
     let (c, url) = (client(), gateway.url("/v1/payments"));
     let before = wakeups(gateway).await;
     let first = {
@@ -191,7 +191,12 @@ async fn wait_round(gateway: &Gateway, key: &str) -> Option<bool> {
             send(&c, "POST", &url, &headers, "{}").await
         })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The duplicate goes once the first is at the upstream (its claim
+    // granted), or answered: never ahead of the first's claim, however
+    // slow the machine.
+    while upstream.count(key) == 0 && !first.is_finished() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let duplicate = post(&c, &url, key, "{}").await;
     let first = first.await.unwrap();
     if first.status != StatusCode::CREATED {
@@ -199,7 +204,8 @@ async fn wait_round(gateway: &Gateway, key: &str) -> Option<bool> {
         return None;
     }
     assert_eq!(duplicate.status, StatusCode::CREATED, "{duplicate:?}");
-    assert!(duplicate.is_replay());
+    assert!(duplicate.is_replay(), "{duplicate:?}");
+    assert_eq!(upstream.count(key), 1, "one execution");
     let after = wakeups(gateway).await;
     Some(after.0 > before.0 && after.1 == before.1)
 }
@@ -219,8 +225,12 @@ async fn the_wake_up_subscriber_moves_off_a_dead_node() {
     let mut round = 0;
     let woken = eventually(Duration::from_secs(60), || {
         round += 1;
-        let (gateway, key) = (&gateway, format!("w{round}"));
-        async move { wait_round(gateway, &key).await.filter(|woken| *woken) }
+        let (gateway, upstream, key) = (&gateway, &upstream, format!("w{round}"));
+        async move {
+            wait_round(gateway, upstream, &key)
+                .await
+                .filter(|woken| *woken)
+        }
     })
     .await;
     assert!(
@@ -231,7 +241,7 @@ async fn the_wake_up_subscriber_moves_off_a_dead_node() {
     // live key's waiter is woken by an announcement too.
     let mut next = None;
     for i in 0..20 {
-        next = wait_round(&gateway, &format!("again{i}")).await;
+        next = wait_round(&gateway, &upstream, &format!("again{i}")).await;
         if next.is_some() {
             break;
         }

@@ -110,7 +110,11 @@ async fn migrate_creates_the_file_and_its_schema_once() {
 async fn processes_creating_a_new_file_together_apply_the_schema_once() {
     for round in 0..3 {
         let store = TestStore::new(Backend::Sqlite).await;
-        let config = TestConfig::new(&store.url, "http://127.0.0.1:9");
+        // Each waits for the others' locks up to `timeout`: ample, so a
+        // loaded machine is not taken for a failure.
+        let config = TestConfig::new(&store.url, "http://127.0.0.1:9").store(|s| {
+            s.set("timeout", "10s");
+        });
         let runs: Vec<_> = (0..4)
             .map(|i| {
                 GatewayProcess::spawn_command(&format!("migrate-{round}-{i}"), "migrate", &config)

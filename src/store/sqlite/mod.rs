@@ -111,6 +111,35 @@ impl InfoRow {
     }
 }
 
+/// Open the writer's connection, creating the file if missing. Processes
+/// opening a new file together race to put it in WAL mode, and SQLite can
+/// answer one of them "database is locked" at once, without waiting out
+/// `busy_timeout` (waiting there could deadlock): such an answer is
+/// retried until `timeout` has passed.
+async fn open_writer(
+    options: &SqliteConnectOptions,
+    timeout: Duration,
+) -> Result<SqliteConnection, sqlx::Error> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match SqliteConnection::connect_with(options).await {
+            Err(e) if is_busy(&e) && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            opened => return opened,
+        }
+    }
+}
+
+/// SQLITE_BUSY or SQLITE_LOCKED, with any extended code.
+fn is_busy(error: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(e) = error else {
+        return false;
+    };
+    let code = e.code().and_then(|c| c.parse::<i32>().ok());
+    matches!(code.map(|c| c & 0xff), Some(5 | 6))
+}
+
 impl SqliteStore {
     /// Open (creating it if missing) the file the URL names, failing with
     /// a message that says what to do.
@@ -128,7 +157,7 @@ impl SqliteStore {
         let shown = options.get_filename().display().to_string();
         // The writer's connection creates the file and sets WAL mode, so
         // the readers open a file that is already in it.
-        let mut conn = SqliteConnection::connect_with(&options).await.map_err(|e| {
+        let mut conn = open_writer(&options, config.timeout).await.map_err(|e| {
             StoreError::Unavailable(format!(
                 "cannot open the SQLite store at {shown}: {e}; check the path and its directory's permissions"
             ))
