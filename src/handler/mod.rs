@@ -73,8 +73,9 @@ struct Trace {
 pub struct Gateway {
     routes: Vec<Arc<Route>>,
     store: Arc<dyn Store>,
-    /// One upstream pool per serving thread (`server_threads`; one when
-    /// connections are served on the shared runtime): [`Gateway::upstream`].
+    /// One upstream pool per serving thread (`server_threads`), and a last
+    /// one for every other thread (the only one when connections are
+    /// served on the shared runtime): [`Gateway::upstream`].
     upstreams: Vec<Upstream>,
     tasks: TaskTracker,
     docs_url: Option<String>,
@@ -120,7 +121,7 @@ impl Gateway {
             routes: config.routes.iter().cloned().map(Arc::new).collect(),
             orphans: Orphans::start(store.clone(), metrics.clone(), &tasks),
             store,
-            upstreams: (0..config.server_threads.max(1))
+            upstreams: (0..=config.server_threads)
                 .map(|_| {
                     Upstream::new(
                         connect_timeout(config),
@@ -148,9 +149,13 @@ impl Gateway {
 
     /// The upstream pool of the serving thread this runs on: a request's
     /// upstream connections stay on the thread that serves its client.
+    /// Work on any other thread (the shared runtime) has a pool of its own,
+    /// so it never uses connections a serving thread's runtime drives (and
+    /// drops when that thread ends).
     fn upstream(&self) -> &Upstream {
-        let core = crate::server::cores::current();
-        &self.upstreams[core.min(self.upstreams.len() - 1)]
+        let last = self.upstreams.len() - 1;
+        let pool = crate::server::cores::current().map_or(last, |core| core.min(last));
+        &self.upstreams[pool]
     }
 
     /// A route's metric handles (`None`: no route matched).
@@ -765,4 +770,56 @@ fn replay(stored: StoredResponse) -> Response<Body> {
         .headers_mut()
         .insert(REPLAYED, HeaderValue::from_static("true"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::tests::{MINIMAL, parse};
+    use crate::server::cores::Cores;
+    use crate::store::memory::MemoryStore;
+
+    /// Each serving thread forwards through its own upstream pool; any
+    /// other thread (the shared runtime's background work) through the
+    /// last, never a serving thread's.
+    #[tokio::test]
+    async fn each_thread_has_its_upstream_pool() {
+        let config = parse(&format!("server_threads = 2\n{MINIMAL}")).unwrap();
+        let gateway = Arc::new(Gateway::new(
+            &config,
+            Arc::new(MemoryStore::new(16)),
+            Arc::new(Metrics::new()),
+            Waiters::new(),
+        ));
+        assert_eq!(gateway.upstreams.len(), 3);
+        let pool_of = |gateway: &Gateway| {
+            let used = gateway.upstream();
+            gateway
+                .upstreams
+                .iter()
+                .position(|pool| std::ptr::eq(pool, used))
+        };
+        let elsewhere = gateway.clone();
+        let off_threads = std::thread::spawn(move || pool_of(&elsewhere))
+            .join()
+            .unwrap();
+        assert_eq!(off_threads, Some(2));
+        assert_eq!(pool_of(&gateway), Some(2), "the test's own runtime");
+        let cores = Cores::start(2).unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        cores
+            .on_each(|| {
+                let (gateway, seen) = (gateway.clone(), seen.clone());
+                async move {
+                    let pool = pool_of(&gateway);
+                    let core = crate::server::cores::current();
+                    seen.lock().unwrap().push((core, pool));
+                }
+            })
+            .await;
+        let mut seen = seen.lock().unwrap().clone();
+        seen.sort_unstable();
+        assert_eq!(seen, [(Some(0), Some(0)), (Some(1), Some(1))]);
+        cores.stop().await;
+    }
 }

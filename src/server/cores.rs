@@ -38,13 +38,13 @@ use tokio::runtime::Handle;
 use tokio_util::sync::CancellationToken;
 
 thread_local! {
-    /// This thread's index among the serving threads (0 elsewhere).
-    static CORE: Cell<usize> = const { Cell::new(0) };
+    /// This thread's index among the serving threads (`None` elsewhere).
+    static CORE: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
-/// The serving thread this code runs on (0 on any other thread): the index
-/// of its per-thread resources, such as its upstream pool.
-pub(crate) fn current() -> usize {
+/// The serving thread this code runs on (`None` on any other thread): the
+/// index of its per-thread resources, such as its upstream pool.
+pub(crate) fn current() -> Option<usize> {
     CORE.with(Cell::get)
 }
 
@@ -84,7 +84,7 @@ impl Cores {
                         Ok(runtime) => runtime,
                         Err(error) => return drop(handle_tx.send(Err(error))),
                     };
-                    CORE.with(|core| core.set(index));
+                    CORE.with(|core| core.set(Some(index)));
                     crate::store::home::enter_serving_thread();
                     let _ = handle_tx.send(Ok(runtime.handle().clone()));
                     runtime.block_on(released.cancelled());
@@ -223,7 +223,8 @@ mod tests {
         cores
             .place(stream, move |_stream| async move {
                 let name = std::thread::current().name().map(str::to_owned);
-                seen.send((n, current(), name)).unwrap();
+                seen.send((n, current().expect("a serving thread"), name))
+                    .unwrap();
                 let _ = ended.await;
             })
             .unwrap();
@@ -289,13 +290,13 @@ mod tests {
             .await;
         let mut seen = seen.lock().unwrap().clone();
         seen.sort_unstable();
-        assert_eq!(seen, [(0, true), (1, true), (2, true)]);
+        assert_eq!(seen, [(Some(0), true), (Some(1), true), (Some(2), true)]);
         cores.stop().await;
     }
 
-    /// Off the serving threads, [`current`] is 0 (the first pool).
+    /// Off the serving threads, [`current`] is `None` (their own pool).
     #[test]
-    fn other_threads_use_the_first_pool() {
-        assert_eq!(std::thread::spawn(current).join().unwrap(), 0);
+    fn other_threads_are_no_serving_thread() {
+        assert_eq!(std::thread::spawn(current).join().unwrap(), None);
     }
 }
