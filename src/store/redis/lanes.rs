@@ -129,10 +129,15 @@ impl Lanes {
         }
     }
 
+    /// Whether serving threads have lanes of their own here.
+    pub(super) fn per_thread(&self) -> bool {
+        self.id != 0
+    }
+
     /// This serving thread's lane (made on first use), if it is one and
     /// these lanes have them.
     fn local_lane(&self) -> Option<Arc<Lane>> {
-        if self.id == 0 || !home::on_serving_thread() {
+        if !self.per_thread() || !home::on_serving_thread() {
             return None;
         }
         LOCAL.with_borrow_mut(|lanes| {

@@ -697,8 +697,11 @@ impl StoreAdmin for RedisStore {
     }
 
     async fn open_serving_thread(&self) {
-        // A PING opens the lane this thread's operations use (bounded by
-        // `timeout`).
+        // (A cluster's serving threads share its lanes: nothing to open.)
+        if !self.lanes.per_thread() {
+            return;
+        }
+        // A PING opens this thread's lane (bounded by `timeout`).
         if let Err(error) = self.ping().await {
             tracing::debug!(%error, "a serving thread's Redis connection will open at its first request");
         }

@@ -111,11 +111,11 @@ impl InfoRow {
     }
 }
 
-/// Open the writer's connection, creating the file if missing. Processes
-/// opening a new file together race to put it in WAL mode, and SQLite can
-/// answer one of them "database is locked" at once, without waiting out
-/// `busy_timeout` (waiting there could deadlock): such an answer is
-/// retried until `timeout` has passed.
+/// Open the writer's connection, creating the file if missing. Putting a
+/// file in WAL mode needs an exclusive lock that `busy_timeout` does not
+/// wait for (sqlx's `SqliteConnectOptions` says so): while another
+/// connection writes a file not yet in WAL mode (processes opening a new
+/// file together), SQLite answers "database is locked" at once. Such an answer is retried until `timeout` has passed.
 async fn open_writer(
     options: &SqliteConnectOptions,
     timeout: Duration,
@@ -519,6 +519,41 @@ mod tests {
             scope: Vec::new(),
             key: name.into(),
         }
+    }
+
+    /// A file not yet in WAL mode, in a write transaction of another
+    /// connection while the store opens it: the switch to WAL mode is
+    /// refused at once ("database is locked", as one of several processes
+    /// creating a file together saw it), and the store retries until the
+    /// writer is done (within `timeout`). Without the retry this fails.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn opening_waits_out_a_writer_of_a_file_not_yet_in_wal_mode() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("t.db").display());
+        let mut writer = SqliteConnection::connect_with(
+            &SqliteConnectOptions::from_str(&url)
+                .unwrap()
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Delete),
+        )
+        .await
+        .unwrap();
+        sqlx::query("CREATE TABLE t (x INTEGER)")
+            .execute(&mut writer)
+            .await
+            .unwrap();
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut writer)
+            .await
+            .unwrap();
+        let released = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
+            writer
+        });
+        let opened = SqliteStore::connect(&config(url)).await;
+        assert!(opened.is_ok(), "{:?}", opened.err());
+        drop(released.await.unwrap());
     }
 
     fn config(url: String) -> StoreConfig {
