@@ -98,12 +98,12 @@ pub async fn run_with(
         config.store.sweep_interval,
         config.store.sweep_batch,
     ));
-    let cores = (config.server_threads > 0)
-        .then(|| server::cores::Cores::start(config.server_threads))
+    let threads = (config.server_threads > 0)
+        .then(|| server::serving_threads::ServingThreads::start(config.server_threads))
         .transpose()
         .map_err(RunError::Threads)?;
-    if let Some(cores) = &cores {
-        cores
+    if let Some(threads) = &threads {
+        threads
             .on_each(|| {
                 let records = records.clone();
                 async move { records.open_serving_thread().await }
@@ -111,7 +111,7 @@ pub async fn run_with(
             .await;
     }
     let gateway = Arc::new(Gateway::new(&config, path, metrics, waiters));
-    server::serve(listener, gateway, cores, &config, tls, shutdown).await;
+    server::serve(listener, gateway, threads, &config, tls, shutdown).await;
     sweeper.abort();
     if let Some(relay) = relay {
         relay.abort();

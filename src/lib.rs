@@ -1,30 +1,27 @@
 //! idemgate: an idempotency gateway. A reverse proxy that claims each
 //! `Idempotency-Key` in a shared store before forwarding, lets one request per
 //! key reach the upstream, records the response, and replays it to every
-//! retry. The design, its guarantees and this layout are explained in
-//! `docs/DESIGN.md`.
+//! retry. The design, its guarantees and this layout are explained in the
+//! book, `docs/src/` (`docs/src/design/layout.md` for the layout).
 //!
 //! # Layout
 //! - [`app`]: wiring one gateway: store, wrappers, admin listener, sweeper, proxy.
 //! - [`config`]: the TOML file → a validated [`Config`].
-//! - [`server`]: accept loop, connection cap, HTTP/1.1 and h2c connections
-//!   (or TLS with ALPN) and their deadlines, graceful shutdown.
+//! - [`server`]: accept loop, connection cap, serving threads, HTTP/1.1 and
+//!   h2c connections (or TLS with ALPN) and their deadlines, graceful shutdown.
 //! - [`handler`]: the request pipeline (route, key, body, claim, forward, record).
-//! - [`idempotency_key`], [`key_source`], [`json_body`], [`fingerprint`]: the
-//!   key (its syntax, where a route reads it, the JSON body it may come
-//!   from) and the request fingerprint.
+//! - [`request`]: what a protected request carries: its body, its key (syntax
+//!   and where a route reads it), the JSON body, the fingerprint.
 //! - [`store`]: the request-path [`store::Store`] and [`store::StoreAdmin`]
-//!   traits, the state machine ([`store::transitions`]), and the PostgreSQL,
-//!   Redis and in-memory stores.
+//!   traits, the state machine ([`store::transitions`]), and the backends.
 //! - [`upstream`]: the upstream clients (cleartext and `https://`) and
 //!   header hygiene.
 //! - [`tls`]: PEM files into rustls values (ring), for both sides.
 //! - [`waiters`]: requests waiting for an in-flight key, woken by the store.
 //! - [`problem`]: every synthetic answer, as `application/problem+json`.
-//! - [`admin`]: metrics, health, readiness and `POST /keys` on the admin listener.
-//! - [`key_admin`]: key administration, shared by the CLI and the admin listener.
-//! - [`metrics`]: the Prometheus metrics and the store wrapper that feeds them.
-//! - [`body`]: the body type and bounded reading.
+//! - [`admin`]: the admin listener (metrics, health, readiness, `POST /keys`)
+//!   and key administration ([`admin::keys`]), shared with the CLI.
+//! - [`metrics`]: the Prometheus metrics.
 //! - [`clock`]: the one clock.
 //! - [`logging`]: the logger, writing off the request path.
 //! - [`cli`]: the command line and its types.
@@ -35,19 +32,14 @@
 
 pub mod admin;
 pub mod app;
-pub mod body;
 pub mod cli;
 pub mod clock;
 pub mod config;
-pub mod fingerprint;
 pub mod handler;
-pub mod idempotency_key;
-pub mod json_body;
-pub mod key_admin;
-pub mod key_source;
 pub mod logging;
 pub mod metrics;
 pub mod problem;
+pub mod request;
 pub mod server;
 pub mod store;
 pub mod tls;

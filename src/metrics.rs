@@ -1,6 +1,5 @@
-//! Prometheus metrics (docs/DESIGN.md §7), served on the admin listener's
-//! `/metrics`. Names and labels are stable; the README's operations section
-//! lists them. Store operations are measured by [`InstrumentedStore`], a
+//! Prometheus metrics, served on the admin listener's `/metrics`. Names
+//! and labels are stable; docs/src/reference/metrics.md lists them. Store operations are measured by [`InstrumentedStore`], a
 //! [`Store`] that wraps the real one, so no backend carries metrics code.
 
 use std::sync::Arc;
@@ -48,7 +47,7 @@ pub struct RenewalLabels {
 
 /// What became of a claim whose answer was lost.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct OrphanLabels {
+pub struct LostClaimLabels {
     /// The route's name.
     pub route: String,
     /// `abandoned` (the record it created was removed), `absent` (it
@@ -157,7 +156,7 @@ pub struct Metrics {
     /// `idemgate_lease_takeovers_total{route}`: keys taken over after a lapsed lease.
     pub lease_takeovers: Family<RouteLabels, Counter>,
     /// `idemgate_orphaned_claims_total`.
-    pub orphaned_claims: Family<OrphanLabels, Counter>,
+    pub orphaned_claims: Family<LostClaimLabels, Counter>,
     /// `idemgate_shadow_total{route, would}`: what shadow routes would have done.
     pub shadow: Family<ShadowLabels, Counter>,
     /// `idemgate_records_swept_total`.
@@ -356,7 +355,7 @@ impl Metrics {
             "Keys taken over after their previous attempt's lease lapsed",
             lease_takeovers.clone(),
         );
-        let orphaned_claims = Family::<OrphanLabels, Counter>::default();
+        let orphaned_claims = Family::<LostClaimLabels, Counter>::default();
         registry.register(
             "orphaned_claims",
             "Claims whose answer was lost (never forwarded), by what became of the record they may have created",

@@ -1,15 +1,15 @@
 //! Every synthetic answer idemgate gives: the [`GatewayError`] enum, its one
 //! exhaustive mapping to an HTTP status, and its RFC 9457
-//! `application/problem+json` rendering (docs/DESIGN.md §2 step 8).
+//! `application/problem+json` rendering (docs/src/design/pipeline.md, step 8).
 
 use std::time::Duration;
 
 use http::{HeaderValue, Response, StatusCode, header};
 use serde::Serialize;
 
-use crate::body::{Body, full};
-use crate::idempotency_key::KeyError;
-use crate::key_source::KeyPart;
+use crate::request::body::{Body, full};
+use crate::request::key::KeyError;
+use crate::request::key_source::KeyPart;
 use crate::store::{HeldReason, StoreError};
 
 /// Every way the gateway answers instead of (or after) the upstream.

@@ -1,5 +1,6 @@
-//! Requests waiting for a key to settle (`concurrent = "wait"`, docs/DESIGN.md
-//! §11), woken by the store rather than by polling: the store announces a
+//! Requests waiting for a key to settle (`concurrent = "wait"`,
+//! docs/src/design/decisions.md), woken by the store rather than by
+//! polling: the store announces a
 //! record leaving `in_flight` (PostgreSQL `NOTIFY` from the settling
 //! statement and Redis `PUBLISH` from the settling script, on waiting routes
 //! only; the memory store directly), a relay task per

@@ -14,8 +14,8 @@
 
 use arbitrary::Unstructured;
 use http::request::Parts;
-use idemgate::fingerprint::{BodyMode, Fingerprint, FingerprintSpec, Fingerprinter};
-use idemgate::json_body::{JsonBody, Node};
+use idemgate::request::fingerprint::{BodyMode, Fingerprint, FingerprintSpec, Fingerprinter};
+use idemgate::request::json_body::{JsonBody, Node};
 use libfuzzer_sys::fuzz_target;
 
 const HEADERS: &[&str] = &["content-type", "x-tenant", "authorization", "x-request-id"];
@@ -45,7 +45,7 @@ fn fingerprint(
     for c in chunks {
         f.update(c);
     }
-    f.finish(body, idemgate::json_body::JsonBody::parse(body))
+    f.finish(body, idemgate::request::json_body::JsonBody::parse(body))
 }
 
 /// Split `body` at input-driven sizes (1..=256, cycling).

@@ -1,4 +1,4 @@
-//! `idempotency_key::parse` on arbitrary header values.
+//! `request::key::parse` on arbitrary header values.
 //!
 //! Properties: never panics; an accepted key is 1..=MAX_KEY_LEN characters of
 //! printable ASCII (0x20..=0x7e); a key re-quoted as an RFC 8941 sf-string
@@ -7,7 +7,7 @@
 #![no_main]
 
 use http::HeaderValue;
-use idemgate::idempotency_key::{MAX_KEY_LEN, parse};
+use idemgate::request::key::{MAX_KEY_LEN, parse};
 use libfuzzer_sys::fuzz_target;
 
 fn sf_string(key: &str) -> String {

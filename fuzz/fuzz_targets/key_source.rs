@@ -12,8 +12,8 @@
 #![no_main]
 
 use arbitrary::Unstructured;
-use idemgate::json_body::JsonBody;
-use idemgate::key_source::{self, Found, KeyPart};
+use idemgate::request::json_body::JsonBody;
+use idemgate::request::key_source::{self, Found, KeyPart};
 use libfuzzer_sys::fuzz_target;
 
 const POINTERS: &[&str] = &[

@@ -12,9 +12,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::{KeyArgs, KeysCommand};
-use crate::body::{self, Body};
+use crate::admin::keys::{self as key_admin, KeyCommand, KeyTarget, KeysError, ListQuery};
 use crate::config::{AdminToken, Config};
-use crate::key_admin::{self, KeyCommand, KeyTarget, KeysError, ListQuery};
+use crate::request::body::{self, Body};
 use crate::store::{self, Store, StoreAdmin};
 
 /// The admin API's command for these arguments.
@@ -110,7 +110,7 @@ async fn remote(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key_admin::KeyTarget;
+    use crate::admin::keys::KeyTarget;
 
     #[tokio::test]
     async fn a_silent_admin_listener_times_out() {

@@ -84,7 +84,7 @@ pub enum Command {
 }
 
 /// `idemgate keys …`, converted to the admin API's
-/// [`crate::key_admin::KeyCommand`] by [`keys::command`].
+/// [`crate::admin::keys::KeyCommand`] by [`keys::command`].
 #[derive(Debug, Subcommand)]
 pub enum KeysCommand {
     /// Show one key's record: state, token, timestamps, response status and size.

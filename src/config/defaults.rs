@@ -1,4 +1,4 @@
-//! Every default of the configuration file (docs/DESIGN.md §5), and the bounds
+//! Every default of the configuration file (docs/src/reference/configuration.md), and the bounds
 //! validation holds values to, as named constants: what a key is when the
 //! file leaves it out. The shipped `gateway.toml` lists the same values.
 //!
@@ -11,7 +11,7 @@ use std::time::Duration;
 use http::{HeaderName, Method, header};
 
 use super::route::{Concurrent, LogFormat, OnStoreError, RouteMode};
-use crate::fingerprint::BodyMode;
+use crate::request::fingerprint::BodyMode;
 use crate::store::UnknownOutcome;
 
 const KIB: usize = 1024;
@@ -87,7 +87,7 @@ pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Text;
 // The `[store]` table.
 
 /// `store.url` when the file names none: the embedded durable store, a file
-/// in the working directory (docs/DESIGN.md §15).
+/// in the working directory (docs/src/stores/sqlite.md).
 pub const DEFAULT_STORE_URL: &str = "sqlite://idemgate.db";
 /// `store.migrate`: apply embedded migrations at start.
 pub const DEFAULT_STORE_MIGRATE: bool = true;
@@ -156,7 +156,7 @@ pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_MAX_WAITING: usize = 10_000;
 /// `mode`: enforce idempotency.
 pub const DEFAULT_MODE: RouteMode = RouteMode::Enforce;
-/// `record` (docs/DESIGN.md §5): 2xx, 3xx and 4xx except 408, 409, 425 and 429.
+/// `record` (docs/src/reference/configuration.md): 2xx, 3xx and 4xx except 408, 409, 425 and 429.
 pub const DEFAULT_RECORD: &[&str] = &["2xx", "3xx", "4xx", "!408", "!409", "!425", "!429"];
 /// `replay_headers`: response headers never recorded nor replayed
 /// (hop-by-hop ones are always dropped).
@@ -185,7 +185,7 @@ mod tests {
     use super::*;
 
     /// The one place the documented values are typed out: a change to a
-    /// default must change this test, `gateway.toml` and docs/DESIGN.md §5.
+    /// default must change this test, `gateway.toml` and docs/src/reference/configuration.md.
     #[test]
     fn defaults_are_the_documented_values() {
         let secs = |s: &str| humantime::parse_duration(s).unwrap();

@@ -1,4 +1,4 @@
-//! Configuration: the TOML file of docs/DESIGN.md §5, parsed into raw structs
+//! Configuration: the TOML file of docs/src/reference/configuration.md, parsed into raw structs
 //! that mirror the file one to one, then validated into a [`Config`] the rest
 //! of the gateway can trust (no `Option`s left to interpret, no strings left
 //! to parse on the request path).
@@ -89,7 +89,7 @@ pub struct Config {
     /// Most client connections served at once; further ones wait in the backlog.
     pub max_connections: usize,
     /// Threads serving client connections, each with its own runtime and
-    /// upstream pool (`crate::server::cores`); 0: they are served on the
+    /// upstream pool (`crate::server::serving_threads`); 0: they are served on the
     /// process's shared runtime.
     pub server_threads: usize,
     /// Time a client has to send its request headers.

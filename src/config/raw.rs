@@ -6,7 +6,7 @@
 use serde::Deserialize;
 
 use super::route::{Concurrent, LogFormat, OnStoreError, RouteMode};
-use crate::fingerprint::BodyMode;
+use crate::request::fingerprint::BodyMode;
 use crate::store::UnknownOutcome;
 
 /// The whole file.

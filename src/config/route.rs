@@ -10,8 +10,8 @@ use serde::Deserialize;
 
 use super::UpstreamCa;
 use super::defaults::DEFAULT_RECORD;
-use crate::fingerprint::{BodyMode, FingerprintSpec};
-use crate::key_source::KeyPart;
+use crate::request::fingerprint::{BodyMode, FingerprintSpec};
+use crate::request::key_source::KeyPart;
 use crate::store::UnknownOutcome;
 
 /// How a route's path is matched.
@@ -98,7 +98,7 @@ pub struct RecordPolicy {
 }
 
 impl RecordPolicy {
-    /// docs/DESIGN.md §5: 2xx, 3xx and 4xx except 408, 409, 425 and 429
+    /// docs/src/reference/configuration.md: 2xx, 3xx and 4xx except 408, 409, 425 and 429
     /// (the same list as [`super::defaults::DEFAULT_RECORD`]).
     pub const DEFAULT: &'static [&'static str] = DEFAULT_RECORD;
 

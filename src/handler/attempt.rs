@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use http::{HeaderMap, Request, Response};
 
-use super::{Gateway, to_client};
-use crate::body::{self, Body, Collected, Prefixed, collect_up_to};
+use super::Gateway;
+use super::passthrough::to_client;
 use crate::clock::Instant;
 use crate::config::{Route, RouteMode};
 use crate::metrics::Metrics;
 use crate::problem::GatewayError;
+use crate::request::body::{self, Body, Collected, Prefixed, collect_up_to};
 use crate::store::{Cas, HeldReason, RecordKey, StoreError, StoredResponse, Token, UnknownOutcome};
 use crate::upstream::UpstreamError;
 
@@ -86,15 +87,7 @@ impl Gateway {
                     body: bytes.clone(),
                 };
                 if route.mode == RouteMode::Shadow {
-                    // Shadow: written before the answer as under enforce
-                    // (so a quick retry is counted as the replay enforcing
-                    // would give), but tried once: if the store fails, the
-                    // upstream's answer goes out and the record is retried
-                    // beside it.
-                    let once = self.store.complete(key, token, &stored, route.retention);
-                    if once.await.is_err() {
-                        self.record_beside(route, key, token, Some(stored));
-                    }
+                    self.shadow_settle(route, key, token, Some(stored)).await;
                 } else {
                     // G5: durable first, then sent.
                     let write = || self.store.complete(key, token, &stored, route.retention);
@@ -116,13 +109,10 @@ impl Gateway {
             }
             (Collected::Over { prefix, rest }, true) => {
                 // Too large to record: hold the key, then forward this once.
-                let reason = HeldReason::ResponseTooLarge;
                 if route.mode == RouteMode::Shadow {
-                    let once = self.store.hold(key, token, reason, route.retention);
-                    if once.await.is_err() {
-                        self.record_beside(route, key, token, None);
-                    }
+                    self.shadow_settle(route, key, token, None).await;
                 } else {
+                    let reason = HeldReason::ResponseTooLarge;
                     let write = || self.store.hold(key, token, reason, route.retention);
                     self.settled(route, write).await?;
                 }
@@ -132,40 +122,13 @@ impl Gateway {
         Ok(Response::from_parts(parts, body))
     }
 
-    /// Shadow mode, after a first write failed: record the response
-    /// (`Some`) or hold the key (`None`: too large to record) in a task of
-    /// its own, retrying as a settling write does, while the answer is
-    /// sent; a failure is logged, never answered.
-    fn record_beside(
-        self: &Arc<Self>,
-        route: &Route,
-        key: &RecordKey,
-        token: Token,
-        stored: Option<StoredResponse>,
-    ) {
-        let (gateway, route, key) = (self.clone(), route.clone(), key.clone());
-        self.tasks.spawn(async move {
-            let retention = route.retention;
-            let written = match &stored {
-                Some(stored) => {
-                    let write = || gateway.store.complete(&key, token, stored, retention);
-                    gateway.settled(&route, write).await
-                }
-                None => {
-                    let reason = HeldReason::ResponseTooLarge;
-                    let write = || gateway.store.hold(&key, token, reason, retention);
-                    gateway.settled(&route, write).await
-                }
-            };
-            if let Err(error) = written {
-                tracing::warn!(route = %route.name, %error, "shadow route: the answer was sent, but not recorded");
-            }
-        });
-    }
-
     /// A settling write that must apply before the response is sent: a
     /// store failure is `RecordFailed`, a fenced write `LeaseLost`.
-    async fn settled<'a, F, Fut>(&self, route: &Route, write: F) -> Result<(), GatewayError>
+    pub(super) async fn settled<'a, F, Fut>(
+        &self,
+        route: &Route,
+        write: F,
+    ) -> Result<(), GatewayError>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<Cas, StoreError>> + 'a,

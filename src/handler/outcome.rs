@@ -1,7 +1,39 @@
 //! What happened to a request: the `outcome` label of its log line and
-//! of `idemgate_requests_total`.
+//! of `idemgate_requests_total`, and the answer it carries.
+
+use http::Response;
 
 use crate::problem::GatewayError;
+use crate::request::body::Body;
+use crate::store::Token;
+
+/// A request answered without an error: the response, what happened, and
+/// the fencing token of the attempt that forwarded it (if one did).
+pub(super) struct Answered {
+    pub(super) response: Response<Body>,
+    pub(super) outcome: Outcome,
+    pub(super) token: Option<Token>,
+}
+
+impl Answered {
+    /// An answer no attempt of this request forwarded.
+    pub(super) fn new(response: Response<Body>, outcome: Outcome) -> Self {
+        Self {
+            response,
+            outcome,
+            token: None,
+        }
+    }
+
+    /// The answer of the attempt with `token`.
+    pub(super) fn forwarded(response: Response<Body>, token: Token) -> Self {
+        Self {
+            response,
+            outcome: Outcome::Forwarded,
+            token: Some(token),
+        }
+    }
+}
 
 /// What happened to a request: the `outcome` of its log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -59,8 +59,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::prefixed::{Prefixed, Transport};
 use super::{Settings, sleep_until};
-use crate::body::{Body, BodyTracker, BoxError, RequestBody};
 use crate::clock::Instant;
+use crate::request::body::{Body, BodyTracker, BoxError, RequestBody};
 
 /// How long a hyper connection stays in place with no request in progress
 /// before it is parked (or half of `header_read_timeout`, if less).

@@ -19,8 +19,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::{Deadlines, Settings, sleep_until};
-use crate::body::{Body, RequestBody};
 use crate::clock::Instant;
+use crate::request::body::{Body, RequestBody};
 
 /// What the connection's requests tell its deadline keeper.
 #[derive(Debug)]

@@ -26,7 +26,7 @@ use super::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse,
     Token,
 };
-use crate::fingerprint::Fingerprint;
+use crate::request::fingerprint::Fingerprint;
 
 /// A completed record as the store last confirmed it.
 #[derive(Clone)]

@@ -17,7 +17,7 @@ use tokio::runtime::Handle;
 use tokio::task::JoinError;
 
 thread_local! {
-    /// This thread is a serving thread (src/server/cores.rs).
+    /// This thread is a serving thread (src/server/serving_threads.rs).
     static SERVING: Cell<bool> = const { Cell::new(false) };
 }
 

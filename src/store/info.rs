@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{HeldReason, RecordKey};
 
-/// A record's state (docs/DESIGN.md §3).
+/// A record's state (docs/src/guide/record-states.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RecordState {

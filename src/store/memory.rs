@@ -19,7 +19,7 @@ use super::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store,
     StoreAdmin, StoreError, StoredResponse, Token,
 };
-use crate::fingerprint::Fingerprint;
+use crate::request::fingerprint::Fingerprint;
 use crate::waiters::{Waiters, wake_id};
 
 #[derive(Debug, Clone)]

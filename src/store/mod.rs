@@ -1,5 +1,5 @@
 //! The record store: one trait the handler depends on, the claim outcomes
-//! (docs/DESIGN.md §2 step 5) and the record states (§3).
+//! (docs/src/design/pipeline.md, step 5) and the record states (docs/src/guide/record-states.md).
 //!
 //! Every transition after the claim is a compare-and-set on the attempt's
 //! fencing token: an attempt whose token is no longer the record's current
@@ -27,14 +27,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
-use crate::fingerprint::Fingerprint;
+use crate::request::fingerprint::Fingerprint;
 
 pub use config::{FrontConfig, InvalidStoreSetting, StoreConfig, UnknownOutcome};
 pub use front::FrontStats;
 pub use headers::{decode_headers, encode_headers};
 pub use info::{RecordInfo, RecordState};
 
-/// The key space of docs/DESIGN.md §4: `(route, scope, key)`.
+/// The key space of docs/src/design/state-machine.md: `(route, scope, key)`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RecordKey {
     /// The route's name.
@@ -117,7 +117,7 @@ impl StoredResponse {
     }
 }
 
-/// Why a key is `held` (docs/DESIGN.md §3).
+/// Why a key is `held` (docs/src/guide/record-states.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeldReason {
     /// The exchange failed after the request was sent (reset, protocol error).
@@ -263,7 +263,7 @@ pub trait Store: Send + Sync + 'static {
 pub trait StoreAdmin: Send + Sync + 'static {
     /// Wake `waiters` for every record that leaves `in_flight` — completed,
     /// held, released, abandoned or deleted, by any instance — until the
-    /// future is dropped (docs/DESIGN.md §11). A store that announces
+    /// future is dropped (docs/src/design/decisions.md). A store that announces
     /// changes where they happen (memory) returns at once.
     async fn relay_wakeups(&self, waiters: Arc<Waiters>);
     /// One record, if present (an expired one until it is swept).

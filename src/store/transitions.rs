@@ -1,4 +1,4 @@
-//! The record state machine (docs/DESIGN.md §3), written once.
+//! The record state machine (docs/src/guide/record-states.md), written once.
 //!
 //! Every backend follows these rules. The memory store executes these
 //! functions; the PostgreSQL store (`idemgate_claim` in

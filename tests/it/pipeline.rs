@@ -1,4 +1,4 @@
-//! The pipeline of docs/DESIGN.md §2 end to end: the real gateway on port 0 in
+//! The pipeline of docs/src/design/pipeline.md end to end: the real gateway on port 0 in
 //! front of a real upstream on port 0, on fresh storage of each backend
 //! (`per_backend!`), plus a few store-specific cases.
 

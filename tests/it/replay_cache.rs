@@ -1,4 +1,4 @@
-//! The replay cache (`[store] replay_cache_ttl`, README "The replay cache"),
+//! The replay cache (`[store] replay_cache_ttl`, docs/src/design/stores.md),
 //! on PostgreSQL and Redis: once an instance has replayed a completed record
 //! it answers that key from memory, for at most the TTL and never past the
 //! record's retention. To tell a cached answer from a store answer, the tests

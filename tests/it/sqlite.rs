@@ -1,4 +1,4 @@
-//! The SQLite store as a user runs it (docs/DESIGN.md §15): the real binary
+//! The SQLite store as a user runs it (docs/src/stores/sqlite.md): the real binary
 //! on a file, killed and restarted, several processes sharing the file, the
 //! schema applied by `migrate` and by processes starting together. (The
 //! conformance suite and the pipeline tests run on SQLite through

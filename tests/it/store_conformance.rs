@@ -1,4 +1,4 @@
-//! One conformance suite for every store (docs/DESIGN.md §6): the same tests,
+//! One conformance suite for every store (docs/src/design/stores.md): the same tests,
 //! unchanged, instantiated per backend by `per_backend!` at the bottom.
 //! Adding a backend means adding it to `per_backend!` and `TestStore` (and
 //! to the list at the bottom, if `per_backend!` does not run it by default).

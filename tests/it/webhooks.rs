@@ -1,5 +1,5 @@
-//! Keys from anywhere in the request (docs/DESIGN.md §10): the worked routes
-//! of the README for webhook senders and brokers, each with a realistic
+//! Keys from anywhere in the request: the worked routes of
+//! docs/src/guide/webhooks.md for webhook senders and brokers, each with a realistic
 //! payload and a redelivery that differs the way the provider's does (new
 //! signature and timestamp headers, Pub/Sub's `deliveryAttempt`). Every
 //! redelivery must be answered from the record with the upstream acting

@@ -9,7 +9,7 @@ use crate::config::defaults::{
 use crate::config::raw::RawRoute;
 use crate::config::values::header_name;
 use crate::config::{ConfigError, invalid};
-use crate::fingerprint::{BodyMode, FingerprintSpec};
+use crate::request::fingerprint::{BodyMode, FingerprintSpec};
 
 /// `fingerprint`: exclusions only with `body = "json"`, and each a JSON pointer.
 pub(super) fn fingerprint(at: &str, r: &RawRoute) -> Result<FingerprintSpec, ConfigError> {

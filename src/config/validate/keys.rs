@@ -5,7 +5,7 @@
 use crate::config::defaults::DEFAULT_KEY_HEADER;
 use crate::config::raw::RawRoute;
 use crate::config::{ConfigError, invalid};
-use crate::key_source::{KeyPart, MAX_PARTS};
+use crate::request::key_source::{KeyPart, MAX_PARTS};
 
 use super::key;
 
@@ -78,7 +78,7 @@ fn parts(at: &str, texts: &[String]) -> Result<Vec<KeyPart>, ConfigError> {
 #[cfg(test)]
 mod tests {
     use crate::config::tests::{MINIMAL, error, parse, route_error};
-    use crate::key_source::KeyPart;
+    use crate::request::key_source::KeyPart;
 
     #[test]
     fn scope_must_differ_from_the_key() {

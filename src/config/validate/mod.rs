@@ -257,7 +257,9 @@ mod tests {
         assert_eq!(r.methods, DEFAULT_METHODS);
         assert_eq!(
             r.key_from,
-            [crate::key_source::KeyPart::Header(DEFAULT_KEY_HEADER)]
+            [crate::request::key_source::KeyPart::Header(
+                DEFAULT_KEY_HEADER
+            )]
         );
         assert_eq!(r.key_required, DEFAULT_KEY_REQUIRED);
         assert_eq!(r.retention, DEFAULT_RETENTION);

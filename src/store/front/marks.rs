@@ -22,7 +22,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::Inner;
-use crate::fingerprint::Fingerprint;
+use crate::request::fingerprint::Fingerprint;
 use crate::store::redis::Mark;
 use crate::store::{RecordKey, Token};
 

@@ -1,4 +1,4 @@
-//! The front store (docs/DESIGN.md §6 "The front store"): the PostgreSQL
+//! The front store (docs/src/design/front-store.md): the PostgreSQL
 //! store, the truth, with a Redis server in front that answers what it
 //! safely can without a PostgreSQL round trip.
 //!
@@ -27,7 +27,7 @@
 //!   lost claim is abandoned, the front is fenced: no entry of that
 //!   attempt (or of any attempt so far) is written again;
 //! - every change in PostgreSQL that can make the front stale writes an
-//!   outbox row in its own transaction (migrations/0004), and the relay
+//!   outbox row in its own transaction (migrations/0004_front_outbox.sql), and the relay
 //!   ([`relay`]) applies it, so a crash or a failed Redis write between the
 //!   two loses nothing.
 //!
@@ -155,7 +155,7 @@ impl FrontStore {
         if config.migrate {
             truth.migrate().await?;
         }
-        // Without its outbox (migrations/0004) nothing would keep the front
+        // Without its outbox (migrations/0004_front_outbox.sql) nothing would keep the front
         // true: refuse to start rather than serve a front that goes stale.
         if let Err(StoreError::NotMigrated(what)) = truth.ping().await {
             return Err(StoreError::NotMigrated(format!(

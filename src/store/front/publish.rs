@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::Inner;
-use crate::fingerprint::Fingerprint;
+use crate::request::fingerprint::Fingerprint;
 use crate::store::redis::{Publish, Settled};
 use crate::store::{HeldReason, RecordKey, StoredResponse, Token};
 

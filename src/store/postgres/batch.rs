@@ -24,8 +24,8 @@
 //!   transaction; only the one that fails again fails. Any other failure —
 //!   the transport, a timeout, a server shutting down or read-only, a
 //!   missing function — fails the whole batch as it would fail one
-//!   operation: the answer is lost, and the handler treats a lost claim as
-//!   an orphan (src/handler/orphans.rs).
+//!   operation: the answer is lost, and the handler reports it as a
+//!   lost claim (src/handler/lost_claims.rs).
 //! - **No commit after its caller gave up.** Each operation carries its
 //!   caller's deadline (`[store] timeout` from when it was submitted). A
 //!   batch runs only until the latest deadline among its operations, and
@@ -48,7 +48,7 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use crate::clock::Instant;
 
 use super::pool::{PgPool, RunError};
-use super::{ClaimRow, claim_from_row};
+use super::store::{ClaimRow, claim_from_row};
 use crate::store::batch_queue::take_batch;
 use crate::store::{BatchStats, Cas, Claim, RecordKey, StoreError};
 

@@ -1,4 +1,4 @@
-//! The PostgreSQL store (docs/DESIGN.md §6), the default and the source of truth.
+//! The PostgreSQL store (docs/src/design/stores.md), the default and the source of truth.
 //!
 //! The claim is one call of the `idemgate_claim` function (migrations/), one
 //! round trip; every later transition is one `UPDATE`/`DELETE` that is a
@@ -9,8 +9,6 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::StatusCode;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgSslMode};
 
 mod batch;
@@ -19,16 +17,10 @@ mod pool;
 
 pub(in crate::store) use outbox::{Dirty, Relayed, Settling, SyncError, Truth};
 
-use super::info::from_epoch_millis;
-use super::{
-    AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store,
-    StoreAdmin, StoreError, StoredResponse, Token, decode_headers, encode_headers, redact_url,
-};
-use super::{StoreConfig, UnknownOutcome};
-use crate::waiters::{self, Waiters, parse_wake_id, wake_id};
+use super::{Cas, RecordKey, StoreConfig, StoreError, redact_url};
+use crate::waiters::{Waiters, parse_wake_id, wake_id};
 use batch::Batcher;
 use pool::PgPool;
-use std::sync::Arc;
 
 /// The migrations under `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -44,62 +36,6 @@ pub struct PgStore {
     wait_routes: Vec<String>,
     /// Claims and completions go through it.
     batcher: Batcher,
-}
-
-#[derive(sqlx::FromRow)]
-struct ClaimRow {
-    o_outcome: String,
-    o_token: Option<i64>,
-    o_lease_ms: Option<i64>,
-    o_held_reason: Option<String>,
-    o_status: Option<i16>,
-    o_headers: Option<Vec<u8>>,
-    o_body: Option<Vec<u8>>,
-}
-
-#[derive(sqlx::FromRow)]
-struct InfoRow {
-    route: String,
-    scope: Vec<u8>,
-    key: String,
-    state: String,
-    held_reason: Option<String>,
-    token: i64,
-    created_ms: i64,
-    updated_ms: i64,
-    expires_ms: i64,
-    lease_ms: Option<i64>,
-    status: Option<i16>,
-    body_bytes: Option<i64>,
-}
-
-const INFO_COLUMNS: &str = "route, scope, key, state, held_reason, token,
-    (EXTRACT(EPOCH FROM created_at) * 1000)::int8 AS created_ms,
-    (EXTRACT(EPOCH FROM updated_at) * 1000)::int8 AS updated_ms,
-    (EXTRACT(EPOCH FROM expires_at) * 1000)::int8 AS expires_ms,
-    (EXTRACT(EPOCH FROM lease_until) * 1000)::int8 AS lease_ms,
-    status, octet_length(body)::int8 AS body_bytes
-    FROM idemgate_records";
-
-impl InfoRow {
-    fn into_info(self) -> Result<RecordInfo, StoreError> {
-        let key = RecordKey {
-            route: self.route,
-            scope: self.scope,
-            key: self.key,
-        };
-        RecordInfo::from_parts(
-            &key,
-            &self.state,
-            self.held_reason.as_deref(),
-            self.token,
-            [self.created_ms, self.updated_ms, self.expires_ms].map(from_epoch_millis),
-            self.lease_ms.map(from_epoch_millis),
-            self.status.and_then(|s| u16::try_from(s).ok()),
-            self.body_bytes.and_then(|b| u64::try_from(b).ok()),
-        )
-        .ok_or_else(|| StoreError::Corrupt(format!("record in unknown state {:?}", self.state)))
-    }
 }
 
 /// The channel of the announcements of settled records (`concurrent = "wait"`).
@@ -197,6 +133,10 @@ fn tls_failed(e: &sqlx::Error) -> bool {
         _ => false,
     }
 }
+
+// After the statement macros above, which they use.
+mod admin;
+mod store;
 
 fn cas(rows: u64) -> Cas {
     if rows == 1 { Cas::Applied } else { Cas::Fenced }
@@ -307,323 +247,5 @@ impl PgStore {
         op: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
     ) -> Result<T, StoreError> {
         Ok(self.pool.run(self.timeout, op).await?)
-    }
-}
-
-fn claim_from_row(row: ClaimRow) -> Result<Claim, StoreError> {
-    let corrupt = |what: &str| StoreError::Corrupt(format!("claim returned {what}"));
-    Ok(match row.o_outcome.as_str() {
-        "claimed" | "takeover" => Claim::Claimed {
-            token: row.o_token.ok_or_else(|| corrupt("no token"))?,
-            takeover: row.o_outcome == "takeover",
-        },
-        "replay" => {
-            let status = row
-                .o_status
-                .and_then(|s| u16::try_from(s).ok())
-                .and_then(|s| StatusCode::from_u16(s).ok())
-                .ok_or_else(|| corrupt("a bad status"))?;
-            let headers = decode_headers(row.o_headers.as_deref().unwrap_or_default())
-                .ok_or_else(|| corrupt("undecodable headers"))?;
-            Claim::Replay(StoredResponse {
-                status,
-                headers,
-                body: Bytes::from(row.o_body.unwrap_or_default()),
-            })
-        }
-        "in_flight" => Claim::InFlight {
-            retry_after: Duration::from_millis(row.o_lease_ms.unwrap_or(0).max(0) as u64),
-        },
-        "mismatch" => Claim::Mismatch,
-        "held" => Claim::Held(
-            row.o_held_reason
-                .as_deref()
-                .and_then(HeldReason::parse)
-                .ok_or_else(|| corrupt("an unknown held reason"))?,
-        ),
-        other => return Err(corrupt(&format!("outcome {other:?}"))),
-    })
-}
-
-#[async_trait::async_trait]
-impl Store for PgStore {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        // idemgate_claim (migrations/0002_attempts.sql) implements
-        // transitions::claim; idemgate_batch (0003) calls it per claim.
-        let op = batch::Op::Claim {
-            key: req.key.clone(),
-            fingerprint: *req.fingerprint,
-            attempt: req.attempt,
-            lease_ms: millis(req.lease),
-            retention_ms: millis(req.retention),
-            release_lapsed: req.on_unknown_outcome == UnknownOutcome::Release,
-        };
-        match self.batcher.submit(op).await? {
-            batch::Reply::Claim(claim) => Ok(claim),
-            batch::Reply::Complete(_) => Err(StoreError::Corrupt(
-                "a claim was answered as a completion".into(),
-            )),
-        }
-    }
-
-    async fn renew(
-        &self,
-        key: &RecordKey,
-        token: Token,
-        lease: Duration,
-    ) -> Result<Cas, StoreError> {
-        let done = self
-            // transitions::write_applies(Renew): the token, in flight.
-            .bounded(async |conn| bind_key!(sqlx::query(at_key!(
-                    "UPDATE idemgate_records
-                        SET lease_until = clock_timestamp() + $5 * INTERVAL '1 millisecond',
-                            expires_at = GREATEST(expires_at, clock_timestamp() + $5 * INTERVAL '1 millisecond'),
-                            updated_at = clock_timestamp()",
-                    "AND token = $4 AND state = 'in_flight'",
-                )), key)
-                .bind(token)
-                .bind(millis(lease))
-                .execute(conn).await)
-            .await?;
-        Ok(cas(done.rows_affected()))
-    }
-
-    async fn complete(
-        &self,
-        key: &RecordKey,
-        token: Token,
-        response: &StoredResponse,
-        retention: Duration,
-    ) -> Result<Cas, StoreError> {
-        // transitions::write_applies(Complete), in idemgate_batch (0003).
-        let op = batch::Op::Complete {
-            key: key.clone(),
-            token,
-            status: response.status.as_u16() as i16,
-            headers: encode_headers(&response.headers),
-            body: response.body.clone(),
-            retention_ms: millis(retention),
-            wake: self.wake_id_for(key),
-        };
-        match self.batcher.submit(op).await? {
-            batch::Reply::Complete(cas) => Ok(cas),
-            batch::Reply::Claim(_) => Err(StoreError::Corrupt(
-                "a completion was answered as a claim".into(),
-            )),
-        }
-    }
-
-    async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
-        // transitions::write_applies(Release): the token, in flight.
-        let forms = settling!(
-            at_key!(
-                "DELETE FROM idemgate_records",
-                "AND token = $4 AND state = 'in_flight'"
-            ),
-            "5",
-            "6"
-        );
-        let wake = self.wake_id_for(key);
-        let done = self
-            .bounded(async |conn| {
-                settle_query(forms, wake.as_deref(), |q| bind_key!(q, key).bind(token))
-                    .execute(conn)
-                    .await
-            })
-            .await?;
-        Ok(cas(done.rows_affected()))
-    }
-
-    async fn hold(
-        &self,
-        key: &RecordKey,
-        token: Token,
-        reason: HeldReason,
-        retention: Duration,
-    ) -> Result<Cas, StoreError> {
-        // transitions::write_applies(Hold): the token; in flight or held.
-        let forms = settling!(
-            at_key!(
-                "UPDATE idemgate_records
-                SET state = 'held', held_reason = $5, lease_until = NULL,
-                    expires_at = clock_timestamp() + $6 * INTERVAL '1 millisecond',
-                    updated_at = clock_timestamp()",
-                "AND token = $4 AND state IN ('in_flight', 'held')"
-            ),
-            "7",
-            "8"
-        );
-        let wake = self.wake_id_for(key);
-        let done = self
-            .bounded(async |conn| {
-                settle_query(forms, wake.as_deref(), |q| {
-                    bind_key!(q, key)
-                        .bind(token)
-                        .bind(reason.as_str())
-                        .bind(millis(retention))
-                })
-                .execute(conn)
-                .await
-            })
-            .await?;
-        Ok(cas(done.rows_affected()))
-    }
-
-    async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
-        // transitions::abandon_applies: the attempt's own record, in flight
-        // or held only because its lease lapsed.
-        let forms = settling!(
-            at_key!(
-                "DELETE FROM idemgate_records",
-                "AND attempt = $4
-                AND (state = 'in_flight'
-                     OR (state = 'held' AND held_reason = 'lease_lapsed'))"
-            ),
-            "5",
-            "6"
-        );
-        let wake = self.wake_id_for(key);
-        let done = self
-            .bounded(async |conn| {
-                settle_query(forms, wake.as_deref(), |q| bind_key!(q, key).bind(attempt))
-                    .execute(conn)
-                    .await
-            })
-            .await?;
-        Ok(cas(done.rows_affected()))
-    }
-}
-
-#[async_trait::async_trait]
-impl StoreAdmin for PgStore {
-    async fn relay_wakeups(&self, waiters: Arc<Waiters>) {
-        waiters::relay(|| self.listen(&waiters)).await;
-    }
-
-    async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
-        // transitions::expired. Bounded, and skipping rows other transactions hold: never a long lock.
-        let done = self
-            .bounded(async |conn| sqlx::query(
-                    "DELETE FROM idemgate_records
-                      WHERE ctid IN (SELECT ctid FROM idemgate_records
-                                      WHERE expires_at <= clock_timestamp()
-                                        AND NOT (state = 'in_flight' AND lease_until > clock_timestamp())
-                                      LIMIT $1 FOR UPDATE SKIP LOCKED)",
-                )
-                .bind(i64::try_from(batch).unwrap_or(i64::MAX))
-                .execute(conn).await)
-            .await?;
-        Ok(done.rows_affected())
-    }
-
-    async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
-        let sql = format!(concat!("SELECT {} WHERE ", key_match!()), INFO_COLUMNS);
-        let row: Option<InfoRow> = self
-            .bounded(async |conn| {
-                bind_key!(sqlx::query_as(sqlx::AssertSqlSafe(sql)), key)
-                    .fetch_optional(conn)
-                    .await
-            })
-            .await?;
-        row.map(InfoRow::into_info).transpose()
-    }
-
-    async fn list(
-        &self,
-        route: &str,
-        state: RecordState,
-        limit: usize,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
-        let sql = format!(
-            "SELECT {INFO_COLUMNS} WHERE route = $1 AND state = $2 ORDER BY updated_at LIMIT $3"
-        );
-        let rows: Vec<InfoRow> = self
-            .bounded(async |conn| {
-                sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                    .bind(route)
-                    .bind(state.as_str())
-                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                    .fetch_all(conn)
-                    .await
-            })
-            .await?;
-        rows.into_iter().map(InfoRow::into_info).collect()
-    }
-
-    async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        let done = self
-            // transitions::clearable
-            .bounded(async |conn| bind_key!(sqlx::query(at_key!(
-                    "DELETE FROM idemgate_records",
-                    "AND (state = 'held'
-                             OR (state = 'in_flight' AND ($4 OR lease_until <= clock_timestamp())))",
-                )), key)
-                .bind(force)
-                .execute(conn).await)
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        let done = self
-            // transitions::deletable
-            .bounded(async |conn| {
-                bind_key!(
-                    sqlx::query(at_key!(
-                        "DELETE FROM idemgate_records",
-                        "AND ($4 OR state <> 'in_flight' OR lease_until <= clock_timestamp())"
-                    )),
-                    key
-                )
-                .bind(force)
-                .execute(conn)
-                .await
-            })
-            .await?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    fn batch_stats(&self) -> Option<super::BatchStats> {
-        Some(self.batcher.stats())
-    }
-
-    fn pool_stats(&self) -> Option<super::PoolStats> {
-        let (connections, idle, max) = self.pool.stats();
-        Some(super::PoolStats {
-            connections,
-            idle,
-            max,
-        })
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        let expected = MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0);
-        let table: Option<String> = self
-            .bounded(async |conn| {
-                sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations')::text")
-                    .fetch_one(conn)
-                    .await
-            })
-            .await?;
-        let applied: Option<i64> = match table {
-            None => None,
-            Some(_) => Some(
-                self.bounded(async |conn| {
-                    sqlx::query_scalar(
-                        "SELECT COALESCE(max(version), 0) FROM _sqlx_migrations WHERE success",
-                    )
-                    .fetch_one(conn)
-                    .await
-                })
-                .await?,
-            ),
-        };
-        match applied {
-            Some(v) if v >= expected => Ok(()),
-            Some(v) => Err(StoreError::NotMigrated(format!(
-                "schema version {v}, this build needs {expected}"
-            ))),
-            None => Err(StoreError::NotMigrated("no migrations applied".into())),
-        }
     }
 }

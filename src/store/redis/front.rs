@@ -33,7 +33,8 @@ use deadpool_redis::redis::Script;
 use http::StatusCode;
 use std::sync::LazyLock;
 
-use super::{RedisStore, corrupt, layout::Layout, millis};
+use super::store::{corrupt, millis};
+use super::{RedisStore, layout::Layout};
 use crate::store::{
     HeldReason, RecordKey, StoreError, StoredResponse, Token, decode_headers, encode_headers,
 };

@@ -21,42 +21,33 @@
 //! every primary's `CLUSTER INFO` for `cluster_state:ok`, and the wake-up
 //! subscriber (classic Pub/Sub reaches every node) moves to another node
 //! when its own is lost. Durability is whatever the servers' persistence
-//! and replication give: see the README's "Choosing a store".
+//! and replication give: see docs/src/stores/redis.md.
 
+mod admin;
 mod conn;
 mod front;
 mod lanes;
 mod layout;
 mod scripts;
+mod store;
+mod wakeups;
 
 use std::future::Future;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
+use deadpool_redis::redis;
 use deadpool_redis::redis::cluster::ClusterClient;
-use deadpool_redis::redis::{self, Script, Value};
-use futures_util::StreamExt;
-use std::sync::Arc;
 
 pub(in crate::store) use front::{FrontEntry, Mark, Publish, Settled};
 
-use crate::waiters::{self, Waiters, parse_wake_id, wake_id};
-
-use self::conn::{Conn, Node, primaries, url_of};
+use self::conn::{Conn, Node, url_of};
 use self::lanes::{Lane, Lanes};
 use self::layout::Layout;
-use self::scripts::{ABANDON, CLAIM, CLEAR, COMPLETE, HOLD, INSPECT, RELEASE, RENEW};
-use http::StatusCode;
 
 use super::home::Home;
-use super::info::from_epoch_millis;
-use super::{
-    AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store,
-    StoreAdmin, StoreError, StoredResponse, Token, decode_headers, encode_headers, redact_url,
-};
-use super::{StoreConfig, UnknownOutcome};
+use super::{StoreAdmin, StoreConfig, StoreError, redact_url};
 
 /// A Redis-backed [`Store`].
 pub struct RedisStore {
@@ -108,40 +99,6 @@ fn cluster_client(urls: Vec<String>, timeout: Duration) -> redis::RedisResult<Cl
         // script is idempotent or answers fenced.
         .retries(3)
         .build()
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
-}
-
-fn corrupt(what: &str) -> StoreError {
-    StoreError::Corrupt(format!("redis script returned {what}"))
-}
-
-fn int(v: Option<&Value>) -> Option<i64> {
-    match v? {
-        Value::Int(i) => Some(*i),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        _ => None,
-    }
-}
-
-fn bytes(v: Option<&Value>) -> Option<Vec<u8>> {
-    match v? {
-        Value::BulkString(b) => Some(b.clone()),
-        Value::SimpleString(s) => Some(s.clone().into_bytes()),
-        _ => None,
-    }
-}
-
-/// Keep the `limit` least recently changed records, oldest first.
-fn least_recent_first(found: &mut Vec<RecordInfo>, limit: usize) {
-    found.sort_by_key(|info| info.updated_at);
-    found.truncate(limit);
-}
-
-fn cas(v: i64) -> Cas {
-    if v == 1 { Cas::Applied } else { Cas::Fenced }
 }
 
 /// How many lanes: `pool_size`, but no more than this host's cores (or
@@ -223,105 +180,6 @@ impl RedisStore {
         let mut urls = vec![self.url.clone()];
         urls.extend(nodes.iter().map(|node| url_of(&self.url, node)));
         urls
-    }
-
-    /// A cluster's primaries, asked afresh (remembered for the wake-up
-    /// subscriber); `[None]` for one server, the only node there is.
-    async fn scan_nodes(&self) -> Result<Vec<Option<Node>>, StoreError> {
-        if !self.layout.cluster {
-            return Ok(vec![None]);
-        }
-        let slots: Value = self
-            .bounded(|mut conn| async move {
-                redis::cmd("CLUSTER")
-                    .arg("SLOTS")
-                    .query_async(&mut conn)
-                    .await
-            })
-            .await?;
-        let found = primaries(&slots);
-        if found.is_empty() {
-            return Err(StoreError::Unavailable(
-                "the cluster names no primary in CLUSTER SLOTS".to_string(),
-            ));
-        }
-        *self.nodes.lock().unwrap_or_else(|e| e.into_inner()) = found.clone();
-        Ok(found.into_iter().map(Some).collect())
-    }
-
-    async fn clear_script(
-        &self,
-        key: &RecordKey,
-        force: bool,
-        completed_too: bool,
-    ) -> Result<bool, StoreError> {
-        let record = self.layout.record_key(key);
-        let wake = self.wake_args(key);
-        let wake = &wake;
-        let flag = |b: bool| if b { "1" } else { "0" };
-        let n: i64 = self
-            .bounded(|mut conn| async move {
-                CLEAR
-                    .key(&record[..])
-                    .arg(flag(force))
-                    .arg(flag(completed_too))
-                    .arg(&wake.0)
-                    .arg(&wake.1)
-                    .invoke_async(&mut conn)
-                    .await
-            })
-            .await?;
-        Ok(n == 1)
-    }
-
-    /// The wake-up channel and this key's wake id (hex), the last two
-    /// arguments of every script that can settle a record.
-    /// Empty on a route that does not wait: nobody listens for it, so its
-    /// settled records are not announced.
-    fn wake_args(&self, key: &RecordKey) -> (String, String) {
-        if self.wait_routes.contains(&key.route) {
-            (self.wake_channel(), hex::encode(wake_id(key)))
-        } else {
-            (String::new(), String::new())
-        }
-    }
-
-    /// `{prefix}keys`: where the scripts announce settled records.
-    fn wake_channel(&self) -> String {
-        format!("{}keys", self.layout.prefix)
-    }
-
-    /// Subscribe to the wake-up channel and wake the waiters each message
-    /// names, until the connection is lost (`Ok`) or cannot be made.
-    /// On a cluster, each attempt subscribes on the next node (the seed,
-    /// then each primary seen): classic Pub/Sub reaches every node, so any
-    /// live one hears every announcement.
-    async fn listen(&self, waiters: &Waiters) -> Result<(), redis::RedisError> {
-        let turn = self.listens.fetch_add(1, Ordering::Relaxed);
-        let url = if self.layout.cluster {
-            let urls = self.node_urls();
-            urls[turn % urls.len()].clone()
-        } else {
-            self.url.clone()
-        };
-        let client = redis::Client::open(url.as_str())?;
-        let mut pubsub = tokio::time::timeout(self.timeout, client.get_async_pubsub())
-            .await
-            .map_err(|_| {
-                redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
-            })??;
-        pubsub.subscribe(self.wake_channel()).await?;
-        // Anything announced before this subscription is lost.
-        waiters.wake_all();
-        let mut messages = pubsub.on_message();
-        while let Some(message) = messages.next().await {
-            if let Ok(text) = message.get_payload::<String>()
-                && let Some(id) = parse_wake_id(&text)
-            {
-                waiters.wake(&id);
-            }
-        }
-        Ok(())
     }
 
     /// The lane's connection, opened if it has none current. Only one
@@ -437,313 +295,13 @@ impl RedisStore {
             self.lanes.reset(generation);
         }
     }
-
-    async fn cas_script(
-        &self,
-        script: &Script,
-        key: &RecordKey,
-        args: &[&[u8]],
-    ) -> Result<Cas, StoreError> {
-        let record = self.layout.record_key(key);
-        let wake = self.wake_args(key);
-        let wake = &wake;
-        let n: i64 = self
-            .bounded(|mut conn| async move {
-                let mut invocation = script.key(&record[..]);
-                for a in args {
-                    invocation.arg(*a);
-                }
-                invocation.arg(&wake.0).arg(&wake.1);
-                invocation.invoke_async(&mut conn).await
-            })
-            .await?;
-        Ok(cas(n))
-    }
-}
-
-#[async_trait::async_trait]
-impl Store for RedisStore {
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let record = self.layout.record_key(req.key);
-        let token_key = self.layout.token_key(req.key);
-        let wake = self.wake_args(req.key);
-        let wake = &wake;
-        let release = if req.on_unknown_outcome == UnknownOutcome::Release {
-            "1"
-        } else {
-            "0"
-        };
-        let reply: Vec<Value> = self
-            .bounded(|mut conn| async move {
-                CLAIM
-                    .key(&record[..])
-                    .key(token_key)
-                    .arg(&req.fingerprint[..])
-                    .arg(millis(req.lease))
-                    .arg(millis(req.retention))
-                    .arg(release)
-                    .arg(req.attempt)
-                    .arg(&wake.0)
-                    .arg(&wake.1)
-                    .invoke_async(&mut conn)
-                    .await
-            })
-            .await?;
-        let outcome = bytes(reply.first()).ok_or_else(|| corrupt("no outcome"))?;
-        Ok(match &outcome[..] {
-            b"claimed" | b"takeover" => Claim::Claimed {
-                token: int(reply.get(1)).ok_or_else(|| corrupt("no token"))?,
-                takeover: outcome == b"takeover",
-            },
-            b"mismatch" => Claim::Mismatch,
-            b"replay" => Claim::Replay(StoredResponse {
-                status: int(reply.get(2))
-                    .and_then(|s| u16::try_from(s).ok())
-                    .and_then(|s| StatusCode::from_u16(s).ok())
-                    .ok_or_else(|| corrupt("a bad status"))?,
-                headers: decode_headers(&bytes(reply.get(3)).unwrap_or_default())
-                    .ok_or_else(|| corrupt("undecodable headers"))?,
-                body: Bytes::from(bytes(reply.get(4)).unwrap_or_default()),
-            }),
-            b"held" => Claim::Held(
-                bytes(reply.get(2))
-                    .and_then(|r| HeldReason::parse(std::str::from_utf8(&r).ok()?))
-                    .ok_or_else(|| corrupt("an unknown held reason"))?,
-            ),
-            b"in_flight" => Claim::InFlight {
-                retry_after: Duration::from_millis(int(reply.get(2)).unwrap_or(0).max(0) as u64),
-            },
-            other => {
-                return Err(corrupt(&format!(
-                    "outcome {:?}",
-                    String::from_utf8_lossy(other)
-                )));
-            }
-        })
-    }
-
-    async fn renew(
-        &self,
-        key: &RecordKey,
-        token: Token,
-        lease: Duration,
-    ) -> Result<Cas, StoreError> {
-        let (token, lease) = (token.to_string(), millis(lease).to_string());
-        self.cas_script(&RENEW, key, &[token.as_bytes(), lease.as_bytes()])
-            .await
-    }
-
-    async fn complete(
-        &self,
-        key: &RecordKey,
-        token: Token,
-        response: &StoredResponse,
-        retention: Duration,
-    ) -> Result<Cas, StoreError> {
-        let token = token.to_string();
-        let status = response.status.as_u16().to_string();
-        let headers = encode_headers(&response.headers);
-        let retention = millis(retention).to_string();
-        let args: [&[u8]; 5] = [
-            token.as_bytes(),
-            status.as_bytes(),
-            &headers,
-            &response.body,
-            retention.as_bytes(),
-        ];
-        self.cas_script(&COMPLETE, key, &args).await
-    }
-
-    async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
-        let token = token.to_string();
-        self.cas_script(&RELEASE, key, &[token.as_bytes()]).await
-    }
-
-    async fn hold(
-        &self,
-        key: &RecordKey,
-        token: Token,
-        reason: HeldReason,
-        retention: Duration,
-    ) -> Result<Cas, StoreError> {
-        let (token, retention) = (token.to_string(), millis(retention).to_string());
-        let args: [&[u8]; 3] = [
-            token.as_bytes(),
-            reason.as_str().as_bytes(),
-            retention.as_bytes(),
-        ];
-        self.cas_script(&HOLD, key, &args).await
-    }
-
-    async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
-        let attempt = attempt.to_string();
-        self.cas_script(&ABANDON, key, &[attempt.as_bytes()]).await
-    }
-}
-
-#[async_trait::async_trait]
-impl StoreAdmin for RedisStore {
-    async fn relay_wakeups(&self, waiters: Arc<Waiters>) {
-        waiters::relay(|| self.listen(&waiters)).await;
-    }
-
-    async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
-        let record = self.layout.record_key(key);
-        let reply: Option<Vec<Value>> = self
-            .bounded(
-                |mut conn| async move { INSPECT.key(&record[..]).invoke_async(&mut conn).await },
-            )
-            .await?;
-        let Some(f) = reply else {
-            return Ok(None);
-        };
-        let text = |i: usize| {
-            bytes(f.get(i))
-                .and_then(|b| String::from_utf8(b).ok())
-                .unwrap_or_default()
-        };
-        let state = text(0);
-        let held = text(1);
-        let lease = int(f.get(5)).map(from_epoch_millis);
-        let status = int(f.get(6)).and_then(|s| u16::try_from(s).ok());
-        let completed = state == "completed";
-        RecordInfo::from_parts(
-            key,
-            &state,
-            (!held.is_empty()).then_some(held.as_str()),
-            int(f.get(2)).unwrap_or(0),
-            [int(f.get(3)), int(f.get(4)), int(f.get(8))]
-                .map(|t| from_epoch_millis(t.unwrap_or(0))),
-            lease.filter(|_| state == "in_flight"),
-            status.filter(|_| completed),
-            int(f.get(7))
-                .and_then(|n| u64::try_from(n).ok())
-                .filter(|_| completed),
-        )
-        .map(Some)
-        .ok_or_else(|| corrupt(&format!("a record in unknown state {state:?}")))
-    }
-
-    async fn list(
-        &self,
-        route: &str,
-        state: RecordState,
-        limit: usize,
-    ) -> Result<Vec<RecordInfo>, StoreError> {
-        let pattern = self.layout.route_pattern(route);
-        // The whole route is scanned (on a cluster, on every primary): the
-        // least recently changed records may be anywhere in it. At most
-        // 2 × limit are kept in memory.
-        let mut found = Vec::new();
-        for node in self.scan_nodes().await? {
-            let mut cursor = 0u64;
-            loop {
-                let (pattern, node) = (pattern.clone(), node.as_ref());
-                let (next, keys): (u64, Vec<Vec<u8>>) = self
-                    .bounded(|mut conn| async move {
-                        let mut scan = redis::cmd("SCAN");
-                        scan.arg(cursor)
-                            .arg("MATCH")
-                            .arg(pattern)
-                            .arg("COUNT")
-                            .arg(1000);
-                        conn.query_node(scan, node).await
-                    })
-                    .await?;
-                for redis_key in keys {
-                    let Some(key) = self.layout.parse_record_key(route, &redis_key) else {
-                        continue;
-                    };
-                    if let Some(info) = self.inspect(&key).await?
-                        && info.state == state
-                    {
-                        found.push(info);
-                        if found.len() > limit.saturating_mul(2).max(64) {
-                            least_recent_first(&mut found, limit);
-                        }
-                    }
-                }
-                cursor = next;
-                if cursor == 0 {
-                    break;
-                }
-            }
-        }
-        least_recent_first(&mut found, limit);
-        Ok(found)
-    }
-
-    async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        self.clear_script(key, force, false).await
-    }
-
-    async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        self.clear_script(key, force, true).await
-    }
-
-    async fn sweep(&self, _batch: usize) -> Result<u64, StoreError> {
-        // Retention is the keys' TTL: Redis expires records by itself.
-        Ok(0)
-    }
-
-    fn pool_stats(&self) -> Option<super::PoolStats> {
-        // Multiplexed: an open connection is never busy, so all are idle.
-        let open = self.lanes.open() as u64;
-        Some(super::PoolStats {
-            connections: open,
-            idle: open,
-            max: self.lanes.count() as u64,
-        })
-    }
-
-    async fn open_serving_thread(&self) {
-        // (A cluster's serving threads share its lanes: nothing to open.)
-        if !self.lanes.per_thread() {
-            return;
-        }
-        // A PING opens this thread's lane (bounded by `timeout`).
-        if let Err(error) = self.ping().await {
-            tracing::debug!(%error, "a serving thread's Redis connection will open at its first request");
-        }
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        if !self.layout.cluster {
-            return self
-                .bounded(|mut conn| async move {
-                    redis::cmd("PING").query_async::<String>(&mut conn).await
-                })
-                .await
-                .map(|_| ());
-        }
-        // Every primary must answer and see the whole cluster working.
-        for node in self.scan_nodes().await? {
-            let info: String = self
-                .bounded(|mut conn| async move {
-                    let mut info = redis::cmd("CLUSTER");
-                    info.arg("INFO");
-                    conn.query_node(info, node.as_ref()).await
-                })
-                .await?;
-            if !info.lines().any(|line| line.trim() == "cluster_state:ok") {
-                let state = info
-                    .lines()
-                    .find(|line| line.starts_with("cluster_state:"))
-                    .unwrap_or("no cluster_state")
-                    .trim();
-                return Err(StoreError::Unavailable(format!(
-                    "a cluster node reports {state}"
-                )));
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::home;
+    use std::sync::Arc;
 
     /// The Redis the integration tests use (.ci/run starts one there).
     fn config() -> StoreConfig {

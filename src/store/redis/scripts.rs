@@ -10,7 +10,7 @@ use deadpool_redis::redis::Script;
 /// Milliseconds since the epoch by the server's clock, as `now`; and
 /// `announce()`, which publishes the record's wake id (the last argument)
 /// on the wake-up channel (the one before it) when it leaves `in_flight`
-/// (docs/DESIGN.md §11); an empty channel (a route that does not wait)
+/// (docs/src/design/decisions.md); an empty channel (a route that does not wait)
 /// publishes nothing. Every script that can take a record out of
 /// `in_flight` gets these two arguments last.
 const NOW: &str = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)

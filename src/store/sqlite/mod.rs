@@ -1,4 +1,4 @@
-//! The SQLite store (`sqlite://PATH`, docs/DESIGN.md §15): the embedded
+//! The SQLite store (`sqlite://PATH`, docs/src/stores/sqlite.md): the embedded
 //! durable default. One file, kept across restarts, shared by the gateway
 //! processes of one host; several hosts need PostgreSQL or Redis.
 //!

@@ -313,7 +313,7 @@ pub fn check(input: &Input<'_>) -> Verdict {
 /// was lost, the record could not be written, or no answer came back (the
 /// gateway died or froze, or the client gave up). Or a claim whose reply
 /// was lost (`503 store-unavailable`) may have committed, and its gateway
-/// died before it could abandon the record (DESIGN.md §3: the one residual
+/// died before it could abandon the record (docs/src/guide/record-states.md: the one residual
 /// case), so the record lapses into `held`.
 fn may_be_unknown(op: &Op, deaths: &[(usize, Duration)]) -> bool {
     op.status().is_none()
@@ -723,7 +723,7 @@ fn check_fingerprints(verdict: &mut Verdict, key: &str, ops: &[&Op], executions:
     // afterwards another body may own it.
     // Likewise a claim whose reply was lost (`503 store-unavailable`) may
     // have committed: its fingerprint owns the record until its gateway
-    // abandons it (DESIGN.md §3), a little after the 503.
+    // abandons it (docs/src/guide/record-states.md), a little after the 503.
     let mut released_until: HashMap<&str, Duration> = HashMap::new();
     for op in ops.iter() {
         let until = match op.problem() {

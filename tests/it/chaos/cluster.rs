@@ -76,8 +76,8 @@ impl SqliteFile {
 }
 
 impl ChaosStore {
-    /// A private store of `kind`. Redis is durable (the README's
-    /// recommended settings: a restart loses nothing that was
+    /// A private store of `kind`. Redis is durable (the recommended
+    /// settings of docs/src/stores/redis.md: a restart loses nothing that was
     /// acknowledged) unless `durable` is false, for the negative control.
     pub async fn start(kind: Backend, durable: bool) -> Self {
         match kind {

@@ -1,4 +1,4 @@
-//! The chaos harness (docs/DESIGN.md §1, issue #4): two real gateway processes
+//! The chaos harness (docs/src/guide/guarantees.md, issue #4): two real gateway processes
 //! share a private store and sit in front of a recording upstream behind a
 //! TCP fault proxy; client tasks send new keys, retries, reused keys and
 //! same-key storms while a nemesis kills gateways, stops or freezes the

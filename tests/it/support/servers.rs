@@ -389,8 +389,8 @@ pub fn postgres_bin_dir() -> PathBuf {
 pub struct PrivateRedis {
     port: u16,
     child: Option<Child>,
-    /// With an append-only file fsynced on every write (the README's
-    /// recommended durability), kept in this directory across restarts.
+    /// With an append-only file fsynced on every write (the recommended
+    /// durability of docs/src/stores/redis.md), kept in this directory across restarts.
     durable: Option<tempfile::TempDir>,
     _turn: serial::Shared,
 }

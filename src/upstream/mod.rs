@@ -18,8 +18,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use crate::body::Body;
 use crate::config::UpstreamCa;
+use crate::request::body::Body;
 
 /// Headers that belong to one connection, never forwarded (RFC 9110 §7.6.1
 /// plus the classic RFC 2616 list and the non-standard `Proxy-Connection`).

@@ -13,7 +13,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::key_source::{self, KeyOfValuesError};
+use crate::request::key_source::{self, KeyOfValuesError};
 use crate::store::{RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreError};
 
 /// A key administration command, as `POST /keys` carries it (JSON).

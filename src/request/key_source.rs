@@ -1,4 +1,4 @@
-//! Where a route's idempotency key and scope come from (docs/DESIGN.md §10):
+//! Where a route's idempotency key and scope come from (docs/src/guide/webhooks.md):
 //! `key_from` and `scope_from`, lists of parts `header:NAME`, `query:NAME`
 //! and `json:/pointer`, so that a webhook's delivery id, a broker's message
 //! id inside the JSON body, or a saga id plus a step can be the key.
@@ -6,7 +6,7 @@
 //! - A key part gives exactly one value: a header or query parameter that
 //!   appears twice, a JSON value that is not a string or an integer, or a
 //!   body that is not JSON make the key invalid (`400`); an absent one makes
-//!   it missing. Each value obeys the key rules ([`idempotency_key`]): 1 to
+//!   it missing. Each value obeys the key rules ([`super::key`]): 1 to
 //!   255 printable ASCII characters (a header part is read like
 //!   `Idempotency-Key`: bare or as an sf-string).
 //! - One part: the key is its value, so `key_from = ["header:Idempotency-Key"]`
@@ -22,8 +22,8 @@ use std::fmt;
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
 
-use crate::idempotency_key::{self as key, KeyError};
-use crate::json_body::JsonBody;
+use crate::request::json_body::JsonBody;
+use crate::request::key::{self as key, KeyError};
 use crate::store;
 
 /// Most parts in one `key_from` or `scope_from`.

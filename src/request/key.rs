@@ -1,4 +1,4 @@
-//! The idempotency key: parsing the header (docs/DESIGN.md §2 step 3).
+//! The idempotency key: parsing the header (docs/src/design/pipeline.md, step 3).
 //!
 //! The IETF draft defines the header as an RFC 8941 sf-string (`"abc"`, with
 //! `\"` and `\\` escapes). For compatibility with clients that send Stripe-style

@@ -6,15 +6,15 @@
 //! ([`Store::abandon`]) as soon as the store answers again.
 //!
 //! Bounded on every side: one worker per instance works through a queue of
-//! at most [`MAX_PENDING`] orphans (beyond it they are counted `dropped` and
+//! at most [`MAX_PENDING`] lost claims (beyond it they are counted `dropped` and
 //! logged), one store operation at a time, backing off while the store
-//! fails, and gives each orphan up after [`PATIENCE`] of failures. A record
+//! fails, and gives each lost claim up after [`PATIENCE`] of failures. A record
 //! that is not there once the store answers is looked for again for one
 //! lease, since a claim delayed by the stall can commit just after the
 //! store resumes. A graceful shutdown lets the worker finish its queue
 //! (within `shutdown_timeout`). An instance that dies before the store
-//! answers leaves its orphans to lapse: the one residual case, stated in the
-//! README.
+//! answers leaves its lost claims to lapse: the one residual case, stated in
+//! docs/src/design/state-machine.md.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -25,13 +25,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::clock::Instant;
-use crate::metrics::{Metrics, OrphanLabels};
+use crate::metrics::{LostClaimLabels, Metrics};
 use crate::store::{AttemptId, Cas, RecordKey, Store};
 
-/// Orphans queued at once by one instance.
+/// LostClaims queued at once by one instance.
 pub(super) const MAX_PENDING: usize = 10_000;
 
-/// How long an orphan is retried while the store keeps failing.
+/// How long an lost claim is retried while the store keeps failing.
 const PATIENCE: Duration = Duration::from_secs(600);
 
 /// The first and the longest pause between tries.
@@ -39,7 +39,7 @@ const FIRST_PAUSE: Duration = Duration::from_millis(100);
 const LONGEST_PAUSE: Duration = Duration::from_secs(1);
 
 /// One claim whose answer was lost.
-struct Orphan {
+struct LostClaim {
     route: String,
     key: RecordKey,
     attempt: AttemptId,
@@ -50,23 +50,23 @@ struct Orphan {
     absent_since: Option<Instant>,
     /// Not tried again before this.
     due: Instant,
-    /// This orphan's next pause while its record is absent.
+    /// This lost claim's next pause while its record is absent.
     pause: Duration,
 }
 
-/// The queue of one instance's orphans; its worker runs until the queue
+/// The queue of one instance's lost claims; its worker runs until the queue
 /// is closed (every handle dropped) and empty.
 #[derive(Clone)]
-pub(super) struct Orphans {
-    queue: mpsc::Sender<Orphan>,
+pub(super) struct LostClaims {
+    queue: mpsc::Sender<LostClaim>,
     metrics: Arc<Metrics>,
     /// Cancelled at shutdown: the worker ends once its queue is empty.
     finishing: CancellationToken,
 }
 
-impl Orphans {
+impl LostClaims {
     /// Start the worker on `store`, as a task of `tasks` (graceful
-    /// shutdown waits for it, after [`Orphans::finish`]).
+    /// shutdown waits for it, after [`LostClaims::finish`]).
     pub(super) fn start(store: Arc<dyn Store>, metrics: Arc<Metrics>, tasks: &TaskTracker) -> Self {
         let (queue, intake) = mpsc::channel(MAX_PENDING);
         let finishing = CancellationToken::new();
@@ -78,7 +78,7 @@ impl Orphans {
         }
     }
 
-    /// Shutting down: the worker ends as soon as no orphan is pending.
+    /// Shutting down: the worker ends as soon as no lost claim is pending.
     pub(super) fn finish(&self) {
         self.finishing.cancel();
     }
@@ -87,7 +87,7 @@ impl Orphans {
     /// the record it may have created.
     pub(super) fn report(&self, route: &str, key: RecordKey, attempt: AttemptId, lease: Duration) {
         let now = Instant::now();
-        let orphan = Orphan {
+        let lost = LostClaim {
             route: route.to_string(),
             key,
             attempt,
@@ -97,7 +97,7 @@ impl Orphans {
             due: now,
             pause: FIRST_PAUSE,
         };
-        if self.queue.try_send(orphan).is_err() {
+        if self.queue.try_send(lost).is_err() {
             count(&self.metrics, route, "dropped");
             tracing::warn!(
                 route,
@@ -111,29 +111,29 @@ impl Orphans {
 fn count(metrics: &Metrics, route: &str, result: &'static str) {
     metrics
         .orphaned_claims
-        .get_or_create(&OrphanLabels {
+        .get_or_create(&LostClaimLabels {
             route: route.to_string(),
             result,
         })
         .inc();
 }
 
-/// The worker: take in orphans, try those due, one at a time.
+/// The worker: take in lost claims, try those due, one at a time.
 async fn work(
-    mut intake: mpsc::Receiver<Orphan>,
+    mut intake: mpsc::Receiver<LostClaim>,
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
     finishing: CancellationToken,
 ) {
-    let mut queue: VecDeque<Orphan> = VecDeque::new();
+    let mut queue: VecDeque<LostClaim> = VecDeque::new();
     let mut open = true;
-    // While the store fails, every orphan waits this long between rounds.
+    // While the store fails, every lost claim waits this long between rounds.
     let mut failing_pause = FIRST_PAUSE;
     while open || !queue.is_empty() {
         let next_due = queue.iter().map(|o| o.due).min();
         tokio::select! {
             received = intake.recv(), if open => match received {
-                Some(orphan) => queue.push_back(orphan),
+                Some(lost) => queue.push_back(lost),
                 None => open = false,
             },
             () = sleep_until(next_due), if next_due.is_some() => {}
@@ -146,23 +146,23 @@ async fn work(
                 i += 1;
                 continue;
             }
-            let orphan = &mut queue[i];
-            let finished = match store.abandon(&orphan.key, orphan.attempt).await {
+            let lost = &mut queue[i];
+            let finished = match store.abandon(&lost.key, lost.attempt).await {
                 Ok(Cas::Applied) => Some("abandoned"),
                 Ok(Cas::Fenced) => {
                     failing_pause = FIRST_PAUSE;
-                    let since = *orphan.absent_since.get_or_insert(now);
-                    if since.elapsed() >= orphan.lease {
+                    let since = *lost.absent_since.get_or_insert(now);
+                    if since.elapsed() >= lost.lease {
                         Some("absent")
                     } else {
-                        orphan.due = Instant::now() + orphan.pause;
-                        orphan.pause = (orphan.pause * 2).min(LONGEST_PAUSE);
+                        lost.due = Instant::now() + lost.pause;
+                        lost.pause = (lost.pause * 2).min(LONGEST_PAUSE);
                         None
                     }
                 }
-                Err(_) if orphan.since.elapsed() >= PATIENCE => Some("gave_up"),
+                Err(_) if lost.since.elapsed() >= PATIENCE => Some("gave_up"),
                 Err(_) => {
-                    // The store still fails: every due orphan waits a round.
+                    // The store still fails: every due lost claim waits a round.
                     let later = Instant::now() + failing_pause;
                     failing_pause = (failing_pause * 2).min(LONGEST_PAUSE);
                     for waiting in queue.iter_mut() {
@@ -172,9 +172,9 @@ async fn work(
                 }
             };
             if let Some(result) = finished {
-                let orphan = queue.remove(i).expect("index within the queue");
-                count(&metrics, &orphan.route, result);
-                let (route, attempt) = (orphan.route.as_str(), orphan.attempt);
+                let lost = queue.remove(i).expect("index within the queue");
+                count(&metrics, &lost.route, result);
+                let (route, attempt) = (lost.route.as_str(), lost.attempt);
                 match result {
                     "abandoned" => tracing::info!(
                         route,

@@ -1,4 +1,4 @@
-//! The request fingerprint (docs/DESIGN.md §2 step 4): a SHA-256 over the parts of
+//! The request fingerprint (docs/src/design/pipeline.md, step 4): a SHA-256 over the parts of
 //! a request the route says identify it. A key that comes back with a
 //! different fingerprint is a different request under the same key: `422`.
 //!
@@ -9,7 +9,7 @@ use http::request::Parts;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::json_body::JsonBody;
+use crate::request::json_body::JsonBody;
 
 /// How the body enters the fingerprint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

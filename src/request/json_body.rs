@@ -1,5 +1,5 @@
 //! A JSON request body, parsed once per request for everything that reads
-//! it: key parts (`json:/pointer`, docs/DESIGN.md §10) and the canonical JSON
+//! it: key parts (`json:/pointer`, docs/src/guide/webhooks.md) and the canonical JSON
 //! fingerprint (`fingerprint.body = "json"`).
 //!
 //! Numbers keep their exact text (`0.10000000000000001` and `0.1` differ,

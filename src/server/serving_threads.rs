@@ -39,32 +39,32 @@ use tokio_util::sync::CancellationToken;
 
 thread_local! {
     /// This thread's index among the serving threads (`None` elsewhere).
-    static CORE: Cell<Option<usize>> = const { Cell::new(None) };
+    static SERVING_THREAD: Cell<Option<usize>> = const { Cell::new(None) };
 }
 
 /// The serving thread this code runs on (`None` on any other thread): the
 /// index of its per-thread resources, such as its upstream pool.
 pub(crate) fn current() -> Option<usize> {
-    CORE.with(Cell::get)
+    SERVING_THREAD.with(Cell::get)
 }
 
 /// The serving threads.
-pub(crate) struct Cores {
-    threads: Vec<Core>,
+pub(crate) struct ServingThreads {
+    threads: Vec<ServingThread>,
     /// Where the next tie goes.
     next: AtomicUsize,
     /// Cancelled: the threads drop their runtimes and end.
     release: CancellationToken,
 }
 
-struct Core {
+struct ServingThread {
     handle: Handle,
     /// Connections placed on it and not yet ended.
     open: Arc<AtomicUsize>,
     thread: Option<JoinHandle<()>>,
 }
 
-impl Cores {
+impl ServingThreads {
     /// Start `n` serving threads (n ≥ 1), each with its runtime.
     pub(crate) fn start(n: usize) -> std::io::Result<Self> {
         let release = CancellationToken::new();
@@ -84,7 +84,7 @@ impl Cores {
                         Ok(runtime) => runtime,
                         Err(error) => return drop(handle_tx.send(Err(error))),
                     };
-                    CORE.with(|core| core.set(Some(index)));
+                    SERVING_THREAD.with(|core| core.set(Some(index)));
                     crate::store::home::enter_serving_thread();
                     let _ = handle_tx.send(Ok(runtime.handle().clone()));
                     runtime.block_on(released.cancelled());
@@ -105,7 +105,7 @@ impl Cores {
                     return Err(error);
                 }
             };
-            threads.push(Core {
+            threads.push(ServingThread {
                 handle,
                 open: Arc::new(AtomicUsize::new(0)),
                 thread: Some(thread),
@@ -183,8 +183,8 @@ impl Cores {
     }
 }
 
-impl Drop for Cores {
-    /// Dropped without [`Cores::stop`] (the serving future was dropped):
+impl Drop for ServingThreads {
+    /// Dropped without [`ServingThreads::stop`] (the serving future was dropped):
     /// the threads end on their own, dropping whatever they still serve.
     fn drop(&mut self) {
         self.release.cancel();
@@ -209,7 +209,7 @@ mod tests {
     /// Place one connection whose task reports `(n, thread index, thread
     /// name)` and then lives until `end` is sent or dropped.
     async fn place_one(
-        cores: &Cores,
+        threads: &ServingThreads,
         listener: &tokio::net::TcpListener,
         n: usize,
         seen: &tokio::sync::mpsc::UnboundedSender<(usize, usize, Option<String>)>,
@@ -220,7 +220,7 @@ mod tests {
         let (stream, _) = listener.accept().await.unwrap();
         let (end, ended) = tokio::sync::oneshot::channel::<()>();
         let seen = seen.clone();
-        cores
+        threads
             .place(stream, move |_stream| async move {
                 let name = std::thread::current().name().map(str::to_owned);
                 seen.send((n, current().expect("a serving thread"), name))
@@ -236,12 +236,12 @@ mod tests {
     /// place; `stop` ends the threads.
     #[tokio::test]
     async fn connections_go_to_the_least_busy_thread_and_stay_there() {
-        let cores = Cores::start(2).unwrap();
+        let threads = ServingThreads::start(2).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let (seen, mut seen_rx) = tokio::sync::mpsc::unbounded_channel();
         let mut open = Vec::new();
         for n in 0..4 {
-            open.push(place_one(&cores, &listener, n, &seen).await);
+            open.push(place_one(&threads, &listener, n, &seen).await);
         }
         let mut on = [Vec::new(), Vec::new()];
         for _ in 0..4 {
@@ -255,7 +255,7 @@ mod tests {
             let _ = open[n].1.take().expect("not ended yet").send(());
         }
         let freed = async {
-            while cores.threads[0].open.load(Ordering::Relaxed) > 0 {
+            while threads.threads[0].open.load(Ordering::Relaxed) > 0 {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         };
@@ -263,11 +263,11 @@ mod tests {
             .await
             .expect("ended connections free their place");
         for n in 4..6 {
-            open.push(place_one(&cores, &listener, n, &seen).await);
+            open.push(place_one(&threads, &listener, n, &seen).await);
             let (_, index, _) = seen_rx.recv().await.unwrap();
             assert_eq!(index, 0, "connection {n} went to the busier thread");
         }
-        tokio::time::timeout(Duration::from_secs(10), cores.stop())
+        tokio::time::timeout(Duration::from_secs(10), threads.stop())
             .await
             .expect("released threads end, dropping what they still serve");
     }
@@ -276,9 +276,9 @@ mod tests {
     /// when all have run it.
     #[tokio::test]
     async fn on_each_runs_on_every_thread() {
-        let cores = Cores::start(3).unwrap();
+        let threads = ServingThreads::start(3).unwrap();
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
-        cores
+        threads
             .on_each(|| {
                 let seen = seen.clone();
                 async move {
@@ -291,7 +291,7 @@ mod tests {
         let mut seen = seen.lock().unwrap().clone();
         seen.sort_unstable();
         assert_eq!(seen, [(Some(0), true), (Some(1), true), (Some(2), true)]);
-        cores.stop().await;
+        threads.stop().await;
     }
 
     /// Off the serving threads, [`current`] is `None` (their own pool).

@@ -28,11 +28,11 @@
 //!   for `http2_keep_alive_timeout` closes the connection;
 //! - a protected request's body: `body_read_timeout` (in the handler).
 
-pub(crate) mod cores;
 mod h1;
 mod h2;
 mod preface;
 mod prefixed;
+pub(crate) mod serving_threads;
 pub(crate) mod tls;
 
 use std::future::Future;
@@ -47,21 +47,21 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::body::{Body, RequestBody};
 use crate::clock::Instant;
 use crate::config::Config;
 use crate::handler::Gateway;
+use crate::request::body::{Body, RequestBody};
 use crate::upstream::ClientOverTls;
-use cores::Cores;
+use serving_threads::ServingThreads;
 
 /// Serve `gateway` on `listener` until `shutdown` resolves, then drain.
 /// With `tls`, the listener speaks TLS with that certificate (reloaded on
-/// SIGHUP while serving); with `cores`, connections are served on those
-/// threads ([`cores`]), which end once everything is drained.
+/// SIGHUP while serving); with `threads`, connections are served on those
+/// threads ([`serving_threads`]), which end once everything is drained.
 pub(crate) async fn serve(
     listener: TcpListener,
     gateway: Arc<Gateway>,
-    cores: Option<Cores>,
+    threads: Option<ServingThreads>,
     config: &Config,
     tls: Option<Arc<tls::Certificate>>,
     shutdown: impl Future<Output = ()>,
@@ -73,7 +73,7 @@ pub(crate) async fn serve(
     let open = accept_until(
         listener,
         config.max_connections,
-        cores.as_ref(),
+        threads.as_ref(),
         shutdown,
         {
             let gateway = gateway.clone();
@@ -111,8 +111,8 @@ pub(crate) async fn serve(
     {
         tracing::warn!(timeout = ?config.shutdown_timeout, "forwards still running at the shutdown deadline");
     }
-    if let Some(cores) = cores {
-        cores.stop().await;
+    if let Some(threads) = threads {
+        threads.stop().await;
     }
 }
 
@@ -127,12 +127,12 @@ pub(crate) struct OpenConnections {
 /// Accept connections on `listener` until `shutdown` resolves, at most
 /// `cap` at once (past the cap, connections wait in the kernel's backlog),
 /// each served by `serve(stream, peer, stop)` in a task of its own: on this
-/// runtime, or with `cores` on the serving thread [`Cores::place`] picks.
+/// runtime, or with `threads` on the serving thread [`ServingThreads::place`] picks.
 /// Accept errors (EMFILE and friends) back off instead of spinning.
 pub(crate) async fn accept_until<S, F>(
     listener: TcpListener,
     cap: usize,
-    cores: Option<&Cores>,
+    threads: Option<&ServingThreads>,
     shutdown: impl Future<Output = ()>,
     serve: S,
 ) -> OpenConnections
@@ -165,7 +165,7 @@ where
         };
         let _ = stream.set_nodelay(true);
         let stop = open.stop.clone();
-        let Some(cores) = cores else {
+        let Some(threads) = threads else {
             let connection = serve(stream, peer, stop);
             open.tracker.spawn(async move {
                 connection.await;
@@ -174,7 +174,7 @@ where
             continue;
         };
         let (serve, tracked) = (serve.clone(), open.tracker.token());
-        let placed = cores.place(stream, move |stream| async move {
+        let placed = threads.place(stream, move |stream| async move {
             serve(stream, peer, stop).await;
             drop((permit, tracked));
         });
@@ -341,14 +341,14 @@ mod tests {
     async fn with_cores_connections_are_served_on_the_serving_threads() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let cores = Cores::start(2).unwrap();
+        let threads = ServingThreads::start(2).unwrap();
         let (seen, mut seen_rx) = tokio::sync::mpsc::unbounded_channel();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let accepting = async {
             accept_until(
                 listener,
                 8,
-                Some(&cores),
+                Some(&threads),
                 async {
                     let _ = stopped.await;
                 },
@@ -381,7 +381,7 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(10), open.tracker.wait())
             .await
             .expect("the connections end when told to stop");
-        cores.stop().await;
+        threads.stop().await;
     }
 
     /// Every open connection's task is at least this future: what it
@@ -400,8 +400,9 @@ mod tests {
             .await
             .unwrap();
         let (stream, _) = listener.accept().await.unwrap();
-        let handle =
-            |_: http::Request<RequestBody>| async { http::Response::new(crate::body::empty()) };
+        let handle = |_: http::Request<RequestBody>| async {
+            http::Response::new(crate::request::body::empty())
+        };
         let task = serve_connection(&settings, stream, handle, CancellationToken::new());
         let size = std::mem::size_of_val(&task);
         assert!(size <= 1024, "a connection's task is {size} bytes");

@@ -1,9 +1,11 @@
-//! The admin listener (docs/DESIGN.md §7), separate from the proxy port:
+//! The admin listener (docs/src/reference/admin-api.md), separate from the proxy port:
 //! `/metrics` (Prometheus text format), `/healthz` (the process answers),
 //! `/readyz` (the store answers and is migrated), and `POST /keys`, which
 //! runs an `idemgate keys` command on this gateway's store (how the CLI
 //! reaches a `memory://` store) for a caller with the `admin_token`, and is
 //! refused when no token is configured. Health and metrics stay open.
+
+pub mod keys;
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -16,10 +18,10 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::net::TcpListener;
 
-use crate::body::{Body, RequestBody, full};
 use crate::clock::Instant;
 use crate::config::Config;
 use crate::metrics::{Metrics, plain_result};
+use crate::request::body::{Body, RequestBody, full};
 use crate::server;
 use crate::store::{Store, StoreAdmin};
 
@@ -62,7 +64,7 @@ pub async fn probe(addr: SocketAddr, path: &str, deadline: Duration) -> Result<S
     let client: Client<HttpConnector, Body> =
         Client::builder(TokioExecutor::new()).build(HttpConnector::new());
     let request = Request::get(format!("http://{addr}{path}"))
-        .body(crate::body::empty())
+        .body(crate::request::body::empty())
         .map_err(|e| e.to_string())?;
     match tokio::time::timeout(deadline, client.request(request)).await {
         Ok(Ok(response)) => Ok(response.status()),
@@ -194,7 +196,7 @@ async fn keys(request: Request<RequestBody>, admin: &Admin) -> Response<Body> {
         }
     };
     let (records, path) = (admin.records.as_ref(), admin.store.as_ref());
-    match crate::key_admin::execute(&admin.config, records, path, command).await {
+    match keys::execute(&admin.config, records, path, command).await {
         Ok(output) => text(StatusCode::OK, PLAIN, output),
         Err(error) => text(error.status(), PLAIN, format!("{error}\n")),
     }

@@ -282,8 +282,13 @@ mod tests {
 pub struct Budgeted<'a, B> {
     inner: B,
     budget: &'a Arc<Semaphore>,
-    reserved: &'a mut Option<OwnedSemaphorePermit>,
+    reserved: &'a mut Reservation,
 }
+
+/// The bytes of the shared body budget one request holds: given back when
+/// it is dropped, however the request ends.
+#[derive(Debug, Default)]
+pub struct Reservation(Option<OwnedSemaphorePermit>);
 
 impl<'a, B> Budgeted<'a, B> {
     /// The body still unread (what was paid for stays reserved).
@@ -292,11 +297,7 @@ impl<'a, B> Budgeted<'a, B> {
     }
 
     /// Read `inner`, paying from `budget` into `reserved`.
-    pub fn new(
-        inner: B,
-        budget: &'a Arc<Semaphore>,
-        reserved: &'a mut Option<OwnedSemaphorePermit>,
-    ) -> Self {
+    pub fn new(inner: B, budget: &'a Arc<Semaphore>, reserved: &'a mut Reservation) -> Self {
         Self {
             inner,
             budget,
@@ -337,10 +338,10 @@ where
             let paid = u32::try_from(data.len())
                 .ok()
                 .and_then(|n| this.budget.clone().try_acquire_many_owned(n).ok());
-            match (paid, this.reserved.as_mut()) {
+            match (paid, this.reserved.0.as_mut()) {
                 (None, _) => return Poll::Ready(Some(Err(BudgetedError::Spent))),
                 (Some(paid), Some(held)) => held.merge(paid),
-                (Some(paid), None) => *this.reserved = Some(paid),
+                (Some(paid), None) => this.reserved.0 = Some(paid),
             }
         }
         Poll::Ready(Some(Ok(frame)))

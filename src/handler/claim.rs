@@ -1,0 +1,266 @@
+//! Pipeline step 5: claim the key in a task of its own (G6), then answer
+//! from the claim (replay, `409`, `422`, held) or hand the claimed attempt
+//! to [`super::attempt`]. With `concurrent = "wait"`, a duplicate of an
+//! in-flight key waits, woken by the store, and claims again.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderValue, Request, Response};
+use tokio::sync::{OwnedSemaphorePermit, oneshot};
+
+use super::{Answered, Gateway, Outcome, REPLAYED};
+use crate::clock::Instant;
+use crate::config::{Concurrent, Route, RouteMode};
+use crate::metrics::WakeupLabels;
+use crate::problem::GatewayError;
+use crate::request::body::{self, Body, Reservation};
+use crate::request::fingerprint::Fingerprint;
+use crate::store::{self, Claim, ClaimRequest, RecordKey, StoreError, StoredResponse};
+use crate::upstream;
+use crate::waiters::wake_id;
+
+/// The longest a waiting request goes without claiming again when the store
+/// announces nothing (announcements lost while a relay reconnects are also
+/// covered by its wake-all).
+const WAIT_POLL: Duration = Duration::from_secs(5);
+
+/// How long after the first attempt's lease ends a waiter claims again
+/// (never less: no waiter can spin on a lease that is about to end).
+const LEASE_GRACE: Duration = Duration::from_millis(100);
+
+/// Everything a claim (and its forward) needs; cheap to clone (the body is
+/// shared), so a waiting request can claim again.
+#[derive(Clone)]
+pub(super) struct Claiming {
+    pub(super) route: Arc<Route>,
+    pub(super) record_key: RecordKey,
+    pub(super) fingerprint: Fingerprint,
+    pub(super) parts: Parts,
+    pub(super) body: Bytes,
+    pub(super) client: SocketAddr,
+    /// The body's share of the body budget, held until the last task
+    /// using the body ends.
+    pub(super) reservation: Arc<Reservation>,
+    /// Claimed again by a request that waited: the key is known to be in
+    /// flight, so a store error is returned as such and never fails open.
+    pub(super) after_waiting: bool,
+}
+
+impl Claiming {
+    /// Whether a duplicate of an in-flight key waits (`concurrent =
+    /// "wait"`, enforced) rather than getting `409` at once.
+    pub(super) fn waits(&self) -> bool {
+        self.route.concurrent == Concurrent::Wait && self.route.mode == RouteMode::Enforce
+    }
+}
+
+impl Gateway {
+    /// Claim (and forward) in a task of its own.
+    pub(super) async fn claim_in_task(
+        self: &Arc<Self>,
+        claim: Claiming,
+    ) -> Result<Answered, GatewayError> {
+        let forward_slot = self
+            .forward_slots
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                GatewayError::Overloaded("budget for forwards in flight (max_forwards_in_flight)")
+            })?;
+        let (reply, answer) = oneshot::channel();
+        let gateway = self.clone();
+        self.tasks.spawn(async move {
+            // The claim's body reservation ends with it.
+            let result = gateway.claim_and_forward(claim).await;
+            // The response is no longer buffered here.
+            drop(forward_slot);
+            let _ = reply.send(result);
+        });
+        answer.await.map_err(|_| {
+            GatewayError::Internal("the forward task ended without an answer".into())
+        })?
+    }
+
+    /// `concurrent = "wait"`: while the key is in flight, wait (woken by
+    /// the store, or at the slow poll) and claim again, until the first
+    /// attempt's answer is there, this request wins a released key, or
+    /// `wait_timeout` passes (`409`). A client that goes away stops waiting.
+    pub(super) async fn claim_or_wait(
+        self: &Arc<Self>,
+        claim: Claiming,
+    ) -> Result<Answered, GatewayError> {
+        let started = Instant::now();
+        let deadline = started + claim.route.wait_timeout;
+        let signal = self.waiters.register(wake_id(&claim.record_key));
+        let mut waiting: Option<Waiting> = None;
+        let mut claim = claim;
+        let mut retry_after = Duration::ZERO;
+        loop {
+            // Listening before the claim: a wake between its answer and the
+            // wait below is kept.
+            let notified = signal.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            claim.after_waiting = waiting.is_some();
+            match self.claim_in_task(claim.clone()).await {
+                Err(GatewayError::InFlight { retry_after: left }) => retry_after = left,
+                // The store is away while this request waits: the first
+                // attempt may still answer; wait on.
+                Err(GatewayError::StoreUnavailable(error)) if waiting.is_some() => {
+                    tracing::debug!(%error, "store error while waiting; waiting on");
+                }
+                Ok(answered) if answered.outcome == Outcome::Replayed && waiting.is_some() => {
+                    return Ok(Answered {
+                        outcome: Outcome::WaitedReplay,
+                        ..answered
+                    });
+                }
+                other => return other,
+            }
+            if waiting.is_none() {
+                waiting = Some(
+                    Waiting::start(self, claim.body.len())
+                        .ok_or(GatewayError::InFlight { retry_after })?,
+                );
+            }
+            let cause = tokio::select! {
+                () = &mut notified => "store",
+                // The safety net, or when the first attempt's lease runs
+                // out (a dead attempt announces nothing).
+                () = tokio::time::sleep(WAIT_POLL.min(retry_after + LEASE_GRACE)) => "poll",
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(GatewayError::WaitTimeout {
+                        waited: started.elapsed(),
+                        retry_after,
+                    });
+                }
+            };
+            self.metrics
+                .wait_wakeups
+                .get_or_create(&WakeupLabels { cause })
+                .inc();
+        }
+    }
+
+    /// Claim the key, then answer from the claim or forward and settle.
+    async fn claim_and_forward(self: Arc<Self>, claim: Claiming) -> Result<Answered, GatewayError> {
+        let Claiming {
+            route,
+            record_key,
+            fingerprint,
+            parts,
+            body,
+            client,
+            reservation: _reservation,
+            after_waiting,
+        } = claim;
+        let attempt = store::new_attempt_id();
+        let claimed = self
+            .store
+            .claim(&ClaimRequest {
+                key: &record_key,
+                fingerprint: &fingerprint,
+                attempt,
+                lease: route.lease,
+                retention: route.retention,
+                on_unknown_outcome: route.on_unknown_outcome,
+            })
+            .await;
+        let claimed = match claimed {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                if let StoreError::Unavailable(_) = error {
+                    // The claim may commit once the store resumes although
+                    // this request is never forwarded under it.
+                    self.lost_claims
+                        .report(&route.name, record_key, attempt, route.lease);
+                }
+                if after_waiting {
+                    return Err(GatewayError::StoreUnavailable(error));
+                }
+                if route.mode == RouteMode::Shadow {
+                    let request = Request::from_parts(parts, body::full(body));
+                    return self
+                        .shadow_store_error(&route, request, client, error)
+                        .await;
+                }
+                return self
+                    .on_store_error(&route, parts, body, client, error)
+                    .await;
+            }
+        };
+        if route.mode == RouteMode::Shadow && !self.shadow_claims(&route, &record_key, &claimed) {
+            let request = Request::from_parts(parts, body::full(body));
+            return self.pass_through(&route, request, client).await;
+        }
+        match claimed {
+            Claim::Replay(stored) => Ok(Answered::new(replay(stored), Outcome::Replayed)),
+            Claim::InFlight { retry_after } => Err(GatewayError::InFlight { retry_after }),
+            Claim::Mismatch => Err(GatewayError::Mismatch),
+            Claim::Held(reason) => Err(GatewayError::Held(reason)),
+            Claim::Claimed { token, takeover } => {
+                // Window (a): the claim has committed, nothing was sent.
+                kill_window!("after-claim");
+                if takeover {
+                    tracing::warn!(route = %route.name, token, "took over a key whose lease lapsed");
+                    self.metrics_of(Some(&route.name)).lease_takeovers.inc();
+                }
+                let request = upstream::prepare(
+                    Request::from_parts(parts, body::full(body)),
+                    &route.upstream,
+                    client,
+                    |name| route.travels_end_to_end(name),
+                );
+                let response = self.attempt(&route, &record_key, token, request).await?;
+                Ok(Answered::forwarded(response, token))
+            }
+        }
+    }
+}
+
+/// A request counted as waiting (`idemgate_waiting`, `max_waiting`, and
+/// its body against the waiters' share of the body budget) while alive.
+struct Waiting {
+    _slot: OwnedSemaphorePermit,
+    _bytes: Option<OwnedSemaphorePermit>,
+    gauge: prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Waiting {
+    /// `None` when `max_waiting` requests already wait, or their bodies
+    /// already hold the waiters' share of the body budget.
+    fn start(gateway: &Gateway, body_bytes: usize) -> Option<Self> {
+        let slot = gateway.wait_slots.clone().try_acquire_owned().ok()?;
+        let bytes = match u32::try_from(body_bytes).ok()? {
+            0 => None,
+            n => Some(gateway.wait_bytes.clone().try_acquire_many_owned(n).ok()?),
+        };
+        gateway.metrics.waiting.inc();
+        Some(Self {
+            _slot: slot,
+            _bytes: bytes,
+            gauge: gateway.metrics.waiting.clone(),
+        })
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
+}
+
+/// A recorded response, marked as a replay.
+fn replay(stored: StoredResponse) -> Response<Body> {
+    let mut response = Response::new(body::full(stored.body));
+    *response.status_mut() = stored.status;
+    *response.headers_mut() = stored.headers;
+    response
+        .headers_mut()
+        .insert(REPLAYED, HeaderValue::from_static("true"));
+    response
+}

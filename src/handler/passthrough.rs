@@ -1,0 +1,117 @@
+//! Requests forwarded without idempotency: methods a route does not
+//! protect, keyless requests on a route that does not require a key,
+//! fail-open store outages (G8) and everything a shadow route lets
+//! through. Streamed both ways, bounded by `upstream_timeout` until the
+//! response head arrives.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{Request, Response};
+
+use super::{Answered, Gateway, Outcome};
+use crate::config::{Config, OnStoreError, Route};
+use crate::problem::GatewayError;
+use crate::request::body::{self, Body};
+use crate::store::StoreError;
+use crate::upstream::{self, Upstream, UpstreamError, strip_hop_by_hop};
+
+impl Gateway {
+    /// Forward `request` without idempotency: a pass-through.
+    pub(super) async fn pass_through(
+        &self,
+        route: &Route,
+        request: Request<Body>,
+        client: SocketAddr,
+    ) -> Result<Answered, GatewayError> {
+        let response = self.forward_plain(route, request, client).await?;
+        Ok(Answered::new(response, Outcome::Passthrough))
+    }
+
+    /// G8: fail closed (503) or fail open (forward without idempotency).
+    /// Only an outage fails open: a store that answered with something
+    /// unreadable, or a full memory store, never lets a request bypass it.
+    pub(super) async fn on_store_error(
+        &self,
+        route: &Route,
+        parts: Parts,
+        body: Bytes,
+        client: SocketAddr,
+        error: StoreError,
+    ) -> Result<Answered, GatewayError> {
+        match (route.on_store_error, &error) {
+            (OnStoreError::FailOpen, StoreError::Unavailable(_)) => {
+                tracing::warn!(route = %route.name, error = %error, "store unavailable: forwarding WITHOUT idempotency (on_store_error = fail_open)");
+                let request = Request::from_parts(parts, body::full(body));
+                let response = self.forward_plain(route, request, client).await?;
+                Ok(Answered::new(response, Outcome::FailOpen))
+            }
+            _ => Err(GatewayError::StoreUnavailable(error)),
+        }
+    }
+
+    /// Proxy a request with no idempotency: streamed both ways, bounded by
+    /// `upstream_timeout` until the response head arrives.
+    pub(super) async fn forward_plain(
+        &self,
+        route: &Route,
+        request: Request<Body>,
+        client: SocketAddr,
+    ) -> Result<Response<Body>, GatewayError> {
+        let end_to_end = |name: &http::HeaderName| route.travels_end_to_end(name);
+        let request = upstream::prepare(request, &route.upstream, client, end_to_end);
+        let sent = self.upstream().send(route.upstream_ca.as_ref(), request);
+        let response = tokio::time::timeout(route.upstream_timeout, sent)
+            .await
+            .map_err(|_| GatewayError::UpstreamTimeout {
+                timeout: route.upstream_timeout,
+                held: false,
+            })?
+            .map_err(|e| match e {
+                UpstreamError::NotSent(detail) => GatewayError::UpstreamUnreachable(detail),
+                UpstreamError::Failed(detail) => GatewayError::UpstreamFailed {
+                    detail,
+                    held: false,
+                },
+            })?;
+        let (mut parts, incoming) = response.into_parts();
+        to_client(&mut parts);
+        Ok(Response::from_parts(parts, body::boxed(incoming)))
+    }
+}
+
+/// One upstream pool per serving thread, and a last one for every other
+/// thread ([`Gateway::upstream`] picks).
+pub(super) fn upstream_pools(config: &Config) -> Vec<Upstream> {
+    (0..=config.server_threads)
+        .map(|_| {
+            Upstream::new(
+                connect_timeout(config),
+                config
+                    .routes
+                    .iter()
+                    .filter(|r| r.upstream.scheme_str() == Some("https"))
+                    .map(|r| r.upstream_ca.as_ref()),
+            )
+        })
+        .collect()
+}
+
+/// At most 5 s, and half of the shortest `upstream_timeout`: connecting must
+/// fail (nothing sent) before the exchange times out (outcome unknown).
+fn connect_timeout(config: &Config) -> Duration {
+    let shortest = config.routes.iter().map(|r| r.upstream_timeout).min();
+    shortest.map_or(Duration::from_secs(5), |t| {
+        (t / 2).min(Duration::from_secs(5))
+    })
+}
+
+/// Make an upstream response head fit for the client: no hop-by-hop
+/// headers, and the version left to the client's own connection (an
+/// HTTP/1.0 upstream must not turn the answer into HTTP/1.0).
+pub(crate) fn to_client(parts: &mut http::response::Parts) {
+    strip_hop_by_hop(&mut parts.headers);
+    parts.version = http::Version::default();
+}

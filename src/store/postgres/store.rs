@@ -1,0 +1,210 @@
+//! The PostgreSQL store's request path: the claim is one call of
+//! `idemgate_claim` (batched, [`super::batch`]); every later transition is
+//! one statement, a compare-and-set on the fencing token, that announces
+//! the record it settles where the route has waiters.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::StatusCode;
+
+use super::{PgStore, batch, cas, millis, settle_query};
+use crate::store::{
+    AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse,
+    Token, UnknownOutcome, decode_headers, encode_headers,
+};
+
+#[derive(sqlx::FromRow)]
+pub(super) struct ClaimRow {
+    o_outcome: String,
+    o_token: Option<i64>,
+    o_lease_ms: Option<i64>,
+    o_held_reason: Option<String>,
+    o_status: Option<i16>,
+    o_headers: Option<Vec<u8>>,
+    o_body: Option<Vec<u8>>,
+}
+
+pub(super) fn claim_from_row(row: ClaimRow) -> Result<Claim, StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("claim returned {what}"));
+    Ok(match row.o_outcome.as_str() {
+        "claimed" | "takeover" => Claim::Claimed {
+            token: row.o_token.ok_or_else(|| corrupt("no token"))?,
+            takeover: row.o_outcome == "takeover",
+        },
+        "replay" => {
+            let status = row
+                .o_status
+                .and_then(|s| u16::try_from(s).ok())
+                .and_then(|s| StatusCode::from_u16(s).ok())
+                .ok_or_else(|| corrupt("a bad status"))?;
+            let headers = decode_headers(row.o_headers.as_deref().unwrap_or_default())
+                .ok_or_else(|| corrupt("undecodable headers"))?;
+            Claim::Replay(StoredResponse {
+                status,
+                headers,
+                body: Bytes::from(row.o_body.unwrap_or_default()),
+            })
+        }
+        "in_flight" => Claim::InFlight {
+            retry_after: Duration::from_millis(row.o_lease_ms.unwrap_or(0).max(0) as u64),
+        },
+        "mismatch" => Claim::Mismatch,
+        "held" => Claim::Held(
+            row.o_held_reason
+                .as_deref()
+                .and_then(HeldReason::parse)
+                .ok_or_else(|| corrupt("an unknown held reason"))?,
+        ),
+        other => return Err(corrupt(&format!("outcome {other:?}"))),
+    })
+}
+
+#[async_trait::async_trait]
+impl Store for PgStore {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        // idemgate_claim (migrations/0002_attempts.sql) implements
+        // transitions::claim; idemgate_batch (0003) calls it per claim.
+        let op = batch::Op::Claim {
+            key: req.key.clone(),
+            fingerprint: *req.fingerprint,
+            attempt: req.attempt,
+            lease_ms: millis(req.lease),
+            retention_ms: millis(req.retention),
+            release_lapsed: req.on_unknown_outcome == UnknownOutcome::Release,
+        };
+        match self.batcher.submit(op).await? {
+            batch::Reply::Claim(claim) => Ok(claim),
+            batch::Reply::Complete(_) => Err(StoreError::Corrupt(
+                "a claim was answered as a completion".into(),
+            )),
+        }
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Cas, StoreError> {
+        let done = self
+            // transitions::write_applies(Renew): the token, in flight.
+            .bounded(async |conn| bind_key!(sqlx::query(at_key!(
+                    "UPDATE idemgate_records
+                        SET lease_until = clock_timestamp() + $5 * INTERVAL '1 millisecond',
+                            expires_at = GREATEST(expires_at, clock_timestamp() + $5 * INTERVAL '1 millisecond'),
+                            updated_at = clock_timestamp()",
+                    "AND token = $4 AND state = 'in_flight'",
+                )), key)
+                .bind(token)
+                .bind(millis(lease))
+                .execute(conn).await)
+            .await?;
+        Ok(cas(done.rows_affected()))
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        response: &StoredResponse,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        // transitions::write_applies(Complete), in idemgate_batch (0003).
+        let op = batch::Op::Complete {
+            key: key.clone(),
+            token,
+            status: response.status.as_u16() as i16,
+            headers: encode_headers(&response.headers),
+            body: response.body.clone(),
+            retention_ms: millis(retention),
+            wake: self.wake_id_for(key),
+        };
+        match self.batcher.submit(op).await? {
+            batch::Reply::Complete(cas) => Ok(cas),
+            batch::Reply::Claim(_) => Err(StoreError::Corrupt(
+                "a completion was answered as a claim".into(),
+            )),
+        }
+    }
+
+    async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
+        // transitions::write_applies(Release): the token, in flight.
+        let forms = settling!(
+            at_key!(
+                "DELETE FROM idemgate_records",
+                "AND token = $4 AND state = 'in_flight'"
+            ),
+            "5",
+            "6"
+        );
+        let wake = self.wake_id_for(key);
+        let done = self
+            .bounded(async |conn| {
+                settle_query(forms, wake.as_deref(), |q| bind_key!(q, key).bind(token))
+                    .execute(conn)
+                    .await
+            })
+            .await?;
+        Ok(cas(done.rows_affected()))
+    }
+
+    async fn hold(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        reason: HeldReason,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        // transitions::write_applies(Hold): the token; in flight or held.
+        let forms = settling!(
+            at_key!(
+                "UPDATE idemgate_records
+                SET state = 'held', held_reason = $5, lease_until = NULL,
+                    expires_at = clock_timestamp() + $6 * INTERVAL '1 millisecond',
+                    updated_at = clock_timestamp()",
+                "AND token = $4 AND state IN ('in_flight', 'held')"
+            ),
+            "7",
+            "8"
+        );
+        let wake = self.wake_id_for(key);
+        let done = self
+            .bounded(async |conn| {
+                settle_query(forms, wake.as_deref(), |q| {
+                    bind_key!(q, key)
+                        .bind(token)
+                        .bind(reason.as_str())
+                        .bind(millis(retention))
+                })
+                .execute(conn)
+                .await
+            })
+            .await?;
+        Ok(cas(done.rows_affected()))
+    }
+
+    async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
+        // transitions::abandon_applies: the attempt's own record, in flight
+        // or held only because its lease lapsed.
+        let forms = settling!(
+            at_key!(
+                "DELETE FROM idemgate_records",
+                "AND attempt = $4
+                AND (state = 'in_flight'
+                     OR (state = 'held' AND held_reason = 'lease_lapsed'))"
+            ),
+            "5",
+            "6"
+        );
+        let wake = self.wake_id_for(key);
+        let done = self
+            .bounded(async |conn| {
+                settle_query(forms, wake.as_deref(), |q| bind_key!(q, key).bind(attempt))
+                    .execute(conn)
+                    .await
+            })
+            .await?;
+        Ok(cas(done.rows_affected()))
+    }
+}

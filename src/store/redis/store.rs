@@ -1,0 +1,188 @@
+//! The Redis store's request path: each [`Store`] operation is one Lua
+//! script ([`super::scripts`]), fenced by token, run on a lane by
+//! [`RedisStore::bounded`].
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use deadpool_redis::redis::{Script, Value};
+use http::StatusCode;
+
+use super::RedisStore;
+use super::scripts::{ABANDON, CLAIM, COMPLETE, HOLD, RELEASE, RENEW};
+use crate::store::{
+    AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse,
+    Token, UnknownOutcome, decode_headers, encode_headers,
+};
+
+pub(super) fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+pub(super) fn corrupt(what: &str) -> StoreError {
+    StoreError::Corrupt(format!("redis script returned {what}"))
+}
+
+pub(super) fn int(v: Option<&Value>) -> Option<i64> {
+    match v? {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+pub(super) fn bytes(v: Option<&Value>) -> Option<Vec<u8>> {
+    match v? {
+        Value::BulkString(b) => Some(b.clone()),
+        Value::SimpleString(s) => Some(s.clone().into_bytes()),
+        _ => None,
+    }
+}
+
+fn cas(v: i64) -> Cas {
+    if v == 1 { Cas::Applied } else { Cas::Fenced }
+}
+
+impl RedisStore {
+    async fn cas_script(
+        &self,
+        script: &Script,
+        key: &RecordKey,
+        args: &[&[u8]],
+    ) -> Result<Cas, StoreError> {
+        let record = self.layout.record_key(key);
+        let wake = self.wake_args(key);
+        let wake = &wake;
+        let n: i64 = self
+            .bounded(|mut conn| async move {
+                let mut invocation = script.key(&record[..]);
+                for a in args {
+                    invocation.arg(*a);
+                }
+                invocation.arg(&wake.0).arg(&wake.1);
+                invocation.invoke_async(&mut conn).await
+            })
+            .await?;
+        Ok(cas(n))
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for RedisStore {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let record = self.layout.record_key(req.key);
+        let token_key = self.layout.token_key(req.key);
+        let wake = self.wake_args(req.key);
+        let wake = &wake;
+        let release = if req.on_unknown_outcome == UnknownOutcome::Release {
+            "1"
+        } else {
+            "0"
+        };
+        let reply: Vec<Value> = self
+            .bounded(|mut conn| async move {
+                CLAIM
+                    .key(&record[..])
+                    .key(token_key)
+                    .arg(&req.fingerprint[..])
+                    .arg(millis(req.lease))
+                    .arg(millis(req.retention))
+                    .arg(release)
+                    .arg(req.attempt)
+                    .arg(&wake.0)
+                    .arg(&wake.1)
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        let outcome = bytes(reply.first()).ok_or_else(|| corrupt("no outcome"))?;
+        Ok(match &outcome[..] {
+            b"claimed" | b"takeover" => Claim::Claimed {
+                token: int(reply.get(1)).ok_or_else(|| corrupt("no token"))?,
+                takeover: outcome == b"takeover",
+            },
+            b"mismatch" => Claim::Mismatch,
+            b"replay" => Claim::Replay(StoredResponse {
+                status: int(reply.get(2))
+                    .and_then(|s| u16::try_from(s).ok())
+                    .and_then(|s| StatusCode::from_u16(s).ok())
+                    .ok_or_else(|| corrupt("a bad status"))?,
+                headers: decode_headers(&bytes(reply.get(3)).unwrap_or_default())
+                    .ok_or_else(|| corrupt("undecodable headers"))?,
+                body: Bytes::from(bytes(reply.get(4)).unwrap_or_default()),
+            }),
+            b"held" => Claim::Held(
+                bytes(reply.get(2))
+                    .and_then(|r| HeldReason::parse(std::str::from_utf8(&r).ok()?))
+                    .ok_or_else(|| corrupt("an unknown held reason"))?,
+            ),
+            b"in_flight" => Claim::InFlight {
+                retry_after: Duration::from_millis(int(reply.get(2)).unwrap_or(0).max(0) as u64),
+            },
+            other => {
+                return Err(corrupt(&format!(
+                    "outcome {:?}",
+                    String::from_utf8_lossy(other)
+                )));
+            }
+        })
+    }
+
+    async fn renew(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        lease: Duration,
+    ) -> Result<Cas, StoreError> {
+        let (token, lease) = (token.to_string(), millis(lease).to_string());
+        self.cas_script(&RENEW, key, &[token.as_bytes(), lease.as_bytes()])
+            .await
+    }
+
+    async fn complete(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        response: &StoredResponse,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        let token = token.to_string();
+        let status = response.status.as_u16().to_string();
+        let headers = encode_headers(&response.headers);
+        let retention = millis(retention).to_string();
+        let args: [&[u8]; 5] = [
+            token.as_bytes(),
+            status.as_bytes(),
+            &headers,
+            &response.body,
+            retention.as_bytes(),
+        ];
+        self.cas_script(&COMPLETE, key, &args).await
+    }
+
+    async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
+        let token = token.to_string();
+        self.cas_script(&RELEASE, key, &[token.as_bytes()]).await
+    }
+
+    async fn hold(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        reason: HeldReason,
+        retention: Duration,
+    ) -> Result<Cas, StoreError> {
+        let (token, retention) = (token.to_string(), millis(retention).to_string());
+        let args: [&[u8]; 3] = [
+            token.as_bytes(),
+            reason.as_str().as_bytes(),
+            retention.as_bytes(),
+        ];
+        self.cas_script(&HOLD, key, &args).await
+    }
+
+    async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
+        let attempt = attempt.to_string();
+        self.cas_script(&ABANDON, key, &[attempt.as_bytes()]).await
+    }
+}
