@@ -21,20 +21,18 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
-use crate::store::RecordKey;
-
 /// A record key's announcement id.
 pub type WakeId = [u8; 32];
 
-/// SHA-256 over the route (its length first, as a big-endian `u32`), the
-/// scope (likewise) and the key.
-pub fn wake_id(key: &RecordKey) -> WakeId {
+/// A record key's announcement id: SHA-256 over the route (its length
+/// first, as a big-endian `u32`), the scope (likewise) and the key.
+pub fn wake_id(route: &str, scope: &[u8], key: &str) -> WakeId {
     let mut hasher = Sha256::new();
-    hasher.update((key.route.len() as u32).to_be_bytes());
-    hasher.update(key.route.as_bytes());
-    hasher.update((key.scope.len() as u32).to_be_bytes());
-    hasher.update(&key.scope);
-    hasher.update(key.key.as_bytes());
+    hasher.update((route.len() as u32).to_be_bytes());
+    hasher.update(route.as_bytes());
+    hasher.update((scope.len() as u32).to_be_bytes());
+    hasher.update(scope);
+    hasher.update(key.as_bytes());
     hasher.finalize().into()
 }
 
@@ -137,19 +135,11 @@ impl Waiters {
 mod tests {
     use super::*;
 
-    fn key(route: &str, scope: &[u8], key: &str) -> RecordKey {
-        RecordKey {
-            route: route.into(),
-            scope: scope.to_vec(),
-            key: key.into(),
-        }
-    }
-
     #[test]
     fn wake_ids_are_framed() {
-        assert_ne!(wake_id(&key("ab", b"", "c")), wake_id(&key("a", b"", "bc")));
-        assert_ne!(wake_id(&key("a", b"x", "c")), wake_id(&key("a", b"", "xc")));
-        let id = wake_id(&key("payments", b"", "k1"));
+        assert_ne!(wake_id("ab", b"", "c"), wake_id("a", b"", "bc"));
+        assert_ne!(wake_id("a", b"x", "c"), wake_id("a", b"", "xc"));
+        let id = wake_id("payments", b"", "k1");
         assert_eq!(parse_wake_id(&hex::encode(id)), Some(id));
         assert_eq!(parse_wake_id("zz"), None);
         assert_eq!(parse_wake_id("abcd"), None);

@@ -105,19 +105,7 @@ async fn answer(request: Request<RequestBody>, admin: &Admin) -> Response<Body> 
     match (request.method().clone(), request.uri().path()) {
         (Method::POST, "/keys") => keys(request, admin).await,
         (Method::GET | Method::HEAD, "/metrics") => {
-            if let Some(pool) = store.pool_stats() {
-                metrics.pool_connections.set(pool.connections as i64);
-                metrics.pool_idle.set(pool.idle as i64);
-                metrics.pool_max.set(pool.max as i64);
-            }
-            if let Some(batches) = store.batch_stats() {
-                metrics.store_batches.set(batches.batches);
-                metrics.store_batched_operations.set(batches.operations);
-                metrics.store_batch_splits.set(batches.split);
-            }
-            if let Some(front) = store.front_stats() {
-                metrics.front.scrape(&front);
-            }
+            metrics.scrape(store);
             text(StatusCode::OK, OPENMETRICS, metrics.encode())
         }
         (Method::GET | Method::HEAD, "/healthz") => text(StatusCode::OK, PLAIN, "ok\n".into()),

@@ -9,7 +9,6 @@ use http::{HeaderName, Method, StatusCode, Uri};
 use serde::Deserialize;
 
 use super::UpstreamCa;
-use super::defaults::DEFAULT_RECORD;
 use crate::request::fingerprint::{BodyMode, FingerprintSpec};
 use crate::request::key_source::KeyPart;
 use crate::store::UnknownOutcome;
@@ -98,10 +97,6 @@ pub struct RecordPolicy {
 }
 
 impl RecordPolicy {
-    /// docs/src/reference/configuration.md: 2xx, 3xx and 4xx except 408, 409, 425 and 429
-    /// (the same list as [`super::defaults::DEFAULT_RECORD`]).
-    pub const DEFAULT: &'static [&'static str] = DEFAULT_RECORD;
-
     /// Statuses (`404`), classes (`4xx`), ranges (`400-499`) and exclusions (`!409`).
     pub(super) fn parse(items: &[String]) -> Result<Self, String> {
         let mut policy = Self {

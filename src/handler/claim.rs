@@ -21,7 +21,6 @@ use crate::request::body::{self, Body, Reservation};
 use crate::request::fingerprint::Fingerprint;
 use crate::store::{self, Claim, ClaimRequest, RecordKey, StoreError, StoredResponse};
 use crate::upstream;
-use crate::waiters::wake_id;
 
 /// The longest a waiting request goes without claiming again when the store
 /// announces nothing (announcements lost while a relay reconnects are also
@@ -95,7 +94,7 @@ impl Gateway {
     ) -> Result<Answered, GatewayError> {
         let started = Instant::now();
         let deadline = started + claim.route.wait_timeout;
-        let signal = self.waiters.register(wake_id(&claim.record_key));
+        let signal = self.waiters.register(claim.record_key.wake_id());
         let mut waiting: Option<Waiting> = None;
         let mut claim = claim;
         let mut retry_after = Duration::ZERO;

@@ -3,7 +3,7 @@
 //! the scope, and the body within the route's limit, paid for from the
 //! shared body budget and fingerprinted as it streams. A request without a
 //! usable key gets a problem, or is forwarded without idempotency where
-//! the route says so ([`Instead`]).
+//! the route says so ([`super::shadow::Instead`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,11 +11,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::Request;
 use http::request::Parts;
-use sha2::{Digest, Sha256};
 
 use super::claim::Claiming;
-use super::shadow::Would;
-use super::{Answered, Gateway, Trace};
+use super::shadow::{Instead, Would};
+use super::{Answered, Gateway, Trace, key_digest};
 use crate::config::Route;
 use crate::problem::GatewayError;
 use crate::request::body::{
@@ -35,14 +34,6 @@ pub(super) enum Intake {
     Claim(Claiming),
     /// Answered already: forwarded without idempotency.
     Answered(Answered),
-}
-
-/// What a request without a usable key gets instead of a claim.
-pub(super) enum Instead {
-    /// This problem.
-    Problem(GatewayError),
-    /// Forwarded without idempotency.
-    Forward,
 }
 
 impl Gateway {
@@ -241,9 +232,4 @@ impl Gateway {
             )),
         }
     }
-}
-
-/// A key as logs show it: the first 12 hex digits of its SHA-256.
-pub(super) fn key_digest(key: &str) -> String {
-    hex::encode(&Sha256::digest(key.as_bytes())[..6])
 }

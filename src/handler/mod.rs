@@ -45,6 +45,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response};
+use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
@@ -263,6 +264,11 @@ impl Gateway {
             self.claim_in_task(claiming).await
         }
     }
+}
+
+/// A key as logs show it: the first 12 hex digits of its SHA-256.
+fn key_digest(key: &str) -> String {
+    hex::encode(&Sha256::digest(key.as_bytes())[..6])
 }
 
 #[cfg(test)]

@@ -10,13 +10,20 @@ use std::sync::Arc;
 
 use http::Request;
 
-use super::intake::{Instead, key_digest};
-use super::{Answered, Gateway, Outcome};
+use super::{Answered, Gateway, Outcome, key_digest};
 use crate::config::{Route, RouteMode};
 use crate::metrics::{Metrics, ShadowLabels};
 use crate::problem::GatewayError;
 use crate::request::body::Body;
 use crate::store::{Claim, HeldReason, RecordKey, StoreError, StoredResponse, Token};
+
+/// What a request without a usable key gets instead of a claim.
+pub(super) enum Instead {
+    /// This problem.
+    Problem(GatewayError),
+    /// Forwarded without idempotency.
+    Forward,
+}
 
 impl Gateway {
     /// A key problem: `problem` when enforcing; a counted forward in

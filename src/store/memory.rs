@@ -20,7 +20,7 @@ use super::{
     StoreAdmin, StoreError, StoredResponse, Token,
 };
 use crate::request::fingerprint::Fingerprint;
-use crate::waiters::{Waiters, wake_id};
+use crate::waiters::Waiters;
 
 #[derive(Debug, Clone)]
 enum State {
@@ -143,7 +143,7 @@ impl MemoryStore {
     /// `key`'s record left `in_flight` (or may have): wake its waiters.
     fn announce(&self, key: &RecordKey) {
         if let Some(waiters) = self.waiters.get() {
-            waiters.wake(&wake_id(key));
+            waiters.wake(&key.wake_id());
         }
     }
 

@@ -14,6 +14,7 @@ mod headers;
 pub(crate) mod home;
 mod info;
 pub mod memory;
+pub mod metered;
 pub mod postgres;
 pub mod redis;
 pub mod sqlite;
@@ -43,6 +44,13 @@ pub struct RecordKey {
     pub scope: Vec<u8>,
     /// The client's idempotency key.
     pub key: String,
+}
+
+impl RecordKey {
+    /// The id under which this key's settling is announced to waiters.
+    pub fn wake_id(&self) -> crate::waiters::WakeId {
+        crate::waiters::wake_id(&self.route, &self.scope, &self.key)
+    }
 }
 
 /// The scope of a request on a route with a `scope_header`: the SHA-256 of

@@ -43,14 +43,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::StatusCode;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::clock::Instant;
 
 use super::pool::{PgPool, RunError};
-use super::store::{ClaimRow, claim_from_row};
 use crate::store::batch_queue::take_batch;
-use crate::store::{BatchStats, Cas, Claim, RecordKey, StoreError};
+use crate::store::{
+    BatchStats, Cas, Claim, HeldReason, RecordKey, StoreError, StoredResponse, decode_headers,
+};
 
 /// Most operations in one batch.
 const MAX_OPS: usize = 256;
@@ -409,6 +411,53 @@ fn answer(batch: impl IntoIterator<Item = Job>, rows: Vec<BatchRow>) {
         };
         let _ = job.reply.send(reply);
     }
+}
+
+#[derive(sqlx::FromRow)]
+pub(super) struct ClaimRow {
+    o_outcome: String,
+    o_token: Option<i64>,
+    o_lease_ms: Option<i64>,
+    o_held_reason: Option<String>,
+    o_status: Option<i16>,
+    o_headers: Option<Vec<u8>>,
+    o_body: Option<Vec<u8>>,
+}
+
+/// The claim's outcome, from the row `idemgate_claim` returns.
+pub(super) fn claim_from_row(row: ClaimRow) -> Result<Claim, StoreError> {
+    let corrupt = |what: &str| StoreError::Corrupt(format!("claim returned {what}"));
+    Ok(match row.o_outcome.as_str() {
+        "claimed" | "takeover" => Claim::Claimed {
+            token: row.o_token.ok_or_else(|| corrupt("no token"))?,
+            takeover: row.o_outcome == "takeover",
+        },
+        "replay" => {
+            let status = row
+                .o_status
+                .and_then(|s| u16::try_from(s).ok())
+                .and_then(|s| StatusCode::from_u16(s).ok())
+                .ok_or_else(|| corrupt("a bad status"))?;
+            let headers = decode_headers(row.o_headers.as_deref().unwrap_or_default())
+                .ok_or_else(|| corrupt("undecodable headers"))?;
+            Claim::Replay(StoredResponse {
+                status,
+                headers,
+                body: Bytes::from(row.o_body.unwrap_or_default()),
+            })
+        }
+        "in_flight" => Claim::InFlight {
+            retry_after: Duration::from_millis(row.o_lease_ms.unwrap_or(0).max(0) as u64),
+        },
+        "mismatch" => Claim::Mismatch,
+        "held" => Claim::Held(
+            row.o_held_reason
+                .as_deref()
+                .and_then(HeldReason::parse)
+                .ok_or_else(|| corrupt("an unknown held reason"))?,
+        ),
+        other => return Err(corrupt(&format!("outcome {other:?}"))),
+    })
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ mod pool;
 pub(in crate::store) use outbox::{Dirty, Relayed, Settling, SyncError, Truth};
 
 use super::{Cas, RecordKey, StoreConfig, StoreError, redact_url};
-use crate::waiters::{Waiters, parse_wake_id, wake_id};
+use crate::waiters::{Waiters, parse_wake_id};
 use batch::Batcher;
 use pool::PgPool;
 
@@ -203,7 +203,7 @@ impl PgStore {
     fn wake_id_for(&self, key: &RecordKey) -> Option<String> {
         self.wait_routes
             .contains(&key.route)
-            .then(|| hex::encode(wake_id(key)))
+            .then(|| hex::encode(key.wake_id()))
     }
 
     /// Listen on `idemgate_keys` and wake the waiters each notification

@@ -5,60 +5,11 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::StatusCode;
-
 use super::{PgStore, batch, cas, millis, settle_query};
 use crate::store::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse,
-    Token, UnknownOutcome, decode_headers, encode_headers,
+    Token, UnknownOutcome, encode_headers,
 };
-
-#[derive(sqlx::FromRow)]
-pub(super) struct ClaimRow {
-    o_outcome: String,
-    o_token: Option<i64>,
-    o_lease_ms: Option<i64>,
-    o_held_reason: Option<String>,
-    o_status: Option<i16>,
-    o_headers: Option<Vec<u8>>,
-    o_body: Option<Vec<u8>>,
-}
-
-pub(super) fn claim_from_row(row: ClaimRow) -> Result<Claim, StoreError> {
-    let corrupt = |what: &str| StoreError::Corrupt(format!("claim returned {what}"));
-    Ok(match row.o_outcome.as_str() {
-        "claimed" | "takeover" => Claim::Claimed {
-            token: row.o_token.ok_or_else(|| corrupt("no token"))?,
-            takeover: row.o_outcome == "takeover",
-        },
-        "replay" => {
-            let status = row
-                .o_status
-                .and_then(|s| u16::try_from(s).ok())
-                .and_then(|s| StatusCode::from_u16(s).ok())
-                .ok_or_else(|| corrupt("a bad status"))?;
-            let headers = decode_headers(row.o_headers.as_deref().unwrap_or_default())
-                .ok_or_else(|| corrupt("undecodable headers"))?;
-            Claim::Replay(StoredResponse {
-                status,
-                headers,
-                body: Bytes::from(row.o_body.unwrap_or_default()),
-            })
-        }
-        "in_flight" => Claim::InFlight {
-            retry_after: Duration::from_millis(row.o_lease_ms.unwrap_or(0).max(0) as u64),
-        },
-        "mismatch" => Claim::Mismatch,
-        "held" => Claim::Held(
-            row.o_held_reason
-                .as_deref()
-                .and_then(HeldReason::parse)
-                .ok_or_else(|| corrupt("an unknown held reason"))?,
-        ),
-        other => return Err(corrupt(&format!("outcome {other:?}"))),
-    })
-}
 
 #[async_trait::async_trait]
 impl Store for PgStore {

@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 
 use super::RedisStore;
 use crate::store::RecordKey;
-use crate::waiters::{Waiters, parse_wake_id, wake_id};
+use crate::waiters::{Waiters, parse_wake_id};
 
 impl RedisStore {
     /// The wake-up channel and this key's wake id (hex), the last two
@@ -18,7 +18,7 @@ impl RedisStore {
     /// settled records are not announced.
     pub(super) fn wake_args(&self, key: &RecordKey) -> (String, String) {
         if self.wait_routes.contains(&key.route) {
-            (self.wake_channel(), hex::encode(wake_id(key)))
+            (self.wake_channel(), hex::encode(key.wake_id()))
         } else {
             (String::new(), String::new())
         }

@@ -48,7 +48,7 @@ use super::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store,
     StoreAdmin, StoreConfig, StoreError, StoredResponse, Token,
 };
-use crate::waiters::{Waiters, WakeId, wake_id};
+use crate::waiters::{Waiters, WakeId};
 
 /// How often each process's relay reads the announcements of other
 /// processes (only while some route waits).
@@ -236,7 +236,7 @@ impl SqliteStore {
     /// `key`'s record left `in_flight` (committed): wake this process's waiters.
     fn announce_here(&self, key: &RecordKey) {
         if let Some(waiters) = self.waiters.get() {
-            waiters.wake(&wake_id(key));
+            waiters.wake(&key.wake_id());
         }
     }
 

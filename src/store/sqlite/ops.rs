@@ -14,7 +14,6 @@ use crate::store::{
     AttemptId, Claim, HeldReason, RecordKey, StoreError, StoredResponse, Token, UnknownOutcome,
     decode_headers, encode_headers,
 };
-use crate::waiters::wake_id;
 
 /// What every operation reads of a record.
 #[derive(Debug, sqlx::FromRow)]
@@ -302,8 +301,8 @@ impl Context {
         if !self.wait_routes.contains(&key.route) {
             return Ok(());
         }
-        sqlx::query("INSERT INTO idemgate_wakeups (wake_id, at) VALUES (?1, ?2)")
-            .bind(&wake_id(key)[..])
+        sqlx::query("INSERT INTO idemgate_wakeups (at) VALUES (?1, ?2)")
+            .bind(&key.wake_id()[..])
             .bind(now)
             .execute(conn)
             .await
