@@ -85,16 +85,16 @@ pub enum GatewayError {
     UpstreamFailed {
         /// What failed.
         detail: String,
-        /// Whether the key is now held (else it was released).
-        held: bool,
+        /// What became of the key.
+        key: KeyAfter,
     },
     /// The upstream did not answer in time; the outcome is unknown.
     #[error("upstream timed out after {timeout:?}")]
     UpstreamTimeout {
         /// The route's `upstream_timeout`.
         timeout: Duration,
-        /// Whether the key is now held (else it was released).
-        held: bool,
+        /// What became of the key.
+        key: KeyAfter,
     },
     /// The attempt's lease lapsed and another attempt owns the key now.
     #[error("lease lost before the response could be recorded")]
@@ -105,6 +105,19 @@ pub enum GatewayError {
     /// A bug: the forward task ended without an answer.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// What became of the key when an upstream exchange broke and its outcome
+/// is unknown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyAfter {
+    /// Held (`on_unknown_outcome = "hold"`): retries get `502
+    /// outcome-unknown`.
+    Held,
+    /// Released (`"release"`): a retry is forwarded again.
+    Released,
+    /// There was none: the request was forwarded without idempotency.
+    Unkeyed,
 }
 
 /// The fields of one problem type.
@@ -119,113 +132,98 @@ impl GatewayError {
     /// The one exhaustive mapping from error to status, type and title.
     fn kind(&self) -> Kind {
         use GatewayError as E;
+        use StatusCode as S;
         let k = |status, slug, title| Kind {
             status,
             slug,
             title,
             retry_after: None,
         };
+        // Answers a client should retry after a pause.
+        let later = |status, slug, title, after: Duration| Kind {
+            retry_after: Some(after),
+            ..k(status, slug, title)
+        };
+        let second = Duration::from_secs(1);
         match self {
-            E::NoRoute { .. } => k(StatusCode::NOT_FOUND, "no-route", "No route for this path"),
-            E::MissingKey { .. } => k(
-                StatusCode::BAD_REQUEST,
-                "missing-key",
-                "Idempotency key required",
-            ),
-            E::InvalidKey { .. } => k(
-                StatusCode::BAD_REQUEST,
-                "invalid-key",
-                "Invalid idempotency key",
-            ),
+            E::NoRoute { .. } => k(S::NOT_FOUND, "no-route", "No route for this path"),
+            E::MissingKey { .. } => k(S::BAD_REQUEST, "missing-key", "Idempotency key required"),
+            E::InvalidKey { .. } => k(S::BAD_REQUEST, "invalid-key", "Invalid idempotency key"),
             E::BodyTooLarge { .. } => k(
-                StatusCode::PAYLOAD_TOO_LARGE,
+                S::PAYLOAD_TOO_LARGE,
                 "body-too-large",
                 "Request body too large",
             ),
             E::BodyRead(_) => k(
-                StatusCode::BAD_REQUEST,
+                S::BAD_REQUEST,
                 "body-unreadable",
                 "Request body could not be read",
             ),
-            E::BodyTimeout { .. } => k(
-                StatusCode::REQUEST_TIMEOUT,
-                "body-timeout",
-                "Request body too slow",
-            ),
+            E::BodyTimeout { .. } => k(S::REQUEST_TIMEOUT, "body-timeout", "Request body too slow"),
             // The lease bounds the wait; most requests finish far sooner, so
             // clients are asked to come back in a second, not at the bound.
-            E::InFlight { retry_after } | E::WaitTimeout { retry_after, .. } => Kind {
-                retry_after: Some((*retry_after).min(IN_FLIGHT_RETRY)),
-                ..k(
-                    StatusCode::CONFLICT,
-                    "in-flight",
-                    "A request with this key is in progress",
-                )
-            },
+            E::InFlight { retry_after } | E::WaitTimeout { retry_after, .. } => later(
+                S::CONFLICT,
+                "in-flight",
+                "A request with this key is in progress",
+                (*retry_after).min(IN_FLIGHT_RETRY),
+            ),
             E::Mismatch => k(
-                StatusCode::UNPROCESSABLE_ENTITY,
+                S::UNPROCESSABLE_ENTITY,
                 "key-reused",
                 "Idempotency key reused with a different request",
             ),
             E::Held(HeldReason::ResponseTooLarge) => k(
-                StatusCode::CONFLICT,
+                S::CONFLICT,
                 "response-not-retained",
                 "The response for this key was not retained",
             ),
             E::Held(
                 HeldReason::UpstreamFailed | HeldReason::UpstreamTimeout | HeldReason::LeaseLapsed,
             ) => k(
-                StatusCode::BAD_GATEWAY,
+                S::BAD_GATEWAY,
                 "outcome-unknown",
                 "The outcome of the request with this key is unknown",
             ),
             E::StoreUnavailable(StoreError::Corrupt(_)) => k(
-                StatusCode::INTERNAL_SERVER_ERROR,
+                S::INTERNAL_SERVER_ERROR,
                 "store-corrupt",
                 "Idempotency record unreadable",
             ),
-            E::Overloaded(_) => Kind {
-                retry_after: Some(Duration::from_secs(1)),
-                ..k(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "overloaded",
-                    "Gateway overloaded",
-                )
-            },
-            E::StoreUnavailable(_) => Kind {
-                retry_after: Some(Duration::from_secs(1)),
-                ..k(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "store-unavailable",
-                    "Idempotency store unavailable",
-                )
-            },
+            E::Overloaded(_) => later(
+                S::SERVICE_UNAVAILABLE,
+                "overloaded",
+                "Gateway overloaded",
+                second,
+            ),
+            E::StoreUnavailable(_) => later(
+                S::SERVICE_UNAVAILABLE,
+                "store-unavailable",
+                "Idempotency store unavailable",
+                second,
+            ),
             E::UpstreamUnreachable(_) => k(
-                StatusCode::BAD_GATEWAY,
+                S::BAD_GATEWAY,
                 "upstream-unreachable",
                 "Upstream unreachable",
             ),
             E::UpstreamFailed { .. } => k(
-                StatusCode::BAD_GATEWAY,
+                S::BAD_GATEWAY,
                 "upstream-failed",
                 "Upstream exchange failed",
             ),
-            E::UpstreamTimeout { .. } => k(
-                StatusCode::GATEWAY_TIMEOUT,
-                "upstream-timeout",
-                "Upstream timed out",
+            E::UpstreamTimeout { .. } => {
+                k(S::GATEWAY_TIMEOUT, "upstream-timeout", "Upstream timed out")
+            }
+            E::LeaseLost => k(S::BAD_GATEWAY, "lease-lost", "Attempt superseded"),
+            E::RecordFailed(_) => later(
+                S::SERVICE_UNAVAILABLE,
+                "record-failed",
+                "Response could not be recorded",
+                second,
             ),
-            E::LeaseLost => k(StatusCode::BAD_GATEWAY, "lease-lost", "Attempt superseded"),
-            E::RecordFailed(_) => Kind {
-                retry_after: Some(Duration::from_secs(1)),
-                ..k(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "record-failed",
-                    "Response could not be recorded",
-                )
-            },
             E::Internal(_) => k(
-                StatusCode::INTERNAL_SERVER_ERROR,
+                S::INTERNAL_SERVER_ERROR,
                 "internal",
                 "Internal gateway error",
             ),
@@ -240,11 +238,15 @@ impl GatewayError {
     /// What happened and what the client should do.
     fn detail(&self) -> String {
         use GatewayError as E;
-        let unknown = |held: bool| {
-            if held {
-                "The upstream may have acted. The key is now held: retries with it get this answer until an operator releases it or its retention ends."
-            } else {
+        let unknown = |key: KeyAfter| match key {
+            KeyAfter::Held => {
+                "The upstream may have acted. The key is now held: retries with it get 502 outcome-unknown until an operator releases it or its retention ends."
+            }
+            KeyAfter::Released => {
                 "The upstream may have acted. The key was released: a retry with the same key is forwarded again."
+            }
+            KeyAfter::Unkeyed => {
+                "The upstream may have acted. This request was forwarded without idempotency: a retry is forwarded again."
             }
         };
         match self {
@@ -266,8 +268,8 @@ impl GatewayError {
             E::Overloaded(what) => format!("The gateway's {what} is spent, so this request was not claimed or forwarded. Retry with the same key shortly."),
             E::StoreUnavailable(_) => "The idempotency store cannot be reached, so this request was not forwarded. Retry with the same key shortly.".to_string(),
             E::UpstreamUnreachable(e) => format!("The upstream could not be reached ({e}); the request was not sent and the key was released. Retry with the same key."),
-            E::UpstreamFailed { detail, held } => format!("The upstream exchange failed ({detail}). {}", unknown(*held)),
-            E::UpstreamTimeout { timeout, held } => format!("The upstream did not answer within {}s. {}", timeout.as_secs_f64(), unknown(*held)),
+            E::UpstreamFailed { detail, key } => format!("The upstream exchange failed ({detail}). {}", unknown(*key)),
+            E::UpstreamTimeout { timeout, key } => format!("The upstream did not answer within {}s. {}", timeout.as_secs_f64(), unknown(*key)),
             E::LeaseLost => "This attempt took longer than its lease and another attempt now owns the key; its response was not recorded and is not sent. Retry with the same key to get the key's current state.".to_string(),
             E::RecordFailed(_) => "The upstream answered, but the answer could not be recorded, so it is not sent. Retry with the same key: you will get the result once the key settles.".to_string(),
             E::Internal(_) => "idemgate failed unexpectedly. Retry with the same key; if it persists, contact the operator.".to_string(),
@@ -328,6 +330,24 @@ struct Problem {
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+
+    /// A broken exchange's detail says what a retry gets: the held key's
+    /// `502 outcome-unknown`, a released key's forward, or (no key at
+    /// all) a plain forward, never a key that does not exist.
+    #[test]
+    fn an_unknown_outcome_says_what_a_retry_gets() {
+        let detail = |key| {
+            GatewayError::UpstreamTimeout {
+                timeout: Duration::from_secs(1),
+                key,
+            }
+            .detail()
+        };
+        assert!(detail(KeyAfter::Held).contains("502 outcome-unknown"));
+        assert!(detail(KeyAfter::Released).contains("key was released"));
+        let unkeyed = detail(KeyAfter::Unkeyed);
+        assert!(!unkeyed.contains("key"), "{unkeyed}");
+    }
 
     #[tokio::test]
     async fn conflict_carries_retry_after_and_problem_json() {

@@ -14,7 +14,7 @@ use super::passthrough::to_client;
 use crate::clock::Instant;
 use crate::config::{Route, RouteMode};
 use crate::metrics::Metrics;
-use crate::problem::GatewayError;
+use crate::problem::{GatewayError, KeyAfter};
 use crate::request::body::{self, Body, Collected, Prefixed, collect_up_to};
 use crate::store::{Cas, HeldReason, RecordKey, StoreError, StoredResponse, Token, UnknownOutcome};
 use crate::upstream::UpstreamError;
@@ -49,12 +49,12 @@ impl Gateway {
 
         let (mut parts, collected) = match exchange {
             Err(_elapsed) => {
-                let held = self
+                let after = self
                     .settle_unknown(route, key, token, HeldReason::UpstreamTimeout)
                     .await?;
                 return Err(GatewayError::UpstreamTimeout {
                     timeout: route.upstream_timeout,
-                    held,
+                    key: after,
                 });
             }
             Ok(Err(UpstreamError::NotSent(detail))) => {
@@ -65,10 +65,10 @@ impl Gateway {
                 return Err(GatewayError::UpstreamUnreachable(detail));
             }
             Ok(Err(UpstreamError::Failed(detail))) => {
-                let held = self
+                let after = self
                     .settle_unknown(route, key, token, HeldReason::UpstreamFailed)
                     .await?;
-                return Err(GatewayError::UpstreamFailed { detail, held });
+                return Err(GatewayError::UpstreamFailed { detail, key: after });
             }
             Ok(Ok(done)) => done,
         };
@@ -152,15 +152,14 @@ impl Gateway {
         }
     }
 
-    /// The outcome is unknown: hold the key or release it, per route. Returns
-    /// whether the key is held.
+    /// The outcome is unknown: hold the key or release it, per route.
     async fn settle_unknown(
         &self,
         route: &Route,
         key: &RecordKey,
         token: Token,
         reason: HeldReason,
-    ) -> Result<bool, GatewayError> {
+    ) -> Result<KeyAfter, GatewayError> {
         match route.on_unknown_outcome {
             UnknownOutcome::Hold => {
                 self.persist(route, || {
@@ -168,13 +167,13 @@ impl Gateway {
                 })
                 .await
                 .map_err(GatewayError::RecordFailed)?;
-                Ok(true)
+                Ok(KeyAfter::Held)
             }
             UnknownOutcome::Release => {
                 self.persist(route, || self.store.release(key, token))
                     .await
                     .map_err(GatewayError::RecordFailed)?;
-                Ok(false)
+                Ok(KeyAfter::Released)
             }
         }
     }

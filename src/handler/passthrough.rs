@@ -13,7 +13,7 @@ use http::{Request, Response};
 
 use super::{Answered, Gateway, Outcome};
 use crate::config::{Config, OnStoreError, Route};
-use crate::problem::GatewayError;
+use crate::problem::{GatewayError, KeyAfter};
 use crate::request::body::{self, Body};
 use crate::store::StoreError;
 use crate::upstream::{self, Upstream, UpstreamError, strip_hop_by_hop};
@@ -67,13 +67,13 @@ impl Gateway {
             .await
             .map_err(|_| GatewayError::UpstreamTimeout {
                 timeout: route.upstream_timeout,
-                held: false,
+                key: KeyAfter::Unkeyed,
             })?
             .map_err(|e| match e {
                 UpstreamError::NotSent(detail) => GatewayError::UpstreamUnreachable(detail),
                 UpstreamError::Failed(detail) => GatewayError::UpstreamFailed {
                     detail,
-                    held: false,
+                    key: KeyAfter::Unkeyed,
                 },
             })?;
         let (mut parts, incoming) = response.into_parts();

@@ -155,6 +155,11 @@ impl Activity {
         }
     }
 
+    /// Nothing keeps the connection from being parked (so far).
+    fn parkable(&self) -> bool {
+        !self.unparkable.load(Ordering::Acquire) && !self.write_blocked.load(Ordering::Acquire)
+    }
+
     fn begin(&self) {
         self.started.fetch_add(1, Ordering::AcqRel);
         self.open.fetch_add(1, Ordering::AcqRel);
@@ -269,6 +274,50 @@ impl<S: Transport> AsyncWrite for Tracked<S> {
     }
 }
 
+/// What the idle timer of a busy connection decides.
+enum Idle {
+    /// Idle past `idle_timeout`: close.
+    Close,
+    /// Check again at `at`; with `park`, start parking the connection
+    /// (hyper lets go of it once the request in progress ends).
+    Rearm { at: Instant, park: bool },
+}
+
+/// The idle timer fired: close a connection idle past `idle_timeout`,
+/// park one idle for `park_after`, or wait on. Not before a first request:
+/// a head in progress is left to hyper's timer (and `head_due`).
+fn idle_check(
+    settings: &Settings,
+    activity: &Activity,
+    park_after: Duration,
+    stopping: bool,
+    parking: bool,
+) -> Idle {
+    let now = Instant::now();
+    let since = if activity.started.load(Ordering::Acquire) == 0 {
+        None
+    } else {
+        activity.idle_since()
+    };
+    let Some(since) = since else {
+        return Idle::Rearm {
+            at: now + park_after,
+            park: false,
+        };
+    };
+    if now >= since + settings.deadlines.idle {
+        tracing::debug!("idle past idle_timeout: connection closed");
+        return Idle::Close;
+    }
+    let park = !parking && !stopping && activity.parkable() && now >= since + park_after;
+    let at = if parking || park || now >= since + park_after {
+        (now + park_after).min(since + settings.deadlines.idle)
+    } else {
+        since + park_after
+    };
+    Idle::Rearm { at, park }
+}
+
 /// Serve requests on one hyper connection over `io` until it has been idle
 /// for [`PARK_AFTER`]; the socket back (with whatever was read and not used
 /// in front) to be parked, `None` if the connection is closed. `head_due`:
@@ -343,50 +392,25 @@ where
                 }
                 head_due = None;
             }
-            () = &mut timer => {
-                let now = Instant::now();
-                // Not before a first request: a head in progress is left to
-                // hyper's timer (and `head_due`).
-                let since = if activity.started.load(Ordering::Acquire) == 0 {
-                    None
-                } else {
-                    activity.idle_since()
-                };
-                let Some(since) = since else {
-                    timer.as_mut().reset(now + park_after);
-                    continue;
-                };
-                if now >= since + settings.deadlines.idle {
-                    tracing::debug!("idle past idle_timeout: connection closed");
-                    return None;
+            () = &mut timer => match idle_check(settings, &activity, park_after, stopping, parking) {
+                Idle::Close => return None,
+                Idle::Rearm { at, park } => {
+                    if park {
+                        // Idle: hyper closes its state at once; busy (reading
+                        // the rest of a body): after this request.
+                        Pin::new(&mut *connection).graceful_shutdown();
+                        parking = true;
+                    }
+                    timer.as_mut().reset(at);
                 }
-                let can_park = !parking
-                    && !stopping
-                    && !activity.unparkable.load(Ordering::Acquire)
-                    && !activity.write_blocked.load(Ordering::Acquire);
-                if can_park && now >= since + park_after {
-                    // Idle: hyper closes its state at once; busy (reading
-                    // the rest of a body): after this request.
-                    Pin::new(&mut *connection).graceful_shutdown();
-                    parking = true;
-                }
-                let next = if parking || now >= since + park_after {
-                    (now + park_after).min(since + settings.deadlines.idle)
-                } else {
-                    since + park_after
-                };
-                timer.as_mut().reset(next);
-            }
+            },
         }
     };
     if let Err(error) = result {
         tracing::debug!(%error, "connection ended with an error");
         return None;
     }
-    let parkable = parking
-        && !stop.is_cancelled()
-        && !activity.unparkable.load(Ordering::Acquire)
-        && !activity.write_blocked.load(Ordering::Acquire);
+    let parkable = parking && !stop.is_cancelled() && activity.parkable();
     let idle_since = activity.idle_since();
     let (true, Some(idle_since)) = (parkable, idle_since) else {
         // Flush what is left and shut the socket down, as hyper does.

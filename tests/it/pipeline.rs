@@ -253,6 +253,14 @@ async fn upstream_reset_and_timeout_hold_the_key(b: Backend) {
         timeout.problem_type(),
         "urn:idemgate:problem:upstream-timeout"
     );
+    // Each detail says what a retry gets, and the retries below get it.
+    for answer in [&reset, &timeout] {
+        let detail = answer.json()["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(detail.contains("502 outcome-unknown"), "{detail}");
+    }
     for (path, key) in [("/v1/reset", "r1"), ("/v1/hang", "t1")] {
         let retry = post(&s.client, &s.gateway.url(path), key, "{}").await;
         assert_eq!(retry.status, StatusCode::BAD_GATEWAY, "{key}");

@@ -36,14 +36,14 @@ fn key(at: &str, name: &str) -> String {
 }
 
 /// The whole file.
-pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
+pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
     if raw.defaults.name.is_some() || raw.defaults.path.is_some() {
         return Err(invalid(
             "defaults",
             "`name` and `match` are per route and cannot be set in [defaults]",
         ));
     }
-    let mut store = store::store(raw.store)?;
+    let mut store = store::store(std::mem::take(&mut raw.store))?;
     let routes = routes(&raw.routes, &raw.defaults)?;
     store.wait_routes = routes
         .iter()
@@ -54,6 +54,24 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
         let longest = routes.iter().map(|r| r.lease).max().unwrap_or_default();
         front.fence_life = store::fence_life(longest);
     }
+    let limits = limits(&raw, &routes)?;
+    process(raw, limits, store, routes)
+}
+
+/// The process's bounds: connections, threads, streams, forwards, waiting
+/// requests and buffered bytes.
+struct Limits {
+    max_connections: usize,
+    server_threads: usize,
+    streams: u32,
+    max_forwards_in_flight: usize,
+    max_waiting: usize,
+    admin_max_connections: usize,
+    max_buffered_request_bytes: usize,
+}
+
+/// The process's bounds, checked in file order after the routes.
+fn limits(raw: &RawConfig, routes: &[Route]) -> Result<Limits, ConfigError> {
     let max_connections = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
     if max_connections == 0 {
         return Err(invalid("max_connections", "must be at least 1"));
@@ -111,24 +129,59 @@ pub(super) fn validate(raw: RawConfig) -> Result<Config, ConfigError> {
             ),
         ));
     }
-    let window = |key: &str, value: Option<&str>, default: usize| {
-        let bytes = size(key, value, default)?;
-        // RFC 9113 §6.9.2: at least the 65,535-byte default, at most 2^31 - 1.
-        match u32::try_from(bytes) {
-            Ok(w) if (65_535..=0x7fff_ffff).contains(&w) => Ok(w),
-            _ => Err(invalid(key, "must be between 65535 bytes and 2GiB - 1")),
-        }
-    };
-    let deadline = |key: &str, value: Option<&str>, default| {
-        let d = duration(key, value, default)?;
-        if d.is_zero() {
-            return Err(invalid(
-                key,
-                "must be longer than zero: every connection phase has a deadline",
-            ));
-        }
-        Ok(d)
-    };
+    Ok(Limits {
+        max_connections,
+        server_threads,
+        streams,
+        max_forwards_in_flight,
+        max_waiting,
+        admin_max_connections,
+        max_buffered_request_bytes,
+    })
+}
+
+/// An HTTP/2 flow-control window.
+fn window(key: &str, value: Option<&str>, default: usize) -> Result<u32, ConfigError> {
+    let bytes = size(key, value, default)?;
+    // RFC 9113 §6.9.2: at least the 65,535-byte default, at most 2^31 - 1.
+    match u32::try_from(bytes) {
+        Ok(w) if (65_535..=0x7fff_ffff).contains(&w) => Ok(w),
+        _ => Err(invalid(key, "must be between 65535 bytes and 2GiB - 1")),
+    }
+}
+
+/// A connection phase's deadline: never zero.
+fn deadline(
+    key: &str,
+    value: Option<&str>,
+    default: std::time::Duration,
+) -> Result<std::time::Duration, ConfigError> {
+    let d = duration(key, value, default)?;
+    if d.is_zero() {
+        return Err(invalid(
+            key,
+            "must be longer than zero: every connection phase has a deadline",
+        ));
+    }
+    Ok(d)
+}
+
+/// The process settings around the store and the routes.
+fn process(
+    raw: RawConfig,
+    limits: Limits,
+    store: crate::store::StoreConfig,
+    routes: Vec<Route>,
+) -> Result<Config, ConfigError> {
+    let Limits {
+        max_connections,
+        server_threads,
+        streams,
+        max_forwards_in_flight,
+        max_waiting,
+        admin_max_connections,
+        max_buffered_request_bytes,
+    } = limits;
     Ok(Config {
         listen: socket_addr("listen", raw.listen.as_deref(), DEFAULT_LISTEN)?,
         tls: tls::listener(raw.tls)?,
