@@ -1752,6 +1752,35 @@ fn check_cycles(root: &Path, files: &[String]) -> Vec<Violation> {
     cycle_violations(&sources, &crate_name(root))
 }
 
+/// The book's chapters missing from its `SUMMARY.md`: every Markdown
+/// file under `docs/src/` (but the summary itself) must be listed there,
+/// or `mdbook build` silently leaves it out of the book.
+fn unlisted_chapters(root: &Path, files: &[String]) -> Vec<Violation> {
+    let summary_file = "docs/src/SUMMARY.md";
+    if !files.iter().any(|f| f == summary_file) {
+        return Vec::new();
+    }
+    let listed: BTreeSet<String> = md_links(&read(root, summary_file))
+        .into_iter()
+        .map(|(_, target)| {
+            let target = target.split('#').next().unwrap_or_default();
+            format!("docs/src/{}", target.trim_start_matches("./"))
+        })
+        .collect();
+    files
+        .iter()
+        .filter(|f| f.starts_with("docs/src/") && f.ends_with(".md") && *f != summary_file)
+        .filter(|f| !listed.contains(*f))
+        .map(|f| {
+            violation(
+                f,
+                1,
+                format!("is not listed in {summary_file}: add it there, or remove the file"),
+            )
+        })
+        .collect()
+}
+
 // ---------------------------------------------------------------------------
 // The checks, on this repository
 // ---------------------------------------------------------------------------
@@ -1766,6 +1795,12 @@ fn cited_repository_paths_exist() {
 fn markdown_links_resolve() {
     let root = repo_root();
     report("dead link", &check_links(&root, &walk(&root)));
+}
+
+#[test]
+fn every_chapter_is_in_the_summary() {
+    let root = repo_root();
+    report("unlisted chapter", &unlisted_chapters(&root, &walk(&root)));
 }
 
 #[test]
@@ -1823,6 +1858,24 @@ mod controls {
         fn drop(&mut self) {
             let _ = fs::remove_dir_all(&self.0);
         }
+    }
+
+    /// A chapter file the summary does not list is flagged; a listed one
+    /// (with or without an anchor) is not.
+    #[test]
+    fn a_chapter_missing_from_the_summary_is_flagged() {
+        let tree = TempTree::new(&[
+            (
+                "docs/src/SUMMARY.md",
+                "# Summary\n\n- [A](guide/a.md)\n- [B](guide/b.md#top)\n",
+            ),
+            ("docs/src/guide/a.md", "# A\n"),
+            ("docs/src/guide/b.md", "# B\n"),
+            ("docs/src/guide/c.md", "# C\n"),
+        ]);
+        let found = unlisted_chapters(&tree.0, &walk(&tree.0));
+        let files: Vec<&str> = found.iter().map(|v| v.file.as_str()).collect();
+        assert_eq!(files, ["docs/src/guide/c.md"], "{found:?}");
     }
 
     fn fake_repo(extra: &[(&str, &str)]) -> TempTree {
