@@ -301,7 +301,7 @@ impl Context {
         if !self.wait_routes.contains(&key.route) {
             return Ok(());
         }
-        sqlx::query("INSERT INTO idemgate_wakeups (at) VALUES (?1, ?2)")
+        sqlx::query("INSERT INTO idemgate_wakeups (wake_id, at) VALUES (?1, ?2)")
             .bind(&key.wake_id()[..])
             .bind(now)
             .execute(conn)
