@@ -119,6 +119,9 @@ pub async fn run_with(
     }
     stop_admin.cancel();
     let _ = admin_task.await;
+    // Bounded: a store that cannot close in time is left to the process's end.
+    let _ = tokio::time::timeout(config.store.timeout, records.close()).await;
+    tracing::info!("idemgate stopped");
     Ok(())
 }
 

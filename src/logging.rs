@@ -169,16 +169,23 @@ impl Drop for LogGuard {
     }
 }
 
-/// Install the process's logger (`RUST_LOG` filters; default `info`, sqlx
-/// at `warn`). A second call installs nothing and returns an empty guard.
-pub fn init(format: LogFormat) -> LogGuard {
+/// What `serve` logs unless `RUST_LOG` says otherwise: `info` (one line
+/// per request), sqlx's migration notices kept to warnings.
+pub const SERVE_FILTER: &str = "info,sqlx=warn";
+
+/// What every other command logs unless `RUST_LOG` says otherwise:
+/// warnings and errors only; what they print on stdout is their result.
+pub const COMMAND_FILTER: &str = "warn";
+
+/// Install the process's logger: `RUST_LOG` filters, else `default` (one
+/// of [`SERVE_FILTER`] and [`COMMAND_FILTER`]). A second call installs
+/// nothing and returns an empty guard.
+pub fn init(format: LogFormat, default: &str) -> LogGuard {
     if SHARED.get().is_some() {
         return LogGuard { writer: None };
     }
     let shared = Arc::new(Shared::default());
-    // sqlx reports migration notices at INFO on every start: keep it to warnings.
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())

@@ -1,12 +1,17 @@
 //! The `idemgate` binary: parse the command line, set up logging, and hand
-//! over to the library. Errors end here, printed once, with a non-zero exit.
+//! over to the library. Errors end here, printed once, with a non-zero exit
+//! status: 2 for a configuration the gateway refuses (clap uses 2 for a bad
+//! command line too), 3 for a key that is not in the store (`keys`), 1 for
+//! anything else.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use idemgate::admin::keys::KeysError;
 use idemgate::cli::{Cli, Command};
-use idemgate::config::LogFormat;
+use idemgate::config::{ConfigError, LogFormat};
+use idemgate::store::StoreAdmin;
 use idemgate::{Config, logging, store};
 
 fn main() -> std::process::ExitCode {
@@ -23,22 +28,43 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("idemgate: {error:#}");
-            std::process::ExitCode::from(2)
+            std::process::ExitCode::from(exit_status(&error))
         }
+    }
+}
+
+/// The exit status of a failed command.
+fn exit_status(error: &anyhow::Error) -> u8 {
+    if error
+        .downcast_ref::<KeysError>()
+        .is_some_and(KeysError::is_not_found)
+    {
+        3
+    } else if error.downcast_ref::<ConfigError>().is_some() {
+        2
+    } else {
+        1
     }
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     // Logging starts with the config, whose `log_format` the flag overrides;
     // its guard lives until `run` returns, so queued lines are written.
+    let command = cli.command.unwrap_or(Command::Serve);
+    // `serve` logs a line per request; the other commands are quiet
+    // (warnings and errors) unless RUST_LOG asks for more.
+    let default_filter = match command {
+        Command::Serve => logging::SERVE_FILTER,
+        _ => logging::COMMAND_FILTER,
+    };
     let mut log_guard = None;
     let mut load = || -> anyhow::Result<Config> {
         let config = Config::load(&cli.config)?;
         let format = cli.log_format.map_or(config.log_format, LogFormat::from);
-        log_guard = Some(logging::init(format));
+        log_guard = Some(logging::init(format, default_filter));
         Ok(config)
     };
-    match cli.command.unwrap_or(Command::Serve) {
+    match command {
         Command::Serve => {
             let config = load()?;
             let listener = tokio::net::TcpListener::bind(config.listen)
@@ -72,11 +98,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     migrate: false,
                     ..config.store.clone()
                 };
-                let applied = store::sqlite::SqliteStore::connect(&opening)
-                    .await?
-                    .migrate()
-                    .await?;
-                println!("{applied} schema scripts applied to {shown}");
+                let sqlite = store::sqlite::SqliteStore::connect(&opening).await?;
+                let applied = sqlite.migrate().await;
+                sqlite.close().await;
+                println!("{} schema scripts applied to {shown}", applied?);
             } else {
                 println!("{shown}: nothing to migrate (only PostgreSQL and SQLite have schemas)");
             }
@@ -85,8 +110,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let config = load()?;
             let store = store::open(&config.store).await?;
             let swept =
-                idemgate::app::sweep_once(store.as_ref(), config.store.sweep_batch, None).await?;
-            println!("{swept} expired records deleted");
+                idemgate::app::sweep_once(store.as_ref(), config.store.sweep_batch, None).await;
+            store.close().await;
+            println!("{} expired records deleted", swept?);
         }
         Command::Keys {
             command,
@@ -101,7 +127,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 None => load()?.admin_listen,
             };
             let format = cli.log_format.map(LogFormat::from);
-            let _health_log = logging::init(format.unwrap_or(idemgate::config::DEFAULT_LOG_FORMAT));
+            let format = format.unwrap_or(idemgate::config::DEFAULT_LOG_FORMAT);
+            let _health_log = logging::init(format, default_filter);
             let addr = idemgate::admin::probe_address(addr);
             let status = idemgate::admin::probe(addr, "/healthz", Duration::from_secs(3))
                 .await

@@ -131,6 +131,10 @@ pub enum KeysError {
         /// The key.
         key: String,
     },
+    /// No record for the key, as a gateway's admin listener said (its
+    /// `404`, for a `memory://` store).
+    #[error("{0}")]
+    Absent(String),
     /// release/delete on a key whose lease is live, without --force.
     #[error(
         "key {key:?} is in flight: an attempt holds its lease until {until} and may be at the upstream now; wait for it, or add --force"
@@ -166,12 +170,21 @@ pub enum KeysError {
 }
 
 impl KeysError {
+    /// No record for the key: `idemgate keys` exits with its own status
+    /// (3) for it, so a script can tell "not there" from a failure.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::NotFound { .. } | Self::Absent(_))
+    }
+
     /// The admin listener's answer status for this error.
     pub fn status(&self) -> http::StatusCode {
         use http::StatusCode as S;
         match self {
-            Self::NoRoute(_) | Self::NotFound { .. } => S::NOT_FOUND,
-            Self::NoScope(_) | Self::InvalidKey(_) | Self::KeyParts { .. } => S::BAD_REQUEST,
+            // 404 means one thing: no record for that key.
+            Self::NotFound { .. } | Self::Absent(_) => S::NOT_FOUND,
+            Self::NoRoute(_) | Self::NoScope(_) | Self::InvalidKey(_) | Self::KeyParts { .. } => {
+                S::BAD_REQUEST
+            }
             Self::LiveLease { .. } | Self::Completed(_) | Self::Changed { .. } => S::CONFLICT,
             Self::Store(_) | Self::Admin(_) => S::SERVICE_UNAVAILABLE,
         }
@@ -352,15 +365,29 @@ fn describe(info: &RecordInfo) -> String {
     out
 }
 
+/// The records as a table; on a scoped route with a SCOPE column (the
+/// first 12 hex digits of the scope's digest), so one key used by two
+/// tenants shows as two tenants' records.
 fn table(found: &[RecordInfo]) -> String {
-    let mut out = format!("{:<10} {:>8} {:<22} KEY\n", "STATE", "TOKEN", "UPDATED");
+    let scoped = found.iter().any(|info| !info.scope.is_empty());
+    let scope = |info: &RecordInfo| match info.scope.get(..12) {
+        _ if !scoped => String::new(),
+        Some(digits) => format!("sha256:{digits}… "),
+        None => format!("{:<20} ", "-"),
+    };
+    let head = if scoped { "SCOPE                " } else { "" };
+    let mut out = format!(
+        "{:<10} {:>8} {:<22} {head}KEY\n",
+        "STATE", "TOKEN", "UPDATED"
+    );
     for info in found {
         let _ = writeln!(
             out,
-            "{:<10} {:>8} {:<22} {}",
+            "{:<10} {:>8} {:<22} {}{}",
             info.state.as_str(),
             info.token,
             time(info.updated_at),
+            scope(info),
             info.key
         );
     }

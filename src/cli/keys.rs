@@ -1,6 +1,6 @@
 //! `idemgate keys …`: converts the CLI's arguments into a
 //! [`KeyCommand`] and runs it on the store the configuration names.
-//! PostgreSQL and Redis are reached directly. A `memory://` store lives in
+//! SQLite, PostgreSQL and Redis are reached directly. A `memory://` store lives in
 //! the gateway process: the command goes to that gateway's admin listener
 //! (`POST /keys`), within a deadline.
 
@@ -61,7 +61,9 @@ pub async fn run(
     let backend = store::open(&config.store).await?;
     let records: &dyn StoreAdmin = backend.as_ref();
     let path: &dyn Store = backend.as_ref();
-    key_admin::execute(config, records, path, command).await
+    let output = key_admin::execute(config, records, path, command).await;
+    records.close().await;
+    output
 }
 
 /// Send a command to a running gateway's admin listener at `addr`.
@@ -100,10 +102,10 @@ async fn remote(
     let (status, text) = tokio::time::timeout(deadline, exchange)
         .await
         .map_err(|_| unreachable(&format_args!("no answer within {deadline:?}")))??;
-    if status.is_success() {
-        Ok(text)
-    } else {
-        Err(KeysError::Admin(text.trim_end().to_string()))
+    match status {
+        s if s.is_success() => Ok(text),
+        http::StatusCode::NOT_FOUND => Err(KeysError::Absent(text.trim_end().to_string())),
+        _ => Err(KeysError::Admin(text.trim_end().to_string())),
     }
 }
 

@@ -59,12 +59,15 @@ pub enum Command {
     Serve,
     /// Validate the configuration and exit (non-zero, naming the key, if invalid).
     Check,
-    /// Apply the store's migrations and exit (PostgreSQL).
+    /// Apply the store's schema and exit (PostgreSQL, SQLite; Redis and
+    /// memory have none).
     Migrate,
     /// Delete expired records once and exit (the server also sweeps in the background).
     Sweep,
     /// Key administration: inspect, list, release and delete records in the
-    /// store the config names (PostgreSQL or Redis).
+    /// store the config names (SQLite, PostgreSQL or Redis directly; a
+    /// memory:// store through the running gateway's admin listener). Exit
+    /// status 3: no record for that key.
     Keys {
         /// What to do with keys.
         #[command(subcommand)]

@@ -37,13 +37,16 @@ pub use tls::{ListenerTls, UpstreamCa};
 /// A configuration problem, with the key it concerns.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read.
-    #[error("cannot read config file {path}: {source}")]
+    /// The file could not be read. (Its reason is part of the message, not
+    /// a source, so it is printed once.)
+    #[error("cannot read config file {path}: {reason}{hint}")]
     Read {
         /// The file.
         path: String,
         /// Why.
-        source: std::io::Error,
+        reason: std::io::Error,
+        /// What to do, when the file is missing.
+        hint: &'static str,
     },
     /// The file is not valid TOML.
     #[error("config is not valid TOML: {0}")]
@@ -134,9 +137,15 @@ pub struct Config {
 impl Config {
     /// Read, expand and validate a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|reason| ConfigError::Read {
             path: path.display().to_string(),
-            source,
+            hint: match reason.kind() {
+                std::io::ErrorKind::NotFound => {
+                    " (name the file with --config FILE or IDEMGATE_CONFIG)"
+                }
+                _ => "",
+            },
+            reason,
         })?;
         Self::parse(&text)
     }

@@ -301,6 +301,10 @@ pub trait StoreAdmin: Send + Sync + 'static {
     /// sent while the store is frozen is on the wire ahead of any later
     /// retry. A failure is left for the thread's first request to find.
     async fn open_serving_thread(&self) {}
+    /// After a graceful stop, once nothing uses the store any more: write
+    /// out what must be and let go of files and connections (SQLite
+    /// checkpoints its log and closes, leaving no `-wal`/`-shm` files).
+    async fn close(&self) {}
     /// The connection pool's occupancy, for stores that have one.
     fn pool_stats(&self) -> Option<PoolStats> {
         None

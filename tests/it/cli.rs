@@ -110,3 +110,25 @@ async fn health_exits_zero_when_healthy_and_non_zero_when_the_admin_port_is_clos
     assert!(!down.status.success());
     assert!(String::from_utf8_lossy(&down.stderr).contains("cannot reach the admin listener"));
 }
+
+/// A missing config file: exit status 2 (a configuration the gateway
+/// refuses), the OS's reason said once, and what to do.
+#[tokio::test]
+async fn a_missing_config_file_says_why_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.toml");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(binary())
+            .arg("--config")
+            .arg(&missing)
+            .arg("check")
+            .output()
+            .expect("the binary runs")
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.matches("os error 2").count(), 1, "{stderr}");
+    assert!(stderr.contains("--config"), "{stderr}");
+}

@@ -85,6 +85,8 @@ async fn keys_commands_fix_a_held_key(backend: Backend) {
 
     let show = alice(&["show"], "stuck").await;
     assert!(show.status.success(), "{}", stderr(&show));
+    // Commands other than serve log only warnings unless RUST_LOG asks.
+    assert!(!stderr(&show).contains("INFO"), "{}", stderr(&show));
     let text = stdout(&show);
     assert!(text.contains("held (upstream_timeout)"), "{text}");
     assert!(text.contains("scope    sha256:"), "{text}");
@@ -100,7 +102,11 @@ async fn keys_commands_fix_a_held_key(backend: Backend) {
     assert!(v["body_bytes"].as_u64().unwrap() > 0);
 
     let wrong_scope = run(&["show", "--route", "api", "--scope", "Bearer bob", "stuck"]).await;
-    assert!(!wrong_scope.status.success());
+    assert_eq!(
+        wrong_scope.status.code(),
+        Some(3),
+        "not found has its own status"
+    );
     assert!(
         stderr(&wrong_scope).contains("no record"),
         "{}",
@@ -174,6 +180,28 @@ async fn keys_commands_fix_a_held_key(backend: Backend) {
 
     let unknown = run(&["show", "--route", "nope", "x"]).await;
     assert!(stderr(&unknown).contains("no route named"));
+    assert_eq!(unknown.status.code(), Some(1), "{}", stderr(&unknown));
+
+    // One key used by two tenants lists as two records, told apart by scope.
+    let as_bob = [("authorization", "Bearer bob"), ("idempotency-key", "done")];
+    let bobs = send(c, "POST", &gateway.url("/v1/payments"), &as_bob, "{}").await;
+    assert_eq!(bobs.status, StatusCode::CREATED);
+    let list = run(&["list", "--route", "api", "--state", "completed"]).await;
+    let text = stdout(&list);
+    let rows: Vec<&str> = text.lines().filter(|l| l.ends_with(" done")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(
+        text.lines().next().unwrap_or_default().contains("SCOPE"),
+        "{text}"
+    );
+    let scope_of = |row: &str| {
+        row.split_whitespace()
+            .nth(3)
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(scope_of(rows[0]).starts_with("sha256:"), "{text}");
+    assert_ne!(scope_of(rows[0]), scope_of(rows[1]), "{text}");
 }
 
 // On memory:// the CLI goes through the gateway's admin listener, with the

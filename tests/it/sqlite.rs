@@ -134,3 +134,36 @@ async fn processes_creating_a_new_file_together_apply_the_schema_once() {
         assert_eq!(schema_version(&store.url).await, 1);
     }
 }
+
+/// SIGTERM: the gateway drains, checkpoints the file and closes it, so
+/// only the database file is left (no `-wal`/`-shm`), its last log line
+/// says it stopped, and the record is there for the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_leaves_only_the_database_file() {
+    let store = TestStore::new(Backend::Sqlite).await;
+    let upstream = Upstream::start().await;
+    let config = config(&store, &upstream);
+    let file = std::path::PathBuf::from(store.url.trim_start_matches("sqlite://"));
+    let http = client();
+
+    let mut gateway = GatewayProcess::start("sqlite-stop", &config).await;
+    let created = post(&http, &gateway.url("/v1/payments"), "k1", "{}").await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let wal = file.with_extension("db-wal");
+    assert!(wal.exists(), "a serving gateway writes through the log");
+    gateway.terminate();
+    let status = gateway.wait(Duration::from_secs(30)).await;
+    let stderr = gateway.stderr();
+    assert!(status.is_some_and(|s| s.success()), "{status:?}\n{stderr}");
+    for leftover in ["db-wal", "db-shm"] {
+        let path = file.with_extension(leftover);
+        assert!(!path.exists(), "{} left behind\n{stderr}", path.display());
+    }
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(last.contains("idemgate stopped"), "{stderr}");
+
+    let again = GatewayProcess::start("sqlite-stop-2", &config).await;
+    let replay = post(&http, &again.url("/v1/payments"), "k1", "{}").await;
+    assert!(replay.is_replay(), "{replay:?}");
+    assert_eq!(upstream.count("k1"), 1);
+}

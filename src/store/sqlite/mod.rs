@@ -388,6 +388,11 @@ impl Store for SqliteStore {
 
 #[async_trait::async_trait]
 impl StoreAdmin for SqliteStore {
+    async fn close(&self) {
+        self.writer.close().await;
+        self.readers.close().await;
+    }
+
     async fn relay_wakeups(&self, waiters: Arc<Waiters>) {
         let _ = self.waiters.set(waiters.clone());
         if self.wait_routes.is_empty() {

@@ -17,8 +17,8 @@
 //!   response bodies; the queue holds [`QUEUE`] operations (callers wait for
 //!   room, within `[store] timeout`).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use sqlx::Connection;
 use sqlx::sqlite::SqliteConnection;
@@ -48,6 +48,9 @@ pub(super) struct Writer {
     /// Transactions committed so far (read by the tests).
     #[cfg_attr(not(test), allow(dead_code))]
     commits: Arc<AtomicU64>,
+    /// Asks the task (once) to checkpoint and close its connection; it
+    /// answers on the sender it is given once it has.
+    close: Arc<Mutex<Option<oneshot::Sender<oneshot::Sender<()>>>>>,
 }
 
 impl Writer {
@@ -55,8 +58,25 @@ impl Writer {
     pub(super) fn start(conn: SqliteConnection, context: super::ops::Context) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE);
         let commits = Arc::new(AtomicU64::new(0));
-        tokio::spawn(run(conn, queue, context, commits.clone()));
-        Self { jobs, commits }
+        let (close, closing) = oneshot::channel();
+        tokio::spawn(run(conn, queue, closing, context, commits.clone()));
+        Self {
+            jobs,
+            commits,
+            close: Arc::new(Mutex::new(Some(close))),
+        }
+    }
+
+    /// Stop writing: the task finishes the batch in hand, checkpoints the
+    /// write-ahead log into the database file and closes its connection.
+    /// Operations submitted later fail as "stopped". Returns once done.
+    pub(super) async fn close(&self) {
+        let ask = self.close.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let Some(ask) = ask else { return };
+        let (done, closed) = oneshot::channel();
+        if ask.send(done).is_ok() {
+            let _ = closed.await;
+        }
     }
 
     /// Transactions committed so far (each carries one or more operations).
@@ -81,16 +101,32 @@ impl Writer {
 async fn run(
     mut conn: SqliteConnection,
     mut queue: mpsc::Receiver<Job>,
+    mut closing: oneshot::Receiver<oneshot::Sender<()>>,
     context: super::ops::Context,
     commits: Arc<AtomicU64>,
 ) {
     let mut next: Option<Job> = None;
+    // Until every handle is gone, or one asks to close.
+    let mut may_close = true;
     loop {
         let first = match next.take() {
             Some(job) => job,
-            None => match queue.recv().await {
-                Some(job) => job,
-                None => return,
+            None => tokio::select! {
+                job = queue.recv() => match job {
+                    Some(job) => job,
+                    None => return,
+                },
+                asked = &mut closing, if may_close => match asked {
+                    Ok(done) => {
+                        checkpoint_and_close(conn).await;
+                        let _ = done.send(());
+                        return;
+                    }
+                    Err(_) => {
+                        may_close = false;
+                        continue;
+                    }
+                },
             },
         };
         let (batch, rest) = take_batch(&mut queue, first, MAX_OPS, MAX_BYTES, |job| {
@@ -100,6 +136,24 @@ async fn run(
         if commit_batch(&mut conn, batch, &context).await {
             commits.fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// A graceful stop: copy what the log holds into the database file, then
+/// close. The checkpoint is passive (it takes no lock and waits for no
+/// one, so other processes sharing the file are never held up); when the
+/// last connection to the file closes, SQLite checkpoints the rest and
+/// removes the `-wal` and `-shm` files. A failure only leaves the log for
+/// the next open to replay, so it is logged at debug.
+async fn checkpoint_and_close(mut conn: SqliteConnection) {
+    let checkpoint = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+        .execute(&mut conn)
+        .await;
+    if let Err(error) = checkpoint {
+        tracing::debug!(%error, "SQLite checkpoint at close failed; the next open replays the log");
+    }
+    if let Err(error) = conn.close().await {
+        tracing::debug!(%error, "closing the SQLite writer's connection failed");
     }
 }
 

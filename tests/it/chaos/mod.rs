@@ -40,15 +40,14 @@
 //! `release` route must be caught executing beside a live attempt (a
 //! checker that cannot fail proves nothing).
 //!
-//! Short mode (the default, part of `cargo test`): about 30 s of chaos per
-//! store, each run alone (no other test runs meanwhile: see
-//! `support::serial`). Long mode, for the record in `bench/results/`:
+//! Durations, as docs/src/development/testing.md gives them:
+//! `CHAOS_SECONDS` (default 30) of chaos per store run and
+//! `CHAOS_CONTROL_SECONDS` (default 8) per negative control, each run alone
+//! (no other test runs meanwhile: see `support::serial`), then the
+//! restarts and the final probes; `CHAOS_REQUESTS` sizes a run by
+//! requests instead (the long mode, storms up to 64).
 //!
-//! ```text
-//! CHAOS_SECONDS=300 cargo test --test it chaos -- --nocapture
-//! ```
-//!
-//! `CHAOS_SECONDS` sets the short mode's length, `CHAOS_SEED` replays a
+//! `CHAOS_SEED` replays a
 //! schedule (the seed is printed; timing still differs between runs). Each
 //! run writes its history (JSON lines: every request, every fault's start
 //! and end) and a report to `target/tmp/chaos/`; the front run also writes
