@@ -4,7 +4,8 @@
 //! primary, the wake-up subscriber moving off a dead node, and the config
 //! check. The conformance suite, a same-key storm, waiting and the `keys`
 //! commands run on the shared cluster from their own modules
-//! (`redis_cluster::…` in store_conformance, pipeline, wait and keys).
+//! (`redis_cluster::…` in stores::conformance, guarantees::g1_one_at_a_time,
+//! guarantees::g4_in_flight and features::keys).
 
 use std::collections::HashSet;
 use std::time::Duration;

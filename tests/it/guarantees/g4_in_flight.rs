@@ -1,6 +1,9 @@
-//! `concurrent = "wait"`: an in-flight duplicate waits for the first
-//! attempt's answer (woken by the store) instead of getting `409`; on every
-//! store, and across two instances on the shared ones.
+//! G4 — in flight, with `concurrent = "wait"`: an in-flight duplicate
+//! waits for the first attempt's answer (woken by the store) instead of
+//! getting `409`; on every store, and across two instances on the shared
+//! ones. (The default answer, `409` + `Retry-After`, is asserted by the
+//! same-key storms of `g1_one_at_a_time` and the killed gateways of
+//! `g7_leases_and_fencing`.)
 
 use std::time::Duration;
 

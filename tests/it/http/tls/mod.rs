@@ -1,8 +1,10 @@
 //! TLS on every side of the gateway, against real TLS peers with throwaway
 //! certificates ([`crate::support::pki`]): `https://` upstreams
 //! ([`upstream`]), the TLS proxy listener with its deadline and certificate
-//! reload ([`listener`]), and PostgreSQL over TLS ([`postgres`]).
+//! reload ([`listener`]), PostgreSQL over TLS ([`postgres`]), and Redis
+//! over TLS (`rediss://`, [`redis`]).
 
 mod listener;
 mod postgres;
+mod redis;
 mod upstream;

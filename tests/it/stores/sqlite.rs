@@ -1,7 +1,7 @@
 //! The SQLite store as a user runs it (docs/src/stores/sqlite.md): the real binary
 //! on a file, killed and restarted, several processes sharing the file, the
 //! schema applied by `migrate` and by processes starting together. (The
-//! conformance suite and the pipeline tests run on SQLite through
+//! conformance suite and the guarantees' tests run on SQLite through
 //! `per_backend!`, like every other store.)
 
 use std::time::Duration;

@@ -1,0 +1,105 @@
+//! G2 — replay: once a response is recorded, a retry gets it byte for byte
+//! (status, replayable headers, body) with `Idempotent-Replayed: true` and
+//! without the upstream; which upstream answers are recorded (a `400`) and
+//! which release the key (`500`, `429`); and a response over
+//! `max_recorded_response`, forwarded once and never replayed. On every store.
+
+use http::StatusCode;
+
+use crate::support::upstream::BINARY_BODY;
+use crate::support::{Backend, Set, Setup, per_backend, post};
+
+async fn replay_is_byte_exact_with_location_and_etag(b: Backend) {
+    let s = Setup::start(b).await;
+    let url = s.gateway.url("/v1/binary");
+    let first = post(&s.client, &url, "k-bin", "{}").await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert!(!first.is_replay());
+    assert_eq!(&first.body[..], BINARY_BODY);
+    let second = post(&s.client, &url, "k-bin", "{}").await;
+    assert_eq!(second.status, StatusCode::CREATED);
+    assert!(second.is_replay());
+    assert_eq!(&second.body[..], BINARY_BODY);
+    assert_eq!(second.header("location"), Some("/v1/things/42"));
+    assert_eq!(second.header("etag"), Some("\"v1-abc\""));
+    assert_eq!(
+        second.header("content-type"),
+        Some("application/octet-stream")
+    );
+    assert_eq!(s.upstream.count("k-bin"), 1);
+}
+
+async fn replay_drops_set_cookie_and_date_but_the_original_keeps_them(b: Backend) {
+    let s = Setup::start(b).await;
+    let url = s.gateway.url("/v1/payments");
+    let first = post(&s.client, &url, "ck", "{}").await;
+    assert_eq!(first.header("set-cookie"), Some("session=abc; HttpOnly"));
+    let replay = post(&s.client, &url, "ck", "{}").await;
+    assert!(replay.is_replay());
+    assert_eq!(replay.header("set-cookie"), None);
+    assert_eq!(replay.header("location"), first.header("location"));
+    assert_eq!(replay.header("etag"), first.header("etag"));
+}
+
+async fn upstream_500_and_429_release_but_400_is_recorded(b: Backend) {
+    let s = Setup::start(b).await;
+    for code in [500u16, 429] {
+        let url = s.gateway.url(&format!("/v1/status/{code}"));
+        let key = format!("rel-{code}");
+        assert_eq!(
+            post(&s.client, &url, &key, "{}").await.status.as_u16(),
+            code
+        );
+        let again = post(&s.client, &url, &key, "{}").await;
+        assert_eq!(again.status.as_u16(), code);
+        assert!(!again.is_replay());
+        assert_eq!(s.upstream.count(&key), 2, "{code} released the key");
+    }
+    let url = s.gateway.url("/v1/status/400");
+    assert_eq!(
+        post(&s.client, &url, "rec-400", "{}").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    let again = post(&s.client, &url, "rec-400", "{}").await;
+    assert_eq!(again.status, StatusCode::BAD_REQUEST);
+    assert!(again.is_replay());
+    assert_eq!(s.upstream.count("rec-400"), 1);
+}
+
+async fn over_cap_response_is_forwarded_once_then_held(b: Backend) {
+    let s = Setup::with(b, |config| {
+        config.route(|r| {
+            r.set("max_recorded_response", "1KiB");
+        })
+    })
+    .await;
+    let url = s.gateway.url("/v1/big/5000");
+    let first = post(&s.client, &url, "huge", "{}").await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(
+        first.body.len(),
+        5000,
+        "the whole response is forwarded once"
+    );
+    let retry = post(&s.client, &url, "huge", "{}").await;
+    assert_eq!(retry.status, StatusCode::CONFLICT);
+    assert_eq!(
+        retry.problem_type(),
+        "urn:idemgate:problem:response-not-retained"
+    );
+    assert_eq!(s.upstream.count("huge"), 1);
+    let small = post(&s.client, &s.gateway.url("/v1/big/1024"), "small", "{}").await;
+    assert_eq!(small.body.len(), 1024);
+    assert!(
+        post(&s.client, &s.gateway.url("/v1/big/1024"), "small", "{}")
+            .await
+            .is_replay()
+    );
+}
+
+per_backend!(
+    replay_is_byte_exact_with_location_and_etag,
+    replay_drops_set_cookie_and_date_but_the_original_keeps_them,
+    upstream_500_and_429_release_but_400_is_recorded,
+    over_cap_response_is_forwarded_once_then_held,
+);

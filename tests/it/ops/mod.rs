@@ -1,0 +1,9 @@
+//! Running the gateway: the command line (`cli`), its logs (`logs`), its
+//! metrics (`metrics`), readiness (`readiness`) and graceful shutdown
+//! (`shutdown`).
+
+mod cli;
+mod logs;
+mod metrics;
+mod readiness;
+mod shutdown;
