@@ -157,6 +157,12 @@ pub struct LogGuard {
     writer: Option<(Arc<Shared>, std::sync::mpsc::Receiver<()>)>,
 }
 
+impl std::fmt::Debug for LogGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogGuard").finish_non_exhaustive()
+    }
+}
+
 impl Drop for LogGuard {
     fn drop(&mut self) {
         if let Some((shared, finished)) = self.writer.take() {

@@ -15,13 +15,14 @@ use rustls::sign::CertifiedKey;
 /// A PEM file that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsFileError {
-    /// The file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
+    /// The file could not be read. (The reason is part of the message,
+    /// not a source, so a chain of errors prints it once.)
+    #[error("cannot read {}: {reason}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        reason: std::io::Error,
     },
     /// The file is not the PEM it should be.
     #[error("{}: {message}", path.display())]
@@ -34,7 +35,7 @@ pub enum TlsFileError {
 }
 
 impl TlsFileError {
-    fn invalid(path: &Path, message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(path: &Path, message: impl Into<String>) -> Self {
         Self::Invalid {
             path: path.to_path_buf(),
             message: message.into(),
@@ -49,9 +50,9 @@ pub fn provider() -> Arc<CryptoProvider> {
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, TlsFileError> {
-    std::fs::read(path).map_err(|source| TlsFileError::Read {
+    std::fs::read(path).map_err(|reason| TlsFileError::Read {
         path: path.to_path_buf(),
-        source,
+        reason,
     })
 }
 

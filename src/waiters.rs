@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
@@ -97,7 +97,7 @@ impl Waiters {
     /// The signal for `id`'s waiters. Enable its `notified()` before
     /// claiming, so an announcement between the claim and the wait is kept.
     pub fn register(&self, id: WakeId) -> Arc<Notify> {
-        let mut by_key = self.by_key.lock().expect("never poisoned");
+        let mut by_key = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(notify) = by_key.get(&id).and_then(Weak::upgrade) {
             return notify;
         }
@@ -112,7 +112,7 @@ impl Waiters {
 
     /// A key's record left `in_flight`: wake its waiters.
     pub fn wake(&self, id: &WakeId) {
-        let mut by_key = self.by_key.lock().expect("never poisoned");
+        let mut by_key = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
         match by_key.get(id).map(Weak::upgrade) {
             Some(Some(notify)) => notify.notify_waiters(),
             Some(None) => {
@@ -124,7 +124,7 @@ impl Waiters {
 
     /// Announcements may have been lost: wake every waiter.
     pub fn wake_all(&self) {
-        let by_key = self.by_key.lock().expect("never poisoned");
+        let by_key = self.by_key.lock().unwrap_or_else(PoisonError::into_inner);
         for notify in by_key.values().filter_map(Weak::upgrade) {
             notify.notify_waiters();
         }

@@ -41,6 +41,12 @@ pub struct Admin {
     pub config: Arc<Config>,
 }
 
+impl std::fmt::Debug for Admin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Admin").finish_non_exhaustive()
+    }
+}
+
 /// Serve the admin endpoints until `shutdown` resolves: at most
 /// `admin_max_connections` at once, with the proxy's connection deadlines
 /// and protocol limits, and accept errors backed off.

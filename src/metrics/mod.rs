@@ -120,6 +120,12 @@ pub struct Metrics {
     pub front: FrontMetrics,
 }
 
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()

@@ -29,6 +29,12 @@ pub struct RequestBody {
     tracker: Option<Arc<BodyTracker>>,
 }
 
+impl std::fmt::Debug for RequestBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestBody").finish_non_exhaustive()
+    }
+}
+
 /// What the server learns of a request body it handed to a handler: whether
 /// its end was seen (all of it was read, so the connection can take another
 /// request; see `server::h1`), and the unread rest if the handler dropped it
@@ -149,6 +155,12 @@ pub enum Collected<B> {
     },
 }
 
+impl<B> std::fmt::Debug for Collected<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Collected").finish_non_exhaustive()
+    }
+}
+
 /// Read `body` into memory until it ends or exceeds `limit` bytes, calling
 /// `on_chunk` with every chunk as it arrives. Trailers are dropped.
 pub async fn collect_up_to<B>(
@@ -181,6 +193,12 @@ where
 pub struct Prefixed<B> {
     prefix: Option<Bytes>,
     rest: B,
+}
+
+impl<B> std::fmt::Debug for Prefixed<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prefixed").finish_non_exhaustive()
+    }
 }
 
 impl<B> Prefixed<B> {
@@ -283,6 +301,12 @@ pub struct Budgeted<'a, B> {
     inner: B,
     budget: &'a Arc<Semaphore>,
     reserved: &'a mut Reservation,
+}
+
+impl<B> std::fmt::Debug for Budgeted<'_, B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Budgeted").finish_non_exhaustive()
+    }
 }
 
 /// The bytes of the shared body budget one request holds: given back when

@@ -50,6 +50,12 @@ pub struct Fingerprinter<'a> {
     hasher: Sha256,
 }
 
+impl std::fmt::Debug for Fingerprinter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fingerprinter").finish_non_exhaustive()
+    }
+}
+
 impl<'a> Fingerprinter<'a> {
     /// Start a fingerprint with the request head.
     pub fn new(spec: &'a FingerprintSpec, parts: &Parts) -> Self {

@@ -70,7 +70,12 @@ impl Certificate {
             }
         };
         while hangups.recv().await.is_some() {
-            match self.reload() {
+            // Reading the files blocks: off the runtime's threads.
+            let certificate = self.clone();
+            let reloaded = tokio::task::spawn_blocking(move || certificate.reload()).await;
+            match reloaded.unwrap_or_else(|join| {
+                Err(TlsFileError::invalid(&self.files.cert, join.to_string()))
+            }) {
                 Ok(()) => tracing::info!(
                     cert = %self.files.cert.display(),
                     "SIGHUP: TLS certificate reloaded; new connections use it"

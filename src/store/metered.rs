@@ -18,6 +18,12 @@ pub struct InstrumentedStore {
     metrics: Arc<Metrics>,
 }
 
+impl std::fmt::Debug for InstrumentedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InstrumentedStore").finish_non_exhaustive()
+    }
+}
+
 impl InstrumentedStore {
     /// Wrap `inner`.
     pub fn new(inner: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {

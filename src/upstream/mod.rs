@@ -87,6 +87,12 @@ pub struct Upstream {
     tls: Vec<(Option<PathBuf>, Client<connector::TlsConnector, Body>)>,
 }
 
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream").finish_non_exhaustive()
+    }
+}
+
 impl Upstream {
     /// Clients with connection pooling, `TCP_NODELAY` and a connect
     /// timeout (for `https://`, TCP and the TLS handshake together), and an

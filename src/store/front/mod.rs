@@ -106,6 +106,12 @@ pub struct FrontStore {
     inner: Arc<Inner>,
 }
 
+impl std::fmt::Debug for FrontStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrontStore").finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     truth: PgStore,
     front: RedisStore,

@@ -74,6 +74,12 @@ pub struct RedisStore {
     local_opens: AtomicU64,
 }
 
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore").finish_non_exhaustive()
+    }
+}
+
 /// Where new connections come from.
 enum Source {
     /// One server: a multiplexed connection each, whose connect and
