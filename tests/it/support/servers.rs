@@ -537,6 +537,39 @@ impl RedisCluster {
     }
 
     fn launch(turn: serial::Shared) -> Self {
+        // A free port can be taken by another test's server between
+        // free_port() and redis-server's bind: then start over elsewhere.
+        let mut attempt = 1;
+        loop {
+            match Self::try_launch() {
+                Ok(mut cluster) => {
+                    cluster._turn = turn;
+                    return cluster;
+                }
+                Err(why) if attempt < 5 => {
+                    eprintln!("redis cluster: {why}; starting again on other ports");
+                    attempt += 1;
+                }
+                Err(why) => panic!("{why}"),
+            }
+        }
+    }
+
+    /// Whether the server on `port` is the process `pid` (`INFO server`).
+    fn serves(port: u16, pid: u32) -> bool {
+        Command::new("redis-cli")
+            .args(["-p", &port.to_string(), "info", "server"])
+            .stdin(Stdio::null())
+            .output()
+            .map(|out| {
+                String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .any(|line| line.trim() == format!("process_id:{pid}"))
+            })
+            .unwrap_or(false)
+    }
+
+    fn try_launch() -> Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix("idemgate-redis-cluster-")
             .tempdir()
@@ -568,15 +601,17 @@ impl RedisCluster {
             ports,
             children,
             dir: Some(dir),
-            _turn: turn,
+            _turn: serial::none(),
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        for port in &cluster.ports {
-            while std::net::TcpStream::connect(("127.0.0.1", *port)).is_err() {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "cluster node {port} did not start"
-                );
+        for (port, child) in cluster.ports.iter().zip(&cluster.children) {
+            let pid = child.as_ref().map_or(0, Child::id);
+            while !Self::serves(*port, pid) {
+                if std::time::Instant::now() >= deadline {
+                    return Err(format!(
+                        "cluster node {port} did not start (or another server has its port)"
+                    ));
+                }
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
@@ -588,7 +623,9 @@ impl RedisCluster {
             .stdin(Stdio::null())
             .output()
             .expect("redis-cli runs");
-        assert!(out.status.success(), "cluster create: {}", text(&out));
+        if !out.status.success() {
+            return Err(format!("cluster create: {}", text(&out)));
+        }
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         for port in cluster.ports.clone() {
             while !cluster.info(port).contains("cluster_state:ok") {
@@ -600,7 +637,7 @@ impl RedisCluster {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
-        cluster
+        Ok(cluster)
     }
 
     /// `CLUSTER INFO` of the node on `port` (empty if it does not answer).
