@@ -2,7 +2,7 @@
 # Fuzz the parsers with cargo-fuzz (libFuzzer, nightly): the idempotency key,
 # the request fingerprint, and the config loader with ${VAR} expansion.
 #
-#   bench/fuzz.sh [RUNS]            # default 10000000 executions per target
+#   fuzz/run.sh [RUNS]              # default 10000000 executions per target
 #
 # Environment:
 #   FUZZ_TARGETS="key fingerprint config"  which targets, in order
