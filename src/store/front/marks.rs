@@ -22,8 +22,8 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::Inner;
+use super::entries::Mark;
 use crate::request::fingerprint::Fingerprint;
-use crate::store::redis::Mark;
 use crate::store::{RecordKey, Token};
 
 /// Most attempts waiting for their marker. Past it, an attempt is marked
@@ -250,7 +250,7 @@ async fn write(store: &Inner, batch: &[(Token, Waiting)]) {
 
 /// Test builds only: the `front-mark-delay` failpoint, armed with
 /// `return(PREFIX)`, holds back a batch with a key starting with it for
-/// 200 ms (tests/it/front.rs: their attempts settle meanwhile, and must
+/// 200 ms (tests/it/stores/front.rs: their attempts settle meanwhile, and must
 /// wait for it). Always false without the `failpoints` feature.
 fn mark_delayed(key: &RecordKey) -> bool {
     fail::fail_point!("front-mark-delay", |armed: Option<String>| {

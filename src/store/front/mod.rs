@@ -36,8 +36,10 @@
 //! answers from PostgreSQL alone; it uses it again only when it answers
 //! and the outbox has drained up to that moment ([`health`]).
 
+mod entries;
 mod health;
 mod marks;
+mod outbox;
 mod publish;
 mod relay;
 
@@ -52,13 +54,14 @@ use publish::{Outcome, Publisher};
 
 use super::home::Home;
 use super::postgres::{PgStore, millis};
-use super::redis::{FrontEntry, Mark, Publish, RedisStore, Settled};
+use super::redis::RedisStore;
 use super::{
     AttemptId, BatchStats, Cas, Claim, ClaimRequest, FrontConfig, HeldReason, PoolStats,
     RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig, StoreError, StoredResponse,
     Token,
 };
 use crate::waiters::Waiters;
+use entries::{FrontEntry, Mark, Publish, Settled};
 
 /// Most keys waiting for or under read-repair.
 const MAX_REPAIRS: usize = 256;
@@ -346,7 +349,7 @@ impl FrontStore {
 /// Test builds only: the `front-publish-delay` failpoint, armed with
 /// `return(KEY)`, holds back that key's settled record for half a second
 /// after PostgreSQL's commit, on the caller's path or off it
-/// (tests/it/front.rs: an operator's delete meanwhile must win). Without
+/// (tests/it/stores/front.rs: an operator's delete meanwhile must win). Without
 /// the `fail` crate's `failpoints` feature this is always false.
 fn delayed(key: &RecordKey) -> bool {
     fail::fail_point!("front-publish-delay", |armed: Option<String>| {

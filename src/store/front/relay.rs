@@ -7,9 +7,10 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::Inner;
+use super::entries::{FrontEntry, Publish, Settled};
 use super::health::bump;
-use crate::store::postgres::{Dirty, Relayed, Settling, SyncError, Truth};
-use crate::store::redis::{FrontEntry, Publish, RedisStore, Settled};
+use super::outbox::{Dirty, Relayed, Settling, SyncError, Truth};
+use crate::store::redis::RedisStore;
 use crate::store::{StoreAdmin, StoreError, Token};
 
 /// Most outbox rows one relay pass takes.
@@ -142,7 +143,7 @@ pub(super) async fn relay(inner: Weak<Inner>) {
 
 /// Test builds only: the `front-relay-pause` failpoint, armed with
 /// `return(PREFIX,PREFIX,…)`, stops the relays of fronts under those key
-/// prefixes (tests/it/front.rs: what the request path wrote is seen
+/// prefixes (tests/it/stores/front.rs: what the request path wrote is seen
 /// alone). Always false without the `failpoints` feature.
 fn paused(prefix: &str) -> bool {
     fail::fail_point!("front-relay-pause", |armed: Option<String>| {

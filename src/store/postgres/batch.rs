@@ -109,7 +109,7 @@ pub(super) enum Reply {
 }
 
 /// The global order of row locks: (route, scope, key), bytewise.
-pub(super) fn lock_order(a: &RecordKey, b: &RecordKey) -> CmpOrdering {
+pub(in crate::store) fn lock_order(a: &RecordKey, b: &RecordKey) -> CmpOrdering {
     (a.route.as_bytes(), &a.scope[..], a.key.as_bytes()).cmp(&(
         b.route.as_bytes(),
         &b.scope[..],

@@ -12,14 +12,12 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgSslMode};
 
 mod batch;
-mod outbox;
 mod pool;
-
-pub(in crate::store) use outbox::{Dirty, Relayed, Settling, SyncError, Truth};
 
 use super::{Cas, RecordKey, StoreConfig, StoreError, redact_url};
 use crate::waiters::{Waiters, parse_wake_id};
 use batch::Batcher;
+pub(in crate::store) use batch::lock_order;
 use pool::PgPool;
 
 /// The migrations under `migrations/`, embedded in the binary.
@@ -242,7 +240,7 @@ impl PgStore {
 
     /// Run `op` on a pooled connection, bounded by `[store] timeout`
     /// ([`PgPool::run`]).
-    async fn bounded<T>(
+    pub(in crate::store) async fn bounded<T>(
         &self,
         op: impl AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
     ) -> Result<T, StoreError> {

@@ -12,7 +12,7 @@ use deadpool_redis::redis::{self, Cmd, FromRedisValue, Pipeline, RedisFuture, Va
 
 /// A connection to a single server or to a cluster.
 #[derive(Clone)]
-pub(super) enum Conn {
+pub(in crate::store) enum Conn {
     /// `cluster = false`.
     Single(MultiplexedConnection),
     /// `cluster = true`.

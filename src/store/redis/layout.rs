@@ -29,8 +29,8 @@ pub(super) const BUCKETS: u64 = 1024;
 
 /// The key names of one store.
 #[derive(Debug, Clone)]
-pub(super) struct Layout {
-    pub(super) prefix: String,
+pub(in crate::store) struct Layout {
+    pub(in crate::store) prefix: String,
     pub(super) cluster: bool,
 }
 
@@ -55,7 +55,7 @@ fn glob_escape(bytes: &[u8], into: &mut Vec<u8>) {
 impl Layout {
     /// `rec:{len(route)}:{route}:{hex(scope)}:{key}`: the record's name after
     /// the prefix (and the hash tag, on a cluster).
-    pub(super) fn record_name(key: &RecordKey) -> Vec<u8> {
+    pub(in crate::store) fn record_name(key: &RecordKey) -> Vec<u8> {
         use std::io::Write as _;
         let scope_hex = 2 * key.scope.len();
         let mut k = Vec::with_capacity(key.route.len() + scope_hex + key.key.len() + 28);

@@ -25,7 +25,6 @@
 
 mod admin;
 mod conn;
-mod front;
 mod lanes;
 mod layout;
 mod scripts;
@@ -40,11 +39,10 @@ use std::time::Duration;
 use deadpool_redis::redis;
 use deadpool_redis::redis::cluster::ClusterClient;
 
-pub(in crate::store) use front::{FrontEntry, Mark, Publish, Settled};
-
 use self::conn::{Conn, Node, url_of};
 use self::lanes::{Lane, Lanes};
-use self::layout::Layout;
+pub(in crate::store) use self::layout::Layout;
+pub(in crate::store) use self::store::{corrupt, millis};
 
 use super::home::Home;
 use super::{StoreAdmin, StoreConfig, StoreError, redact_url};
@@ -53,7 +51,7 @@ use super::{StoreAdmin, StoreConfig, StoreError, redact_url};
 pub struct RedisStore {
     source: Source,
     lanes: Lanes,
-    layout: Layout,
+    pub(in crate::store) layout: Layout,
     /// For the wake-up subscriber's own connection.
     url: String,
     /// A cluster's primaries, as last seen (empty for one server).
@@ -225,7 +223,7 @@ impl RedisStore {
                         .query_async(&mut conn)
                         .await
                         .map_err(|e| unavailable(&e))?;
-                    if front::run_id(&info) != Some(expected.as_str()) {
+                    if run_id(&info) != Some(expected.as_str()) {
                         return Err(StoreError::Unavailable(
                             "the Redis server is another process than the one checked (restarted or failed over)"
                                 .into(),
@@ -259,7 +257,7 @@ impl RedisStore {
     /// lane (a half-open TCP connection would otherwise time out forever).
     /// Not on a cluster: a cluster connection reconnects to each node by
     /// itself, and one node's failure says nothing about the others.
-    async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
+    pub(in crate::store) async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
     where
         F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
@@ -295,12 +293,58 @@ impl RedisStore {
         }
     }
 
+    /// The server's `run_id`: a new one each time a server process starts,
+    /// so a changed one means a restart (perhaps from an old snapshot) or
+    /// another server behind the same address.
+    /// Asked on a connection of its own, which [`Self::expect_run_id`]
+    /// does not apply to.
+    pub(in crate::store) async fn front_run_id(&self) -> Result<String, StoreError> {
+        let Source::Single(single) = &self.source else {
+            return Err(StoreError::Unavailable(
+                "a front is one Redis server, not a cluster".into(),
+            ));
+        };
+        let (client, settings) = single.as_ref();
+        let ask = async {
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(settings)
+                .await?;
+            deadpool_redis::redis::cmd("INFO")
+                .arg("server")
+                .query_async::<String>(&mut conn)
+                .await
+        };
+        let info = tokio::time::timeout(self.timeout, ask)
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("no answer within {:?}", self.timeout)))?
+            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+        run_id(&info)
+            .map(str::to_string)
+            .ok_or_else(|| corrupt("INFO server without a run_id"))
+    }
+
+    /// From now on, every new connection must reach the server process
+    /// with this `run_id` ([`RedisStore::open_lane`]); `None`: any.
+    pub(in crate::store) fn expect_run_id(&self, run_id: Option<&str>) {
+        *self
+            .expected_run_id
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = run_id.map(str::to_string);
+    }
+
     /// Forget every lane's connection (one server only: see [`Self::bounded`]).
     fn reset(&self, generation: u64) {
         if !self.layout.cluster {
             self.lanes.reset(generation);
         }
     }
+}
+
+/// The `run_id` line of an `INFO server` reply.
+fn run_id(info: &str) -> Option<&str> {
+    info.lines()
+        .find_map(|line| line.strip_prefix("run_id:"))
+        .map(str::trim)
 }
 
 #[cfg(test)]

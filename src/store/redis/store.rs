@@ -15,11 +15,11 @@ use crate::store::{
     Token, UnknownOutcome, decode_headers, encode_headers,
 };
 
-pub(super) fn millis(d: Duration) -> u64 {
+pub(in crate::store) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
-pub(super) fn corrupt(what: &str) -> StoreError {
+pub(in crate::store) fn corrupt(what: &str) -> StoreError {
     StoreError::Corrupt(format!("redis script returned {what}"))
 }
 

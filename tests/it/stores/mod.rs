@@ -6,9 +6,6 @@
 //! `guarantees/`.
 
 mod conformance;
-// The file stays at tests/it/front.rs for now: comments under
-// src/store/front/ cite it there.
-#[path = "../front.rs"]
 mod front;
 mod postgres_batches;
 mod postgres_races;

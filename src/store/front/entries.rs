@@ -33,8 +33,7 @@ use deadpool_redis::redis::Script;
 use http::StatusCode;
 use std::sync::LazyLock;
 
-use super::store::{corrupt, millis};
-use super::{RedisStore, layout::Layout};
+use crate::store::redis::{Layout, RedisStore, corrupt, millis};
 use crate::store::{
     HeldReason, RecordKey, StoreError, StoredResponse, Token, decode_headers, encode_headers,
 };
@@ -231,13 +230,6 @@ pub(in crate::store) struct Publish<'a> {
     pub until_ms: i64,
     /// Only in place of the attempt's own entry (its marker).
     pub own: bool,
-}
-
-/// The `run_id` line of an `INFO server` reply.
-pub(super) fn run_id(info: &str) -> Option<&str> {
-    info.lines()
-        .find_map(|line| line.strip_prefix("run_id:"))
-        .map(str::trim)
 }
 
 impl RedisStore {
@@ -455,45 +447,6 @@ impl RedisStore {
         self.front_script(&INVALIDATE, key, &[token.as_bytes(), life.as_bytes()])
             .await
             .map(|_| ())
-    }
-
-    /// The server's `run_id`: a new one each time a server process starts,
-    /// so a changed one means a restart (perhaps from an old snapshot) or
-    /// another server behind the same address.
-    /// Asked on a connection of its own, which [`Self::expect_run_id`]
-    /// does not apply to.
-    pub(in crate::store) async fn front_run_id(&self) -> Result<String, StoreError> {
-        let super::Source::Single(single) = &self.source else {
-            return Err(StoreError::Unavailable(
-                "a front is one Redis server, not a cluster".into(),
-            ));
-        };
-        let (client, settings) = single.as_ref();
-        let ask = async {
-            let mut conn = client
-                .get_multiplexed_async_connection_with_config(settings)
-                .await?;
-            deadpool_redis::redis::cmd("INFO")
-                .arg("server")
-                .query_async::<String>(&mut conn)
-                .await
-        };
-        let info = tokio::time::timeout(self.timeout, ask)
-            .await
-            .map_err(|_| StoreError::Unavailable(format!("no answer within {:?}", self.timeout)))?
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        run_id(&info)
-            .map(str::to_string)
-            .ok_or_else(|| corrupt("INFO server without a run_id"))
-    }
-
-    /// From now on, every new connection must reach the server process
-    /// with this `run_id` ([`RedisStore::open_lane`]); `None`: any.
-    pub(in crate::store) fn expect_run_id(&self, run_id: Option<&str>) {
-        *self
-            .expected_run_id
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = run_id.map(str::to_string);
     }
 
     /// Delete every entry and fence the front holds (`SCAN` in steps of

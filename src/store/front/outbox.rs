@@ -246,8 +246,7 @@ impl PgStore {
     ) -> Result<Relayed, SyncError> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let result = self
-            .pool
-            .run(self.timeout, async |conn| {
+            .bounded(async |conn| {
                 let mut tx = conn.begin().await?;
                 // Nothing here needs to survive a crash: rows whose delete
                 // is lost are applied again (every step is idempotent), so
@@ -314,7 +313,7 @@ impl PgStore {
             .await;
         match result {
             Ok(inner) => inner,
-            Err(e) => Err(SyncError::Store(e.into())),
+            Err(e) => Err(SyncError::Store(e)),
         }
     }
 
@@ -327,8 +326,7 @@ impl PgStore {
     ) -> Result<(), SyncError> {
         let keys = keys.into_iter().map(|k| (k, 0)).collect();
         let result = self
-            .pool
-            .run(self.timeout, async |conn| {
+            .bounded(async |conn| {
                 let mut tx = conn.begin().await?;
                 let dirty = match read_truths(&mut tx, keys).await? {
                     Ok(dirty) => dirty,
@@ -344,7 +342,7 @@ impl PgStore {
             .await;
         match result {
             Ok(inner) => inner,
-            Err(e) => Err(SyncError::Store(e.into())),
+            Err(e) => Err(SyncError::Store(e)),
         }
     }
 
@@ -352,69 +350,60 @@ impl PgStore {
     /// with it (before an operator's delete) keeps every earlier attempt's
     /// late write out.
     pub(in crate::store) async fn token_ceiling(&self) -> Result<Token, StoreError> {
-        Ok(self
-            .pool
-            .run(self.timeout, async |conn| {
-                sqlx::query_scalar("SELECT last_value FROM idemgate_token_seq")
-                    .fetch_one(conn)
-                    .await
-            })
-            .await?)
+        self.bounded(async |conn| {
+            sqlx::query_scalar("SELECT last_value FROM idemgate_token_seq")
+                .fetch_one(conn)
+                .await
+        })
+        .await
     }
 
     /// The Redis run_id the front was last brought in line with.
     pub(in crate::store) async fn front_run_id(&self) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .pool
-            .run(self.timeout, async |conn| {
-                sqlx::query_scalar("SELECT redis_run_id FROM idemgate_front_state")
-                    .fetch_optional(conn)
-                    .await
-            })
-            .await?)
+        self.bounded(async |conn| {
+            sqlx::query_scalar("SELECT redis_run_id FROM idemgate_front_state")
+                .fetch_optional(conn)
+                .await
+        })
+        .await
     }
 
     /// Record that the front is the server with this run_id (after wiping it).
     pub(in crate::store) async fn set_front_run_id(&self, run_id: &str) -> Result<(), StoreError> {
-        self.pool
-            .run(self.timeout, async |conn| {
-                sqlx::query(
-                    "INSERT INTO idemgate_front_state (redis_run_id) VALUES ($1)
+        self.bounded(async |conn| {
+            sqlx::query(
+                "INSERT INTO idemgate_front_state (redis_run_id) VALUES ($1)
                      ON CONFLICT (one) DO UPDATE SET redis_run_id = EXCLUDED.redis_run_id",
-                )
-                .bind(run_id)
-                .execute(conn)
-                .await
-            })
-            .await?;
+            )
+            .bind(run_id)
+            .execute(conn)
+            .await
+        })
+        .await?;
         Ok(())
     }
 
     /// The newest outbox row's id (0: none).
     pub(in crate::store) async fn outbox_head(&self) -> Result<i64, StoreError> {
-        Ok(self
-            .pool
-            .run(self.timeout, async |conn| {
-                sqlx::query_scalar("SELECT COALESCE(max(id), 0)::int8 FROM idemgate_front_outbox")
-                    .fetch_one(conn)
-                    .await
-            })
-            .await?)
+        self.bounded(async |conn| {
+            sqlx::query_scalar("SELECT COALESCE(max(id), 0)::int8 FROM idemgate_front_outbox")
+                .fetch_one(conn)
+                .await
+        })
+        .await
     }
 
     /// Whether every outbox row up to `head` has been relayed.
     pub(in crate::store) async fn outbox_drained(&self, head: i64) -> Result<bool, StoreError> {
-        Ok(self
-            .pool
-            .run(self.timeout, async |conn| {
-                sqlx::query_scalar(
-                    "SELECT NOT EXISTS (SELECT 1 FROM idemgate_front_outbox WHERE id <= $1)",
-                )
-                .bind(head)
-                .fetch_one(conn)
-                .await
-            })
-            .await?)
+        self.bounded(async |conn| {
+            sqlx::query_scalar(
+                "SELECT NOT EXISTS (SELECT 1 FROM idemgate_front_outbox WHERE id <= $1)",
+            )
+            .bind(head)
+            .fetch_one(conn)
+            .await
+        })
+        .await
     }
 
     /// Rows waiting in the outbox (counted up to `cap`), and the oldest one's age.
@@ -423,8 +412,7 @@ impl PgStore {
         cap: i64,
     ) -> Result<(i64, Duration), StoreError> {
         let (rows, age_ms): (i64, i64) = self
-            .pool
-            .run(self.timeout, async |conn| {
+            .bounded(async |conn| {
                 sqlx::query_as(
                     "SELECT count(*)::int8,
                             COALESCE((EXTRACT(EPOCH FROM clock_timestamp() - min(created_at)) * 1000)::int8, 0)
@@ -445,7 +433,7 @@ async fn read_truths(
     conn: &mut sqlx::PgConnection,
     mut keys: Vec<(RecordKey, Token)>,
 ) -> Result<Result<Vec<Dirty>, StoreError>, sqlx::Error> {
-    keys.sort_by(|a, b| super::batch::lock_order(&a.0, &b.0));
+    keys.sort_by(|a, b| crate::store::postgres::lock_order(&a.0, &b.0));
     let routes: Vec<&str> = keys.iter().map(|(k, _)| k.route.as_str()).collect();
     let scopes: Vec<&[u8]> = keys.iter().map(|(k, _)| k.scope.as_slice()).collect();
     let names: Vec<&str> = keys.iter().map(|(k, _)| k.key.as_str()).collect();
