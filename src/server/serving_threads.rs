@@ -85,7 +85,7 @@ impl ServingThreads {
                         Err(error) => return drop(handle_tx.send(Err(error))),
                     };
                     SERVING_THREAD.with(|core| core.set(Some(index)));
-                    crate::store::home::enter_serving_thread();
+                    crate::store::runtime::enter_serving_thread();
                     let _ = handle_tx.send(Ok(runtime.handle().clone()));
                     runtime.block_on(released.cancelled());
                     // What is left (connections past the shutdown deadline)
@@ -283,7 +283,7 @@ mod tests {
                 let seen = seen.clone();
                 async move {
                     tokio::time::sleep(Duration::from_millis(20)).await;
-                    let serving = crate::store::home::on_serving_thread();
+                    let serving = crate::store::runtime::on_serving_thread();
                     seen.lock().unwrap().push((current(), serving));
                 }
             })

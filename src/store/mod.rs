@@ -11,12 +11,12 @@ mod cache;
 mod config;
 pub mod front;
 mod headers;
-pub(crate) mod home;
 mod info;
 pub mod memory;
 pub mod metered;
 pub mod postgres;
 pub mod redis;
+pub(crate) mod runtime;
 pub mod sqlite;
 pub mod transitions;
 

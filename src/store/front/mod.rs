@@ -52,9 +52,9 @@ use health::{Health, bump};
 use marks::{Marks, Waiting};
 use publish::{Outcome, Publisher};
 
-use super::home::Home;
 use super::postgres::{PgStore, millis};
 use super::redis::RedisStore;
+use super::runtime::StoreRuntime;
 use super::{
     AttemptId, BatchStats, Cas, Claim, ClaimRequest, FrontConfig, HeldReason, PoolStats,
     RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig, StoreError, StoredResponse,
@@ -132,7 +132,7 @@ struct Inner {
     /// The settled records of attempts never marked, to show.
     publisher: Arc<Publisher>,
     /// Where read-repairs run, whichever thread's request asked for one.
-    home: Home,
+    runtime: StoreRuntime,
 }
 
 impl Inner {
@@ -189,7 +189,7 @@ impl FrontStore {
             repair_slots: tokio::sync::Semaphore::new(REPAIRS_AT_ONCE),
             marks: Arc::new(Marks::new(front.mark_after)),
             publisher: Arc::new(Publisher::default()),
-            home: Home::here(),
+            runtime: StoreRuntime::here(),
         });
         let weak = Arc::downgrade(&inner);
         tokio::spawn(relay::relay(weak.clone()));
@@ -280,7 +280,7 @@ impl FrontStore {
             }
         }
         self.inner
-            .home
+            .runtime
             .spawn(relay::repair(self.inner.clone(), key.clone()));
     }
 

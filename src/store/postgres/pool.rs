@@ -15,14 +15,14 @@ use deadpool::managed::{self, Manager, Metrics, Object, Pool, RecycleResult};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 use crate::store::StoreError;
-use crate::store::home::Home;
+use crate::store::runtime::StoreRuntime;
 
 /// Opens connections for the pool.
 #[derive(Debug)]
 pub(super) struct Connector {
     options: PgConnectOptions,
     /// Where connections are opened, whoever asks.
-    home: Home,
+    runtime: StoreRuntime,
 }
 
 impl Manager for Connector {
@@ -31,7 +31,7 @@ impl Manager for Connector {
 
     async fn create(&self) -> Result<PgConnection, sqlx::Error> {
         let options = self.options.clone();
-        self.home
+        self.runtime
             .run(async move { <PgConnection as sqlx::Connection>::connect_with(&options).await })
             .await
             .map_err(|e| sqlx::Error::Io(std::io::Error::other(e)))?
@@ -84,10 +84,10 @@ impl From<RunError> for StoreError {
 impl PgPool {
     /// A pool of at most `max` connections; waiting for one and opening one
     /// are each bounded by `timeout`. Connects lazily, on the runtime this
-    /// is called on ([`Home`]).
+    /// is called on ([`StoreRuntime`]).
     pub(super) fn new(options: PgConnectOptions, max: usize, timeout: Duration) -> Self {
-        let home = Home::here();
-        let pool = Pool::builder(Connector { options, home })
+        let runtime = StoreRuntime::here();
+        let pool = Pool::builder(Connector { options, runtime })
             .max_size(max)
             .wait_timeout(Some(timeout))
             .create_timeout(Some(timeout))

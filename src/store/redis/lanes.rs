@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::conn::Conn;
-use crate::store::home;
+use crate::store::runtime;
 
 /// Most stores one serving thread keeps a lane of its own for (one in a
 /// gateway; tests open more).
@@ -70,7 +70,7 @@ pub(super) struct Picked {
 /// new one.
 ///
 /// **Serving threads' lanes.** The shared lanes are connected on the
-/// store's home runtime (src/store/home.rs), so an operation a serving
+/// store's runtime (src/store/runtime.rs), so an operation a serving
 /// thread starts crosses to another thread twice: to the connection's
 /// driver task, and back with the answer; when the threads are idle, each
 /// crossing wakes a sleeping thread. A serving thread's own lane is
@@ -137,7 +137,7 @@ impl Lanes {
     /// This serving thread's lane (made on first use), if it is one and
     /// these lanes have them.
     fn local_lane(&self) -> Option<Arc<Lane>> {
-        if !self.per_thread() || !home::on_serving_thread() {
+        if !self.per_thread() || !runtime::on_serving_thread() {
             return None;
         }
         LOCAL.with_borrow_mut(|lanes| {

@@ -44,7 +44,7 @@ use self::lanes::{Lane, Lanes};
 pub(in crate::store) use self::layout::Layout;
 pub(in crate::store) use self::store::{corrupt, millis};
 
-use super::home::Home;
+use super::runtime::StoreRuntime;
 use super::{StoreAdmin, StoreConfig, StoreError, redact_url};
 
 /// A Redis-backed [`Store`].
@@ -67,7 +67,7 @@ pub struct RedisStore {
     wait_routes: Vec<String>,
     timeout: Duration,
     /// Where lanes are connected (and their driver tasks run), whoever asks.
-    home: Home,
+    runtime: StoreRuntime,
     /// Connections opened for serving threads' own lanes.
     local_opens: AtomicU64,
 }
@@ -174,7 +174,7 @@ impl RedisStore {
             listens: AtomicUsize::new(0),
             expected_run_id: Mutex::new(None),
             wait_routes: config.wait_routes.clone(),
-            home: Home::here(),
+            runtime: StoreRuntime::here(),
         })
     }
 
@@ -189,7 +189,7 @@ impl RedisStore {
     /// The lane's connection, opened if it has none current. Only one
     /// operation per lane connects; the others wait and share it. A
     /// serving thread's own lane connects on that thread's runtime; the
-    /// shared ones on the store's home.
+    /// shared ones on the store's runtime.
     async fn open_lane(&self, lane: &Lane, local: bool) -> Result<(Conn, u64), StoreError> {
         let _turn = lane.connecting.lock().await;
         let generation = self.lanes.generation.load(Ordering::SeqCst);
@@ -209,7 +209,7 @@ impl RedisStore {
                 let mut conn = if local {
                     connect.await
                 } else {
-                    self.home.run(connect).await.map_err(connecting)?
+                    self.runtime.run(connect).await.map_err(connecting)?
                 }
                 .map_err(|e| unavailable(&e))?;
                 let expected = self
@@ -239,7 +239,7 @@ impl RedisStore {
                     if local {
                         connect.await
                     } else {
-                        self.home.run(connect).await.map_err(connecting)?
+                        self.runtime.run(connect).await.map_err(connecting)?
                     }
                     .map_err(|e| unavailable(&e))?,
                 )
@@ -350,7 +350,7 @@ fn run_id(info: &str) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::home;
+    use crate::store::runtime;
     use std::sync::Arc;
 
     /// The Redis the integration tests use (.ci/run starts one there).
@@ -374,7 +374,7 @@ mod tests {
     {
         std::thread::spawn(move || {
             if serving {
-                home::enter_serving_thread();
+                runtime::enter_serving_thread();
             }
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -437,7 +437,7 @@ mod tests {
     async fn without_them_a_serving_thread_uses_the_shared_lanes() {
         let lanes = Lanes::new(2, false);
         let picked = std::thread::spawn(move || {
-            home::enter_serving_thread();
+            runtime::enter_serving_thread();
             lanes.pick().local
         })
         .join()

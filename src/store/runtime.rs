@@ -1,4 +1,4 @@
-//! A store's home: the runtime it was opened on (the process's shared one),
+//! A store's runtime: the one it was opened on (the process's shared one),
 //! where its connections are opened and its own tasks run, whoever asks.
 //!
 //! With `server_threads`, requests run on serving threads, each with a
@@ -35,15 +35,15 @@ pub(crate) fn on_serving_thread() -> bool {
 
 /// The runtime a store was opened on.
 #[derive(Debug, Clone)]
-pub(crate) struct Home(Handle);
+pub(crate) struct StoreRuntime(Handle);
 
-impl Home {
+impl StoreRuntime {
     /// The runtime this is called on (a store's constructor).
     pub(crate) fn here() -> Self {
         Self(Handle::current())
     }
 
-    /// Run `work` at home and wait for it (opening a connection).
+    /// Run `work` on the store's runtime and wait for it (opening a connection).
     pub(crate) async fn run<T: Send + 'static>(
         &self,
         work: impl Future<Output = T> + Send + 'static,
@@ -51,7 +51,7 @@ impl Home {
         self.0.spawn(work).await
     }
 
-    /// Start `work` at home, in a task of its own.
+    /// Start `work` on the store's runtime, in a task of its own.
     pub(crate) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
         drop(self.0.spawn(work));
     }
