@@ -1781,6 +1781,178 @@ fn unlisted_chapters(root: &Path, files: &[String]) -> Vec<Violation> {
         .collect()
 }
 
+/// The Dockerfile's instructions, continuation lines joined: (line of the
+/// instruction, its keyword upper-cased, the rest).
+fn docker_instructions(text: &str) -> Vec<(usize, String, String)> {
+    let mut out = Vec::new();
+    let mut pending: Option<(usize, String)> = None;
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if pending.is_none() && (line.is_empty() || line.starts_with('#')) {
+            continue;
+        }
+        if pending.is_some() && line.starts_with('#') {
+            continue;
+        }
+        let (start, mut joined) = pending.take().unwrap_or((n + 1, String::new()));
+        let (body, more) = match line.strip_suffix('\\') {
+            Some(body) => (body, true),
+            None => (line, false),
+        };
+        joined.push(' ');
+        joined.push_str(body);
+        if more {
+            pending = Some((start, joined));
+            continue;
+        }
+        let joined = joined.trim().to_owned();
+        let (keyword, rest) = joined
+            .split_once(char::is_whitespace)
+            .unwrap_or((&joined, ""));
+        out.push((start, keyword.to_ascii_uppercase(), rest.trim().to_owned()));
+    }
+    out
+}
+
+/// The strings of a JSON-array (exec form) instruction: `["a", "b"]`.
+fn exec_form(rest: &str) -> Option<Vec<String>> {
+    let inner = rest.trim().strip_prefix('[')?.strip_suffix(']')?;
+    Some(
+        inner
+            .split(',')
+            .map(|part| part.trim().trim_matches('"').to_owned())
+            .filter(|part| !part.is_empty())
+            .collect(),
+    )
+}
+
+/// The subcommands `src/cli/mod.rs` declares: the variants of `enum
+/// Command`, kebab-cased as clap names them.
+fn cli_subcommands(cli: &str) -> BTreeSet<String> {
+    let Some(start) = cli.find("pub enum Command {") else {
+        return BTreeSet::new();
+    };
+    let body = &cli[start..];
+    let body = &body[..body.find("\n}").unwrap_or(body.len())];
+    body.lines()
+        .skip(1)
+        .filter(|line| line.starts_with("    ") && !line.starts_with("     "))
+        .map(str::trim)
+        .filter(|line| line.chars().next().is_some_and(|c| c.is_ascii_uppercase()))
+        .map(|line| {
+            let name: String = line.chars().take_while(|c| c.is_alphanumeric()).collect();
+            let mut kebab = String::new();
+            for (i, c) in name.chars().enumerate() {
+                if c.is_ascii_uppercase() && i > 0 {
+                    kebab.push('-');
+                }
+                kebab.push(c.to_ascii_lowercase());
+            }
+            kebab
+        })
+        .collect()
+}
+
+/// What the image build and run depend on in the tree: every `COPY`
+/// source from the build context exists; every binary copied from the
+/// build stage's `target/release/` is this package's binary or one of
+/// its examples; the `HEALTHCHECK`, `ENTRYPOINT` and compose `entrypoint`
+/// commands run a binary the image installs, and the health check a
+/// subcommand the CLI has.
+fn docker_findings(root: &Path, files: &[String]) -> Vec<Violation> {
+    let dockerfile = "Dockerfile";
+    if !files.iter().any(|f| f == dockerfile) {
+        return Vec::new();
+    }
+    let text = read(root, dockerfile);
+    let package = crate_name(root);
+    let cli = if root.join("src/cli/mod.rs").exists() {
+        read(root, "src/cli/mod.rs")
+    } else {
+        String::new()
+    };
+    let subcommands = cli_subcommands(&cli);
+    let mut installed = BTreeSet::new();
+    let mut found = Vec::new();
+    let mut runs = Vec::new();
+    for (line, keyword, rest) in docker_instructions(&text) {
+        match keyword.as_str() {
+            "COPY" | "ADD" => {
+                let words: Vec<&str> = rest.split_whitespace().collect();
+                let from_stage = words.iter().any(|w| w.starts_with("--from="));
+                let paths: Vec<&str> = words
+                    .iter()
+                    .copied()
+                    .filter(|w| !w.starts_with("--"))
+                    .collect();
+                let Some((dest, sources)) = paths.split_last() else {
+                    continue;
+                };
+                for source in sources {
+                    if from_stage {
+                        let Some(built) = source.split("/target/release/").nth(1) else {
+                            continue;
+                        };
+                        let known = match built.strip_prefix("examples/") {
+                            Some(example) => root.join(format!("examples/{example}.rs")).exists(),
+                            None => built == package,
+                        };
+                        if !known {
+                            found.push(violation(dockerfile, line, format!("copies `{built}` from the build, which is neither the package's binary nor an example: build it, or fix the COPY")));
+                        }
+                        let name = built.rsplit('/').next().unwrap_or(built);
+                        let target = match dest.strip_suffix('/') {
+                            Some(dir) => format!("{dir}/{name}"),
+                            None => (*dest).to_owned(),
+                        };
+                        installed.insert(target);
+                    } else if !root.join(source.trim_end_matches('/')).exists() {
+                        found.push(violation(dockerfile, line, format!("COPY source `{source}` does not exist in the tree: the image would not build")));
+                    }
+                }
+            }
+            "HEALTHCHECK" => {
+                let cmd = rest.split_once("CMD").map_or("", |(_, cmd)| cmd);
+                match exec_form(cmd) {
+                    Some(args) => runs.push((dockerfile.to_owned(), line, args, true)),
+                    None => found.push(violation(dockerfile, line, "HEALTHCHECK without an exec-form CMD [\"binary\", …]: the image has no shell to run a string".to_owned())),
+                }
+            }
+            "ENTRYPOINT" => {
+                if let Some(args) = exec_form(&rest) {
+                    runs.push((dockerfile.to_owned(), line, args, false));
+                }
+            }
+            _ => {}
+        }
+    }
+    let compose = "docker-compose.yml";
+    if files.iter().any(|f| f == compose) {
+        for (n, text) in read(root, compose).lines().enumerate() {
+            if let Some(rest) = text.trim().strip_prefix("entrypoint:")
+                && let Some(args) = exec_form(rest)
+            {
+                runs.push((compose.to_owned(), n + 1, args, false));
+            }
+        }
+    }
+    for (file, line, args, health) in runs {
+        let Some(binary) = args.first() else {
+            continue;
+        };
+        if !installed.contains(binary) {
+            found.push(violation(&file, line, format!("runs `{binary}`, which the Dockerfile does not install: copy it from the build stage, or fix the command")));
+        }
+        if health {
+            let sub = args.get(1).map(String::as_str).unwrap_or_default();
+            if !subcommands.contains(sub) {
+                found.push(violation(&file, line, format!("the health check runs `{binary} {sub}`, and the CLI has no `{sub}` subcommand (src/cli/mod.rs)")));
+            }
+        }
+    }
+    found
+}
+
 // ---------------------------------------------------------------------------
 // The checks, on this repository
 // ---------------------------------------------------------------------------
@@ -1801,6 +1973,12 @@ fn markdown_links_resolve() {
 fn every_chapter_is_in_the_summary() {
     let root = repo_root();
     report("unlisted chapter", &unlisted_chapters(&root, &walk(&root)));
+}
+
+#[test]
+fn the_image_builds_from_what_the_tree_has() {
+    let root = repo_root();
+    report("docker", &docker_findings(&root, &walk(&root)));
 }
 
 #[test]
@@ -1857,6 +2035,50 @@ mod controls {
     impl Drop for TempTree {
         fn drop(&mut self) {
             let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A Dockerfile that copies a missing file, installs an unknown build
+    /// product, or health-checks with a binary it does not install or a
+    /// subcommand the CLI lacks is flagged; a sound one is not.
+    #[test]
+    fn a_dockerfile_the_tree_cannot_build_is_flagged() {
+        let cli = "pub enum Command {\n    /// Serve.\n    Serve,\n    /// Probe.\n    Health {\n        admin: u8,\n    },\n}\n";
+        let sound = "FROM rust AS build\nCOPY Cargo.toml \\\n  build.rs ./\nCOPY . .\nFROM debian\nCOPY --from=build /src/target/release/demo /usr/local/bin/demo\nCOPY --from=build /src/target/release/examples/up /usr/local/bin/up\nHEALTHCHECK --interval=10s \\\n    CMD [\"/usr/local/bin/demo\", \"health\"]\nENTRYPOINT [\"/usr/local/bin/demo\"]\n";
+        let base = [
+            ("Cargo.toml", "[package]\nname = \"demo\"\n"),
+            ("build.rs", "fn main() {}\n"),
+            ("src/cli/mod.rs", cli),
+            ("examples/up.rs", "fn main() {}\n"),
+            (
+                "docker-compose.yml",
+                "services:\n  up:\n    entrypoint: [\"/usr/local/bin/up\", \"--listen\"]\n",
+            ),
+        ];
+        let run = |dockerfile: &str| {
+            let mut files = base.to_vec();
+            files.push(("Dockerfile", dockerfile));
+            let tree = TempTree::new(&files);
+            docker_findings(&tree.0, &walk(&tree.0))
+        };
+        assert!(run(sound).is_empty(), "{:?}", run(sound));
+        let broken = [
+            sound.replace("build.rs ./", "build.rs missing.txt ./"),
+            sound.replace("examples/up", "examples/gone"),
+            sound.replace("release/demo /", "release/other /"),
+            sound.replace("\"health\"", "\"healthz\""),
+            sound.replace("CMD [\"/usr/local/bin/demo\"", "CMD [\"/usr/bin/curl\""),
+            sound.replace(
+                "ENTRYPOINT [\"/usr/local/bin/demo\"]",
+                "ENTRYPOINT [\"/bin/nope\"]",
+            ),
+            sound.replace(
+                "COPY --from=build /src/target/release/examples/up /usr/local/bin/up\n",
+                "",
+            ),
+        ];
+        for dockerfile in &broken {
+            assert!(!run(dockerfile).is_empty(), "not flagged:\n{dockerfile}");
         }
     }
 
