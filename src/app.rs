@@ -120,7 +120,14 @@ pub async fn run_with(
     stop_admin.cancel();
     let _ = admin_task.await;
     // Bounded: a store that cannot close in time is left to the process's end.
-    let _ = tokio::time::timeout(config.store.timeout, records.close()).await;
+    if tokio::time::timeout(config.store.timeout, records.close())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "the store did not close within [store] timeout; leaving it to the process's end"
+        );
+    }
     tracing::info!("idemgate stopped");
     Ok(())
 }

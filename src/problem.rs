@@ -118,6 +118,8 @@ pub enum KeyAfter {
     Released,
     /// There was none: the request was forwarded without idempotency.
     Unkeyed,
+    /// A shadow route's: recorded, but a retry is forwarded all the same.
+    Observed,
 }
 
 /// The fields of one problem type.
@@ -248,6 +250,9 @@ impl GatewayError {
             KeyAfter::Unkeyed => {
                 "The upstream may have acted. This request was forwarded without idempotency: a retry is forwarded again."
             }
+            KeyAfter::Observed => {
+                "The upstream may have acted. This route only observes keys (shadow mode): a retry is forwarded again."
+            }
         };
         match self {
             E::NoRoute { path } => format!("No configured route matches {path}. Check the URL, or the gateway's [[routes]] configuration."),
@@ -345,6 +350,7 @@ mod tests {
         };
         assert!(detail(KeyAfter::Held).contains("502 outcome-unknown"));
         assert!(detail(KeyAfter::Released).contains("key was released"));
+        assert!(detail(KeyAfter::Observed).contains("shadow mode"));
         let unkeyed = detail(KeyAfter::Unkeyed);
         assert!(!unkeyed.contains("key"), "{unkeyed}");
     }

@@ -169,6 +169,10 @@ pub enum KeysError {
     Store(#[from] StoreError),
 }
 
+/// The header with which `POST /keys` marks a `404` as "no record for
+/// that key" (any other `404` is not the key administration's answer).
+pub const NOT_FOUND_HEADER: &str = "idemgate-keys";
+
 impl KeysError {
     /// No record for the key: `idemgate keys` exits with its own status
     /// (3) for it, so a script can tell "not there" from a failure.

@@ -192,7 +192,16 @@ async fn keys(request: Request<RequestBody>, admin: &Admin) -> Response<Body> {
     let (records, path) = (admin.records.as_ref(), admin.store.as_ref());
     match keys::execute(&admin.config, records, path, command).await {
         Ok(output) => text(StatusCode::OK, PLAIN, output),
-        Err(error) => text(error.status(), PLAIN, format!("{error}\n")),
+        Err(error) => {
+            let mut answer = text(error.status(), PLAIN, format!("{error}\n"));
+            if error.is_not_found() {
+                answer.headers_mut().insert(
+                    keys::NOT_FOUND_HEADER,
+                    header::HeaderValue::from_static("not-found"),
+                );
+            }
+            answer
+        }
     }
 }
 

@@ -91,20 +91,27 @@ async fn remote(
         let request = request.body(body::full(json)).expect("a valid request");
         let response = client.request(request).await.map_err(|e| unreachable(&e))?;
         let status = response.status();
+        // Only the key administration's own "no record" is not-found.
+        let absent = response
+            .headers()
+            .get(key_admin::NOT_FOUND_HEADER)
+            .is_some_and(|v| v == "not-found");
         let text = response
             .into_body()
             .collect()
             .await
             .map_err(|e| unreachable(&e))?
             .to_bytes();
-        Ok::<_, KeysError>((status, String::from_utf8_lossy(&text).into_owned()))
+        Ok::<_, KeysError>((status, absent, String::from_utf8_lossy(&text).into_owned()))
     };
-    let (status, text) = tokio::time::timeout(deadline, exchange)
+    let (status, absent, text) = tokio::time::timeout(deadline, exchange)
         .await
         .map_err(|_| unreachable(&format_args!("no answer within {deadline:?}")))??;
     match status {
         s if s.is_success() => Ok(text),
-        http::StatusCode::NOT_FOUND => Err(KeysError::Absent(text.trim_end().to_string())),
+        http::StatusCode::NOT_FOUND if absent => {
+            Err(KeysError::Absent(text.trim_end().to_string()))
+        }
         _ => Err(KeysError::Admin(text.trim_end().to_string())),
     }
 }

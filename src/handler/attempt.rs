@@ -152,7 +152,8 @@ impl Gateway {
         }
     }
 
-    /// The outcome is unknown: hold the key or release it, per route.
+    /// The outcome is unknown: hold the key or release it, per route. (A
+    /// shadow route forwards a retry whatever its key's state.)
     async fn settle_unknown(
         &self,
         route: &Route,
@@ -160,22 +161,26 @@ impl Gateway {
         token: Token,
         reason: HeldReason,
     ) -> Result<KeyAfter, GatewayError> {
-        match route.on_unknown_outcome {
+        let after = match route.on_unknown_outcome {
             UnknownOutcome::Hold => {
                 self.persist(route, || {
                     self.store.hold(key, token, reason, route.retention)
                 })
                 .await
                 .map_err(GatewayError::RecordFailed)?;
-                Ok(KeyAfter::Held)
+                KeyAfter::Held
             }
             UnknownOutcome::Release => {
                 self.persist(route, || self.store.release(key, token))
                     .await
                     .map_err(GatewayError::RecordFailed)?;
-                Ok(KeyAfter::Released)
+                KeyAfter::Released
             }
-        }
+        };
+        Ok(match route.mode {
+            RouteMode::Shadow => KeyAfter::Observed,
+            RouteMode::Enforce => after,
+        })
     }
 
     /// Run a post-forward store write, retrying store errors with backoff

@@ -28,10 +28,10 @@ use crate::clock::Instant;
 use crate::metrics::{LostClaimLabels, Metrics};
 use crate::store::{AttemptId, Cas, RecordKey, Store};
 
-/// LostClaims queued at once by one instance.
+/// Lost claims queued at once by one instance.
 pub(super) const MAX_PENDING: usize = 10_000;
 
-/// How long an lost claim is retried while the store keeps failing.
+/// How long a lost claim is retried while the store keeps failing.
 const PATIENCE: Duration = Duration::from_secs(600);
 
 /// The first and the longest pause between tries.

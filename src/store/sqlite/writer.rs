@@ -67,9 +67,10 @@ impl Writer {
         }
     }
 
-    /// Stop writing: the task finishes the batch in hand, checkpoints the
-    /// write-ahead log into the database file and closes its connection.
-    /// Operations submitted later fail as "stopped". Returns once done.
+    /// Stop writing: the task commits every operation already queued,
+    /// checkpoints the write-ahead log into the database file and closes
+    /// its connection. Operations submitted later fail as "stopped".
+    /// Returns once done.
     pub(super) async fn close(&self) {
         let ask = self.close.lock().unwrap_or_else(|e| e.into_inner()).take();
         let Some(ask) = ask else { return };
@@ -108,24 +109,30 @@ async fn run(
     let mut next: Option<Job> = None;
     // Until every handle is gone, or one asks to close.
     let mut may_close = true;
+    // Asked to close: the queue takes no more jobs, those in it are still
+    // committed, then the connection closes and the asker hears of it.
+    let mut closed: Option<oneshot::Sender<()>> = None;
     loop {
         let first = match next.take() {
             Some(job) => job,
             None => tokio::select! {
                 job = queue.recv() => match job {
                     Some(job) => job,
-                    None => return,
-                },
-                asked = &mut closing, if may_close => match asked {
-                    Ok(done) => {
-                        checkpoint_and_close(conn).await;
-                        let _ = done.send(());
+                    None => {
+                        if let Some(done) = closed {
+                            checkpoint_and_close(conn).await;
+                            let _ = done.send(());
+                        }
                         return;
                     }
-                    Err(_) => {
-                        may_close = false;
-                        continue;
+                },
+                asked = &mut closing, if may_close => {
+                    may_close = false;
+                    if let Ok(done) = asked {
+                        queue.close();
+                        closed = Some(done);
                     }
+                    continue;
                 },
             },
         };
