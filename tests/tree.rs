@@ -198,6 +198,7 @@ fn is_checked_markdown(file: &str) -> bool {
 fn comment_kind(file: &str) -> Option<Comments> {
     let in_bench = file
         .strip_prefix("bench/")
+        .or_else(|| file.strip_prefix("fuzz/"))
         .filter(|rest| !rest.contains('/'));
     if let Some(name) = in_bench {
         return if name.ends_with(".sh") || name.ends_with(".py") {
