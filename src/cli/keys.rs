@@ -152,4 +152,43 @@ mod tests {
         );
         hold.abort();
     }
+
+    /// Only the key administration's own 404 (marked) is "not found"
+    /// (exit 3); any other 404, say from a proxy port named by mistake, is
+    /// a failure.
+    #[tokio::test]
+    async fn only_a_marked_404_means_no_record() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        for (marked, not_found) in [(true, true), (false, false)] {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let serve = tokio::spawn(async move {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                let mut request = vec![0; 4096];
+                let _ = stream.read(&mut request).await;
+                let mark = if marked {
+                    "idemgate-keys: not-found\r\n"
+                } else {
+                    ""
+                };
+                let answer = format!(
+                    "HTTP/1.1 404 Not Found\r\n{mark}content-length: 3\r\nconnection: close\r\n\r\nno\n"
+                );
+                stream.write_all(answer.as_bytes()).await.unwrap();
+            });
+            let command = KeyCommand::Show(KeyTarget {
+                route: "r".into(),
+                scope: Vec::new(),
+                key: Some("k".into()),
+                parts: Vec::new(),
+                json: false,
+                force: false,
+            });
+            let error = remote(addr, None, &command, Duration::from_secs(10))
+                .await
+                .unwrap_err();
+            assert_eq!(error.is_not_found(), not_found, "{error:?}");
+            serve.await.unwrap();
+        }
+    }
 }
