@@ -30,6 +30,7 @@
 
 mod h1;
 mod h2;
+mod hangup;
 mod preface;
 mod prefixed;
 pub(crate) mod serving_threads;
@@ -68,7 +69,7 @@ pub(crate) async fn serve(
 ) {
     let mut settings = Settings::of(config);
     settings.tls = tls.as_ref().map(tls::Certificate::acceptor);
-    let reloader = tls.map(|certificate| tokio::spawn(certificate.reload_on_sighup()));
+    let hangups = hangup::listen().map(|hangups| tokio::spawn(hangup::answer(hangups, tls)));
     let settings = Arc::new(settings);
     let open = accept_until(
         listener,
@@ -89,8 +90,9 @@ pub(crate) async fn serve(
     )
     .await;
 
-    if let Some(reloader) = reloader {
-        reloader.abort();
+    // The handler stays installed: a SIGHUP while draining is ignored.
+    if let Some(hangups) = hangups {
+        hangups.abort();
     }
     tracing::info!("shutting down: finishing open requests and forwards");
     // One deadline for both phases: `shutdown_timeout` is the longest wait.

@@ -40,6 +40,11 @@ impl Certificate {
         }))
     }
 
+    /// The certificate's PEM file.
+    pub(crate) fn cert_path(&self) -> &std::path::Path {
+        &self.files.cert
+    }
+
     /// Read the files again; on success new handshakes get the new
     /// certificate, on failure nothing changes.
     pub(crate) fn reload(&self) -> Result<(), TlsFileError> {
@@ -57,35 +62,6 @@ impl Certificate {
             .with_cert_resolver(self.clone());
         config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec()];
         TlsAcceptor::from(Arc::new(config))
-    }
-
-    /// Reload on every SIGHUP, until the task is aborted.
-    pub(crate) async fn reload_on_sighup(self: Arc<Self>) {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut hangups = match signal(SignalKind::hangup()) {
-            Ok(hangups) => hangups,
-            Err(error) => {
-                tracing::error!(%error, "cannot listen for SIGHUP: the TLS certificate will not be reloaded");
-                return;
-            }
-        };
-        while hangups.recv().await.is_some() {
-            // Reading the files blocks: off the runtime's threads.
-            let certificate = self.clone();
-            let reloaded = tokio::task::spawn_blocking(move || certificate.reload()).await;
-            match reloaded.unwrap_or_else(|join| {
-                Err(TlsFileError::invalid(&self.files.cert, join.to_string()))
-            }) {
-                Ok(()) => tracing::info!(
-                    cert = %self.files.cert.display(),
-                    "SIGHUP: TLS certificate reloaded; new connections use it"
-                ),
-                Err(error) => tracing::error!(
-                    %error,
-                    "SIGHUP: TLS certificate reload failed; still serving the previous certificate"
-                ),
-            }
-        }
     }
 }
 
