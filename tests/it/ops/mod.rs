@@ -3,6 +3,7 @@
 //! (`shutdown`).
 
 mod cli;
+mod dashboards;
 mod logs;
 mod metrics;
 mod readiness;
