@@ -5,6 +5,19 @@
 use std::sync::Arc;
 
 use super::{MIGRATOR, PgStore};
+
+/// One pass of the sweeper (transitions::expired): delete up to `$1`
+/// expired records, bounded, skipping rows other transactions hold, so
+/// never a long lock. The instant is `statement_timestamp()`, which the
+/// planner can see (a stable function): with `clock_timestamp()`, which
+/// is volatile, the `expires_at` index went unused and every pass read the
+/// whole table, past `[store] timeout` at 10 M records. Public for the
+/// test that checks its plan (tests/it/stores/postgres_sweep.rs).
+pub const SWEEP: &str = "DELETE FROM idemgate_records
+      WHERE ctid IN (SELECT ctid FROM idemgate_records
+                      WHERE expires_at <= statement_timestamp()
+                        AND NOT (state = 'in_flight' AND lease_until > statement_timestamp())
+                      LIMIT $1 FOR UPDATE SKIP LOCKED)";
 use crate::store::info::from_epoch_millis;
 use crate::store::{
     BatchStats, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin, StoreError,
@@ -63,17 +76,13 @@ impl StoreAdmin for PgStore {
     }
 
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
-        // transitions::expired. Bounded, and skipping rows other transactions hold: never a long lock.
         let done = self
-            .bounded(async |conn| sqlx::query(
-                    "DELETE FROM idemgate_records
-                      WHERE ctid IN (SELECT ctid FROM idemgate_records
-                                      WHERE expires_at <= clock_timestamp()
-                                        AND NOT (state = 'in_flight' AND lease_until > clock_timestamp())
-                                      LIMIT $1 FOR UPDATE SKIP LOCKED)",
-                )
-                .bind(i64::try_from(batch).unwrap_or(i64::MAX))
-                .execute(conn).await)
+            .bounded(async |conn| {
+                sqlx::query(SWEEP)
+                    .bind(i64::try_from(batch).unwrap_or(i64::MAX))
+                    .execute(conn)
+                    .await
+            })
             .await?;
         Ok(done.rows_affected())
     }

@@ -136,6 +136,8 @@ fn tls_failed(e: &sqlx::Error) -> bool {
 mod admin;
 mod store;
 
+pub use admin::SWEEP;
+
 fn cas(rows: u64) -> Cas {
     if rows == 1 { Cas::Applied } else { Cas::Fenced }
 }

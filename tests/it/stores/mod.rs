@@ -9,6 +9,7 @@ mod conformance;
 mod front;
 mod postgres_batches;
 mod postgres_races;
+mod postgres_sweep;
 mod redis_cluster;
 mod replay_cache;
 mod sqlite;
