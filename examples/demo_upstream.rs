@@ -1,9 +1,17 @@
 //! A tiny "payments API" to put behind idemgate in the README walkthrough.
 //!
-//! It knows nothing about idempotency: every `POST /v1/payments` creates a new
-//! payment (`pay_1`, `pay_2`, …) and answers `201` with its JSON and a
-//! `Location` header, echoing the request's `amount` when the body is JSON.
-//! `GET /v1/payments/{id}` returns a payment or `404`. A `?delay_ms=N` query
+//! It knows nothing about idempotency: every `POST /v1/payments` (or
+//! `/v1/transfers`) creates a new payment (`pay_1`, `pay_2`, …) and answers
+//! `201` with its JSON and a `Location` header, echoing the request's
+//! `amount` when the body is JSON. `GET /v1/payments/{id}` returns a payment
+//! or `404`.
+//!
+//! It keeps the status inquiry's contract (docs/src/guide/status-inquiry.md):
+//! each payment is appended to a ledger file with the `Idempotency-Key` it
+//! came with *before* it is answered, and the ledger is read back at start,
+//! so `GET /v1/idempotency/{key}` answers `201` with the payment a key
+//! created (even after a crash mid-request) or `404` if the key never
+//! created one. A `?delay_ms=N` query
 //! parameter (at most 60000) makes the answer wait, so a duplicate can arrive
 //! while the first request is still in flight. `POST /v1/events` is a
 //! webhook receiver: it processes every delivery it gets (`200`, with the
@@ -14,12 +22,15 @@
 //!
 //! ```text
 //! cargo run --example demo_upstream                       # 127.0.0.1:9000
-//! cargo run --example demo_upstream -- --listen 127.0.0.1:9100
+//! cargo run --example demo_upstream -- --listen 127.0.0.1:9100 --ledger /tmp/ledger.jsonl
 //! ```
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,6 +51,9 @@ struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:9000")]
     listen: SocketAddr,
+    /// The ledger file (JSON lines: key and payment), read at start.
+    #[arg(long, default_value_os_t = std::env::temp_dir().join("idemgate-demo-ledger.jsonl"))]
+    ledger: PathBuf,
 }
 
 #[derive(Default)]
@@ -47,6 +61,51 @@ struct Payments {
     next_id: u64,
     events: u64,
     by_id: HashMap<String, Value>,
+    /// The payment each `Idempotency-Key` created.
+    by_key: HashMap<String, Value>,
+    ledger: Option<File>,
+}
+
+impl Payments {
+    /// The ledger at `path`, read back: payments, and the keys that made them.
+    fn open(path: &Path) -> std::io::Result<Self> {
+        let mut payments = Payments::default();
+        if let Ok(text) = std::fs::read_to_string(path) {
+            for line in text.lines() {
+                let Ok(entry) = serde_json::from_str::<Value>(line) else {
+                    continue;
+                };
+                payments.remember(entry["key"].as_str(), entry["payment"].clone());
+            }
+        }
+        payments.ledger = Some(OpenOptions::new().create(true).append(true).open(path)?);
+        Ok(payments)
+    }
+
+    fn remember(&mut self, key: Option<&str>, payment: Value) {
+        self.next_id += 1;
+        if let Some(id) = payment["id"].as_str() {
+            self.by_id.insert(id.to_string(), payment.clone());
+        }
+        if let Some(key) = key {
+            self.by_key.insert(key.to_string(), payment);
+        }
+    }
+
+    /// Create a payment for `amount`, written to the ledger with `key`
+    /// before anyone is told.
+    fn create(&mut self, key: Option<&str>, amount: Value) -> Value {
+        let payment = json!({"id": format!("pay_{}", self.next_id + 1), "amount": amount, "status": "succeeded"});
+        if let Some(ledger) = &mut self.ledger {
+            let line = json!({"key": key, "payment": payment});
+            // A demo: a failed write is reported, not fatal.
+            if let Err(e) = writeln!(ledger, "{line}").and_then(|()| ledger.sync_data()) {
+                eprintln!("cannot write the ledger: {e}");
+            }
+        }
+        self.remember(key, payment.clone());
+        payment
+    }
 }
 
 type State = Arc<Mutex<Payments>>;
@@ -55,8 +114,12 @@ type State = Arc<Mutex<Payments>>;
 async fn main() -> std::io::Result<()> {
     let args = Args::parse();
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    println!("demo upstream listening on http://{}", args.listen);
-    let state = State::default();
+    let state: State = Arc::new(Mutex::new(Payments::open(&args.ledger)?));
+    println!(
+        "demo upstream listening on http://{} (ledger {})",
+        args.listen,
+        args.ledger.display()
+    );
     loop {
         let (stream, _) = listener.accept().await?;
         let state = state.clone();
@@ -94,21 +157,17 @@ async fn handle(req: Request<Incoming>, state: State) -> Result<Response<Full<By
         .map(|b| b.to_bytes())
         .unwrap_or_default();
 
-    let under_payments = path == "/v1/payments" || path.starts_with("/v1/payments/");
+    let under = |base: &str| path == base || path.starts_with(&format!("{base}/"));
+    let under_payments = under("/v1/payments") || under("/v1/transfers");
     let (status, payload, location, note) = match method {
         Method::POST if under_payments => {
             let amount = serde_json::from_slice::<Value>(&body)
                 .ok()
                 .and_then(|v| v.get("amount").cloned())
                 .unwrap_or(Value::Null);
-            let (id, payment) = {
-                let mut payments = state.lock().expect("lock");
-                payments.next_id += 1;
-                let id = format!("pay_{}", payments.next_id);
-                let payment = json!({"id": id, "amount": amount, "status": "succeeded"});
-                payments.by_id.insert(id.clone(), payment.clone());
-                (id, payment)
-            };
+            let known = (key != "-").then_some(key.as_str());
+            let payment = state.lock().expect("lock").create(known, amount);
+            let id = payment["id"].as_str().unwrap_or_default().to_string();
             let location = format!("/v1/payments/{id}");
             (
                 StatusCode::CREATED,
@@ -129,6 +188,25 @@ async fn handle(req: Request<Incoming>, state: State) -> Result<Response<Full<By
                 None,
                 format!("processed event #{events}"),
             )
+        }
+        Method::GET if path.starts_with("/v1/idempotency/") => {
+            let asked = &path["/v1/idempotency/".len()..];
+            let asked = percent_encoding::percent_decode_str(asked).decode_utf8_lossy();
+            match state.lock().expect("lock").by_key.get(asked.as_ref()) {
+                // The answer the original request got.
+                Some(p) => {
+                    let id = p["id"].as_str().unwrap_or_default();
+                    let location = format!("/v1/payments/{id}");
+                    let note = format!("key {asked} created {id}");
+                    (StatusCode::CREATED, p.clone(), Some(location), note)
+                }
+                None => (
+                    StatusCode::NOT_FOUND,
+                    json!({"error": "no payment was created with this key"}),
+                    None,
+                    format!("key {asked} created nothing"),
+                ),
+            }
         }
         Method::GET if path.starts_with("/v1/payments/") => {
             let id = &path["/v1/payments/".len()..];

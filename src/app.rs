@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Instant;
 use crate::config::Config;
 use crate::handler::Gateway;
+use crate::inquirer::{self, Inquirer};
 use crate::metrics::{Metrics, plain_result};
 use crate::store::metered::InstrumentedStore;
 use crate::store::{self, Backend, Store, StoreAdmin, StoreError};
@@ -75,6 +76,9 @@ pub async fn run_with(
     if let (Ok(proxy), Ok(admin)) = (listener.local_addr(), admin.local_addr()) {
         tracing::info!(%proxy, %admin, tls = tls.is_some(), routes = config.routes.len(), store = %store::redact_url(&config.store.url), "idemgate listening");
     }
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let metrics = Arc::new(Metrics::new());
     let records: Arc<dyn StoreAdmin> = backend.clone();
     let waiters = Waiters::new();
@@ -111,9 +115,19 @@ pub async fn run_with(
             })
             .await;
     }
+    let inquirer = inquirer::start(Inquirer::new(
+        &config.routes,
+        records.clone(),
+        path.clone(),
+        metrics.clone(),
+        crate::handler::connect_timeout(&config),
+    ));
     let gateway = Arc::new(Gateway::new(&config, path, metrics, waiters));
     server::serve(listener, gateway, threads, &config, tls, shutdown).await;
     sweeper.abort();
+    if let Some(inquirer) = inquirer {
+        inquirer.abort();
+    }
     if let Some(relay) = relay {
         relay.abort();
     }

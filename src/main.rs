@@ -77,6 +77,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let n = config.routes.len();
             let store = store::redact_url(&config.store.url);
             let plural = if n == 1 { "" } else { "s" };
+            for warning in config.warnings() {
+                println!("warning: {warning}");
+            }
             println!(
                 "{}: OK ({n} route{plural}, store {store})",
                 cli.config.display()

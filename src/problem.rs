@@ -56,6 +56,12 @@ pub enum GatewayError {
         /// Time left on its lease.
         retry_after: Duration,
     },
+    /// The key's outcome is unknown and the upstream is being asked.
+    #[error("the outcome of a request with this key is being asked about")]
+    Inquiring {
+        /// Time until the next question.
+        retry_after: Duration,
+    },
     /// `concurrent = "wait"`: waited `wait_timeout`, still in flight.
     #[error("waited {waited:?} for a request with this key in flight")]
     WaitTimeout {
@@ -120,6 +126,8 @@ pub enum KeyAfter {
     Unkeyed,
     /// A shadow route's: recorded, but a retry is forwarded all the same.
     Observed,
+    /// Inquiring (`"inquire"`): the gateway asks the upstream what happened.
+    Inquiring,
 }
 
 /// The fields of one problem type.
@@ -130,23 +138,31 @@ struct Kind {
     retry_after: Option<Duration>,
 }
 
+impl Kind {
+    fn new(status: StatusCode, slug: &'static str, title: &'static str) -> Self {
+        Self {
+            status,
+            slug,
+            title,
+            retry_after: None,
+        }
+    }
+
+    /// An answer a client should retry after a pause.
+    fn later(status: StatusCode, slug: &'static str, title: &'static str, after: Duration) -> Self {
+        Self {
+            retry_after: Some(after),
+            ..Self::new(status, slug, title)
+        }
+    }
+}
+
 impl GatewayError {
     /// The one exhaustive mapping from error to status, type and title.
     fn kind(&self) -> Kind {
         use GatewayError as E;
         use StatusCode as S;
-        let k = |status, slug, title| Kind {
-            status,
-            slug,
-            title,
-            retry_after: None,
-        };
-        // Answers a client should retry after a pause.
-        let later = |status, slug, title, after: Duration| Kind {
-            retry_after: Some(after),
-            ..k(status, slug, title)
-        };
-        let second = Duration::from_secs(1);
+        let (k, later, second) = (Kind::new, Kind::later, Duration::from_secs(1));
         match self {
             E::NoRoute { .. } => k(S::NOT_FOUND, "no-route", "No route for this path"),
             E::MissingKey { .. } => k(S::BAD_REQUEST, "missing-key", "Idempotency key required"),
@@ -170,6 +186,13 @@ impl GatewayError {
                 "A request with this key is in progress",
                 (*retry_after).min(IN_FLIGHT_RETRY),
             ),
+            // Until the next question: its answer may settle the key.
+            E::Inquiring { retry_after } => later(
+                S::CONFLICT,
+                "outcome-pending",
+                "The outcome of the request with this key is being resolved",
+                (*retry_after).max(second),
+            ),
             E::Mismatch => k(
                 S::UNPROCESSABLE_ENTITY,
                 "key-reused",
@@ -181,7 +204,10 @@ impl GatewayError {
                 "The response for this key was not retained",
             ),
             E::Held(
-                HeldReason::UpstreamFailed | HeldReason::UpstreamTimeout | HeldReason::LeaseLapsed,
+                HeldReason::UpstreamFailed
+                | HeldReason::UpstreamTimeout
+                | HeldReason::LeaseLapsed
+                | HeldReason::InquiryGaveUp,
             ) => k(
                 S::BAD_GATEWAY,
                 "outcome-unknown",
@@ -253,6 +279,9 @@ impl GatewayError {
             KeyAfter::Observed => {
                 "The upstream may have acted. This route only observes keys (shadow mode): a retry is forwarded again."
             }
+            KeyAfter::Inquiring => {
+                "The upstream may have acted. idemgate will ask it what happened: a retry with the same key gets 409 until then, and afterwards the upstream's answer as a replay, or is forwarded if the upstream never acted."
+            }
         };
         match self {
             E::NoRoute { path } => format!("No configured route matches {path}. Check the URL, or the gateway's [[routes]] configuration."),
@@ -266,6 +295,8 @@ impl GatewayError {
             E::InFlight { retry_after } => format!("A request with this key is still being processed (its lease runs at most {} more seconds). Retry with the same key shortly to get its result.", retry_secs(*retry_after)),
             E::WaitTimeout { waited, retry_after } => format!("A request with this key is still being processed: this request waited {:.1} seconds for its answer (the route's wait_timeout), and its lease runs at most {} more seconds. Retry with the same key to get its result.", waited.as_secs_f64(), retry_secs(*retry_after)),
             E::Mismatch => "This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend exactly the original request.".to_string(),
+            E::Inquiring { retry_after } => format!("The outcome of a previous request with this key is unknown, and idemgate is asking the upstream what happened (next question in at most {} seconds). Retry with the same key then: you will get the upstream's answer as a replay, or your request is forwarded if the upstream never acted on it.", retry_secs(*retry_after)),
+            E::Held(HeldReason::InquiryGaveUp) => "A previous request with this key may or may not have been processed: idemgate asked the upstream for the route's give_up_after and never got an answer that settles it (inquiry_gave_up), so it will not forward the key again. Check the result with the API, ask the operator to release the key, or use a new key.".to_string(),
             E::Held(HeldReason::ResponseTooLarge) => "The first request with this key was processed, but its response was too large to record, so it cannot be replayed. Look up the result with the API, or use a new key.".to_string(),
             E::Held(reason) => format!("A previous request with this key may or may not have been processed ({}); idemgate will not forward it again. Check the result with the API, ask the operator to release the key, or use a new key.", reason.as_str()),
             E::StoreUnavailable(StoreError::Corrupt(_)) => "The stored record for this key cannot be read by this version of idemgate, so the request was not forwarded. The operator should inspect the key (idemgate keys show).".to_string(),

@@ -355,7 +355,18 @@ fn describe(info: &RecordInfo) -> String {
     line("created", time(info.created_at));
     line("updated", time(info.updated_at));
     line("expires", time(info.expires_at));
-    if let Some(lease) = info.lease_until {
+    if let (Some(asked), Some(next)) = (info.inquiries, info.lease_until) {
+        let due = if next < SystemTime::now() {
+            " (due)"
+        } else {
+            ""
+        };
+        line("asked", asked.to_string());
+        line("next", format!("{}{due}", time(next)));
+        if let Some(since) = info.inquiring_since {
+            line("since", time(since));
+        }
+    } else if let Some(lease) = info.lease_until {
         let lapsed = if lease < SystemTime::now() {
             " (lapsed)"
         } else {
@@ -421,6 +432,8 @@ mod tests {
             updated_at: now,
             expires_at: now,
             lease_until,
+            inquiries: None,
+            inquiring_since: None,
             status: None,
             body_bytes: None,
         }

@@ -152,6 +152,14 @@ pub const DEFAULT_CONCURRENT: Concurrent = Concurrent::Reject;
 /// `wait_timeout`: how long an in-flight duplicate waits under
 /// `concurrent = "wait"` before it gets `409`.
 pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// `[routes.inquiry] after`: the first question, after the attempt ended.
+pub const DEFAULT_INQUIRY_AFTER: Duration = Duration::from_secs(5);
+/// `[routes.inquiry] every`: the next question, while none settles the key.
+pub const DEFAULT_INQUIRY_EVERY: Duration = Duration::from_secs(30);
+/// `[routes.inquiry] give_up_after`: then the key is held.
+pub const DEFAULT_INQUIRY_GIVE_UP: Duration = Duration::from_secs(3600);
+/// `forward_attempt`: the attempt's token is not sent upstream.
+pub const DEFAULT_FORWARD_ATTEMPT: bool = false;
 /// `max_waiting`: requests that may wait for a key at once, per instance.
 pub const DEFAULT_MAX_WAITING: usize = 10_000;
 /// `mode`: enforce idempotency.

@@ -17,6 +17,7 @@
 
 pub mod defaults;
 mod env;
+mod inquiry;
 mod raw;
 mod route;
 mod secret;
@@ -30,6 +31,7 @@ use std::time::Duration;
 
 pub use crate::store::{StoreConfig, UnknownOutcome};
 pub use defaults::*;
+pub use inquiry::Inquiry;
 pub use route::{Concurrent, LogFormat, OnStoreError, PathMatch, RecordPolicy, Route, RouteMode};
 pub use secret::AdminToken;
 pub use tls::{ListenerTls, UpstreamCa};
@@ -75,6 +77,27 @@ fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
         key: key.into(),
         message: message.into(),
     }
+}
+
+/// An inquiry whose first question may come while the upstream is still
+/// working on the request: `after` shorter than `upstream_timeout`. Not an
+/// error: only the user knows the upstream's own processing timeout.
+fn inquiry_warnings(routes: &[Route]) -> Vec<String> {
+    routes
+        .iter()
+        .filter_map(|route| {
+            let after = route.inquiry.as_ref()?.after;
+            (after < route.upstream_timeout).then(|| {
+                format!(
+                    "route {:?}: inquiry.after ({after:?}) is shorter than its upstream_timeout \
+                     ({:?}); the upstream may still be working on a request whose connection \
+                     broke when it is asked, and a 404 then releases a key it is acting on. \
+                     Make after longer than the upstream's own processing timeout",
+                    route.name, route.upstream_timeout
+                )
+            })
+        })
+        .collect()
 }
 
 /// The validated configuration of one gateway process.
@@ -135,6 +158,12 @@ pub struct Config {
 }
 
 impl Config {
+    /// Settings that are valid but probably not what was meant, one
+    /// sentence each: `idemgate check` prints them, `serve` logs them.
+    pub fn warnings(&self) -> Vec<String> {
+        inquiry_warnings(&self.routes)
+    }
+
     /// Read, expand and validate a config file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|reason| ConfigError::Read {

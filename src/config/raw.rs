@@ -107,6 +107,19 @@ pub(super) struct RawRoute {
     pub(super) record: Option<Vec<String>>,
     pub(super) replay_headers: Option<Vec<String>>,
     pub(super) fingerprint: Option<RawFingerprint>,
+    pub(super) inquiry: Option<RawInquiry>,
+    pub(super) forward_attempt: Option<bool>,
+}
+
+/// A route's `inquiry` table.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawInquiry {
+    pub(super) url: Option<String>,
+    pub(super) after: Option<String>,
+    pub(super) every: Option<String>,
+    pub(super) give_up_after: Option<String>,
+    pub(super) headers: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// A route's `fingerprint` table.
@@ -159,7 +172,9 @@ impl RawRoute {
             wait_timeout,
             record,
             replay_headers,
-            fingerprint
+            fingerprint,
+            inquiry,
+            forward_attempt
         );
         if self.key_header.is_some() || self.key_from.is_some() {
             merged.key_header.clone_from(&self.key_header);
@@ -172,6 +187,10 @@ impl RawRoute {
         // A `wait_timeout` in `[defaults]` is for the routes that wait.
         if merged.concurrent != Some(Concurrent::Wait) && self.wait_timeout.is_none() {
             merged.wait_timeout = None;
+        }
+        // An `inquiry` in `[defaults]` is for the routes that inquire.
+        if merged.on_unknown_outcome != Some(UnknownOutcome::Inquire) && self.inquiry.is_none() {
+            merged.inquiry = None;
         }
         merged
     }

@@ -9,6 +9,7 @@ use http::{HeaderName, Method, StatusCode, Uri};
 use serde::Deserialize;
 
 use super::UpstreamCa;
+use super::inquiry::Inquiry;
 use crate::request::fingerprint::{BodyMode, FingerprintSpec};
 use crate::request::key_source::KeyPart;
 use crate::store::UnknownOutcome;
@@ -187,6 +188,10 @@ pub struct Route {
     pub replay_headers_deny: Vec<HeaderName>,
     /// What the request fingerprint covers.
     pub fingerprint: FingerprintSpec,
+    /// Where to ask about unknown outcomes (`on_unknown_outcome = "inquire"` only).
+    pub inquiry: Option<Inquiry>,
+    /// Send the attempt's fencing token upstream as `Idempotency-Attempt`.
+    pub forward_attempt: bool,
 }
 
 impl Route {

@@ -152,7 +152,8 @@ impl Gateway {
         }
     }
 
-    /// The outcome is unknown: hold the key or release it, per route. (A
+    /// The outcome is unknown: hold the key, release it or inquire, per
+    /// route. (A
     /// shadow route forwards a retry whatever its key's state.)
     async fn settle_unknown(
         &self,
@@ -175,6 +176,14 @@ impl Gateway {
                     .await
                     .map_err(GatewayError::RecordFailed)?;
                 KeyAfter::Released
+            }
+            UnknownOutcome::Inquire => {
+                // Validation gives every inquiring route its table.
+                let after = route.inquiry.as_ref().map_or(Duration::ZERO, |i| i.after);
+                self.persist(route, || self.store.inquire(key, token, after, false))
+                    .await
+                    .map_err(GatewayError::RecordFailed)?;
+                KeyAfter::Inquiring
             }
         };
         Ok(match route.mode {
@@ -225,7 +234,7 @@ impl Drop for InFlightGuard<'_> {
 
 /// The headers worth recording: the response's (already without hop-by-hop
 /// headers), minus the route's `replay_headers` deny list.
-fn replayable(headers: &HeaderMap, deny: &[http::HeaderName]) -> HeaderMap {
+pub(crate) fn replayable(headers: &HeaderMap, deny: &[http::HeaderName]) -> HeaderMap {
     let mut kept = headers.clone();
     for name in deny {
         kept.remove(name);

@@ -201,6 +201,7 @@ impl Gateway {
             Claim::InFlight { retry_after } => Err(GatewayError::InFlight { retry_after }),
             Claim::Mismatch => Err(GatewayError::Mismatch),
             Claim::Held(reason) => Err(GatewayError::Held(reason)),
+            Claim::Inquiring { retry_after } => Err(GatewayError::Inquiring { retry_after }),
             Claim::Claimed { token, takeover } => {
                 // Window (a): the claim has committed, nothing was sent.
                 kill_window!("after-claim");
@@ -208,18 +209,29 @@ impl Gateway {
                     tracing::warn!(route = %route.name, token, "took over a key whose lease lapsed");
                     self.metrics_of(Some(&route.name)).lease_takeovers.inc();
                 }
-                let request = upstream::prepare(
+                let mut request = upstream::prepare(
                     Request::from_parts(parts, body::full(body)),
                     &route.upstream,
                     client,
                     |name| route.travels_end_to_end(name),
                 );
+                if route.forward_attempt {
+                    // Replaces any the client sent: the token is the gateway's.
+                    request
+                        .headers_mut()
+                        .insert(IDEMPOTENCY_ATTEMPT, http::HeaderValue::from(token));
+                }
                 let response = self.attempt(&route, &record_key, token, request).await?;
                 Ok(Answered::forwarded(response, token))
             }
         }
     }
 }
+
+/// The header that carries the attempt's fencing token upstream
+/// (`forward_attempt = true`).
+pub const IDEMPOTENCY_ATTEMPT: http::HeaderName =
+    http::HeaderName::from_static("idempotency-attempt");
 
 /// A request counted as waiting (`idemgate_waiting`, `max_waiting`, and
 /// its body against the waiters' share of the body budget) while alive.

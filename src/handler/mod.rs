@@ -58,10 +58,13 @@ use crate::store::{Store, Token};
 use crate::upstream::Upstream;
 use crate::waiters::Waiters;
 
+pub(crate) use attempt::replayable;
+pub use claim::IDEMPOTENCY_ATTEMPT;
 use intake::Intake;
 use lost_claims::LostClaims;
 use outcome::Answered;
 pub use outcome::Outcome;
+pub(crate) use passthrough::{connect_timeout, to_client};
 
 /// The header marking a replayed response.
 pub const REPLAYED: &str = "idempotent-replayed";

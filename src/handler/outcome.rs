@@ -58,6 +58,8 @@ pub enum Outcome {
     Passthrough,
     /// Answered from a `held` record.
     Held,
+    /// `409`: the key's outcome is being asked about (status inquiry).
+    Inquiring,
     /// The store failed and the route fails closed.
     StoreError,
     /// `503`: a configured budget is spent; nothing was claimed or forwarded.
@@ -70,7 +72,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Every outcome, in declaration order ([`Outcome::index`]).
-    pub const ALL: [Outcome; 14] = [
+    pub const ALL: [Outcome; 15] = [
         Self::Forwarded,
         Self::Replayed,
         Self::WaitedReplay,
@@ -81,6 +83,7 @@ impl Outcome {
         Self::InvalidKey,
         Self::Passthrough,
         Self::Held,
+        Self::Inquiring,
         Self::StoreError,
         Self::Overloaded,
         Self::FailOpen,
@@ -105,6 +108,7 @@ impl Outcome {
             Self::InvalidKey => "invalid_key",
             Self::Passthrough => "passthrough",
             Self::Held => "held",
+            Self::Inquiring => "inquiring",
             Self::StoreError => "store_error",
             Self::Overloaded => "overloaded",
             Self::FailOpen => "fail_open",
@@ -122,6 +126,7 @@ impl Outcome {
             GatewayError::MissingKey { .. } => Self::MissingKey,
             GatewayError::InvalidKey { .. } => Self::InvalidKey,
             GatewayError::Held(_) => Self::Held,
+            GatewayError::Inquiring { .. } => Self::Inquiring,
             GatewayError::StoreUnavailable(_) => Self::StoreError,
             GatewayError::Overloaded(_) => Self::Overloaded,
             GatewayError::NoRoute { .. }

@@ -101,7 +101,7 @@ pub(super) fn upstream_pools(config: &Config) -> Vec<Upstream> {
 
 /// At most 5 s, and half of the shortest `upstream_timeout`: connecting must
 /// fail (nothing sent) before the exchange times out (outcome unknown).
-fn connect_timeout(config: &Config) -> Duration {
+pub(crate) fn connect_timeout(config: &Config) -> Duration {
     let shortest = config.routes.iter().map(|r| r.upstream_timeout).min();
     shortest.map_or(Duration::from_secs(5), |t| {
         (t / 2).min(Duration::from_secs(5))

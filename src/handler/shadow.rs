@@ -78,7 +78,7 @@ impl Gateway {
         let would = match claimed {
             Claim::Claimed { .. } => Would::Forward,
             Claim::Replay(_) => Would::Replay,
-            Claim::InFlight { .. } => Would::Conflict,
+            Claim::InFlight { .. } | Claim::Inquiring { .. } => Would::Conflict,
             Claim::Mismatch => Would::Mismatch,
             Claim::Held(_) => Would::Held,
         };

@@ -15,7 +15,10 @@ use prometheus_client::registry::Registry;
 
 use crate::store::{StoreAdmin, StoreError};
 
+mod inquiries;
 mod scraped;
+
+pub use inquiries::{InquiryLabels, InquiryMetrics};
 
 pub use scraped::{FrontMetrics, ScrapedCounter, StoreFigures};
 
@@ -118,6 +121,8 @@ pub struct Metrics {
     pub store: StoreFigures,
     /// The Redis front's figures (`[store.front]`), copied in at scrape time.
     pub front: FrontMetrics,
+    /// Status inquiries.
+    pub inquiries: InquiryMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -213,6 +218,8 @@ impl Metrics {
         store.register(&mut registry);
         let front = FrontMetrics::default();
         front.register(&mut registry);
+        let inquiries = InquiryMetrics::default();
+        inquiries.register(&mut registry);
         Self {
             registry,
             requests,
@@ -229,6 +236,7 @@ impl Metrics {
             replay_cache_hits,
             store,
             front,
+            inquiries,
         }
     }
 

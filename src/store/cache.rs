@@ -149,6 +149,16 @@ impl Store for CachedStore {
         self.inner.hold(key, token, reason, retention).await
     }
 
+    async fn inquire(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        next: Duration,
+        asked: bool,
+    ) -> Result<Cas, StoreError> {
+        self.inner.inquire(key, token, next, asked).await
+    }
+
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
         self.inner.abandon(key, attempt).await
     }

@@ -79,6 +79,10 @@ pub enum UnknownOutcome {
     Hold,
     /// The next request takes the key over with a higher fencing token.
     Release,
+    /// The key turns `inquiring`: the gateway asks the upstream's status
+    /// endpoint whether it acted (`[routes.inquiry]`), and records the
+    /// answer, releases the key, or holds it once it gives up.
+    Inquire,
 }
 
 /// A store setting no store can work with.

@@ -17,6 +17,9 @@ pub enum RecordState {
     Completed,
     /// The outcome is unknown or the response was not retained.
     Held,
+    /// The outcome is unknown and the upstream is being asked; its next
+    /// question is at `lease_until`.
+    Inquiring,
 }
 
 impl RecordState {
@@ -26,12 +29,13 @@ impl RecordState {
             Self::InFlight => "in_flight",
             Self::Completed => "completed",
             Self::Held => "held",
+            Self::Inquiring => "inquiring",
         }
     }
 
     /// Parse a stored name.
     pub fn parse(s: &str) -> Option<Self> {
-        [Self::InFlight, Self::Completed, Self::Held]
+        [Self::InFlight, Self::Completed, Self::Held, Self::Inquiring]
             .into_iter()
             .find(|state| state.as_str() == s)
     }
@@ -61,9 +65,19 @@ pub struct RecordInfo {
     /// When retention ends.
     #[serde(serialize_with = "rfc3339")]
     pub expires_at: SystemTime,
-    /// When the current lease ends (in flight only).
+    /// When the current lease ends (in flight), or when the next question
+    /// is due (inquiring).
     #[serde(serialize_with = "rfc3339_opt")]
     pub lease_until: Option<SystemTime>,
+    /// Questions asked about the outcome so far (inquiring only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inquiries: Option<u32>,
+    /// Since when the outcome has been asked about (inquiring only).
+    #[serde(
+        serialize_with = "rfc3339_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub inquiring_since: Option<SystemTime>,
     /// The recorded status (completed only).
     pub status: Option<u16>,
     /// The recorded body's size in bytes (completed only).
@@ -106,9 +120,20 @@ impl RecordInfo {
             updated_at,
             expires_at,
             lease_until,
+            inquiries: None,
+            inquiring_since: None,
             status,
             body_bytes,
         })
+    }
+
+    /// With the inquiry's count and start, for an inquiring record.
+    pub(crate) fn with_inquiry(mut self, asked: u32, since: Option<SystemTime>) -> Self {
+        if self.state == RecordState::Inquiring {
+            self.inquiries = Some(asked);
+            self.inquiring_since = since;
+        }
+        self
     }
 }
 

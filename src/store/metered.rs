@@ -98,6 +98,20 @@ impl Store for InstrumentedStore {
         r
     }
 
+    async fn inquire(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        next: Duration,
+        asked: bool,
+    ) -> Result<Cas, StoreError> {
+        let started = Instant::now();
+        let r = self.inner.inquire(key, token, next, asked).await;
+        self.metrics
+            .store_op("inquire", cas_result(&r), started.elapsed());
+        r
+    }
+
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
         let started = Instant::now();
         let r = self.inner.abandon(key, attempt).await;

@@ -136,6 +136,9 @@ pub enum HeldReason {
     LeaseLapsed,
     /// The response was larger than `max_recorded_response`.
     ResponseTooLarge,
+    /// The route inquired about the outcome for `give_up_after` and never
+    /// got an answer that settles it.
+    InquiryGaveUp,
 }
 
 impl HeldReason {
@@ -146,6 +149,7 @@ impl HeldReason {
             Self::UpstreamTimeout => "upstream_timeout",
             Self::LeaseLapsed => "lease_lapsed",
             Self::ResponseTooLarge => "response_too_large",
+            Self::InquiryGaveUp => "inquiry_gave_up",
         }
     }
 
@@ -156,6 +160,7 @@ impl HeldReason {
             Self::UpstreamTimeout,
             Self::LeaseLapsed,
             Self::ResponseTooLarge,
+            Self::InquiryGaveUp,
         ]
         .into_iter()
         .find(|r| r.as_str() == s)
@@ -183,6 +188,27 @@ pub enum Claim {
     Mismatch,
     /// The outcome is unknown or the response was not retained.
     Held(HeldReason),
+    /// The outcome is unknown and the gateway is asking the upstream
+    /// (docs/src/guide/status-inquiry.md).
+    Inquiring {
+        /// Time until the next question (zero: due now).
+        retry_after: Duration,
+    },
+}
+
+/// A key whose outcome is being asked about, taken by one instance
+/// ([`StoreAdmin::take_inquiries`]): it holds `token` until it settles the
+/// key with a write of the request path, or until its lease lapses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inquiry {
+    /// The key.
+    pub key: RecordKey,
+    /// The token this inquirer's writes carry.
+    pub token: Token,
+    /// Questions asked before this one.
+    pub asked: u32,
+    /// How long the key has been inquiring.
+    pub inquiring_for: Duration,
 }
 
 /// Whether a compare-and-set on a token took effect.
@@ -258,6 +284,17 @@ pub trait Store: Send + Sync + 'static {
     /// and in flight, or held only because its lease lapsed
     /// ([`transitions::abandon_applies`]).
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError>;
+    /// The outcome is unknown: turn the key `inquiring`, with its next
+    /// question `next` from now (`in_flight` or `inquiring` → `inquiring`,
+    /// [`transitions::write_applies`]). `asked`: a question was just asked
+    /// and answered without settling the key (it counts).
+    async fn inquire(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        next: Duration,
+        asked: bool,
+    ) -> Result<Cas, StoreError>;
     /// Drop whatever this layer remembers of `key`, after key administration
     /// removed its record. Backends remember nothing; wrappers that cache
     /// records drop them, and wrappers forward the call.
@@ -293,6 +330,18 @@ pub trait StoreAdmin: Send + Sync + 'static {
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError>;
     /// Delete up to `batch` expired records; returns how many went.
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError>;
+    /// Take up to `limit` keys of `routes` whose question is due: an
+    /// `inquiring` record whose next question has come (or whose inquirer's
+    /// lease lapsed), or an `in_flight` one whose lease lapsed. Each taken
+    /// record gets a new token and a lease of `lease`, so one instance asks
+    /// at a time and a stale inquirer's writes are fenced
+    /// ([`transitions::take_applies`]).
+    async fn take_inquiries(
+        &self,
+        routes: &[String],
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Inquiry>, StoreError>;
     /// Readiness: the store answers and (where it has a schema) is migrated.
     async fn ping(&self) -> Result<(), StoreError>;
     /// Called once on each serving thread before the gateway serves: a
@@ -470,6 +519,7 @@ mod tests {
             HeldReason::UpstreamTimeout,
             HeldReason::LeaseLapsed,
             HeldReason::ResponseTooLarge,
+            HeldReason::InquiryGaveUp,
         ] {
             assert_eq!(HeldReason::parse(r.as_str()), Some(r));
         }

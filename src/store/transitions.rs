@@ -29,9 +29,23 @@ pub enum Phase {
     Completed,
     /// The outcome is unknown or the response was not retained.
     Held(HeldReason),
+    /// The outcome is unknown and the upstream is being asked: `due_in` is
+    /// the time until the next question (or until the current inquirer's
+    /// lease lapses), `None` once it is due.
+    Inquiring {
+        /// Time until the question is due; `None`: due now.
+        due_in: Option<Duration>,
+    },
 }
 
 impl Phase {
+    /// An inquiring record whose question is due `left` from now (zero: now).
+    pub fn inquiring(left: Duration) -> Self {
+        Self::Inquiring {
+            due_in: (!left.is_zero()).then_some(left),
+        }
+    }
+
     /// An in-flight record whose lease ends `left` from now (zero: lapsed).
     pub fn in_flight(left: Duration) -> Self {
         Self::InFlight {
@@ -69,6 +83,13 @@ pub enum ClaimStep {
     /// The lease lapsed and the route holds unknown outcomes: the record
     /// turns `held` (`lease_lapsed`), and so does the answer.
     HoldLapsed,
+    /// The upstream is being asked about the outcome: `409` after this long
+    /// (zero: the question is due).
+    Inquiring(Duration),
+    /// The lease lapsed and the route inquires: the record turns
+    /// `inquiring`, due at once (same token: the lapsed attempt may still
+    /// settle it), and the answer is `409`.
+    InquireLapsed,
 }
 
 /// The claim. `found` is the record under the key if it has not expired
@@ -83,6 +104,7 @@ pub fn claim(found: Option<(Phase, bool)>, on_unknown: UnknownOutcome) -> ClaimS
     match (phase, on_unknown) {
         (Phase::Completed, _) => ClaimStep::Replay,
         (Phase::Held(reason), _) => ClaimStep::Held(reason),
+        (Phase::Inquiring { due_in }, _) => ClaimStep::Inquiring(due_in.unwrap_or_default()),
         (
             Phase::InFlight {
                 lease_left: Some(left),
@@ -91,6 +113,7 @@ pub fn claim(found: Option<(Phase, bool)>, on_unknown: UnknownOutcome) -> ClaimS
         ) => ClaimStep::InFlight(left),
         (Phase::InFlight { lease_left: None }, UnknownOutcome::Release) => ClaimStep::TakeOver,
         (Phase::InFlight { lease_left: None }, UnknownOutcome::Hold) => ClaimStep::HoldLapsed,
+        (Phase::InFlight { lease_left: None }, UnknownOutcome::Inquire) => ClaimStep::InquireLapsed,
     }
 }
 
@@ -105,6 +128,8 @@ pub enum Write {
     Release,
     /// Mark the record held.
     Hold,
+    /// Mark the record inquiring, or set its next question.
+    Inquire,
 }
 
 /// Whether an attempt's write applies, given whether its token is the
@@ -116,7 +141,12 @@ pub enum Write {
 /// - complete: in flight, completed already (a retried write whose first
 ///   answer was lost must not look fenced), or held only because this
 ///   attempt's lease lapsed (the real answer replaces "unknown");
-/// - hold: in flight or held already (idempotent retries).
+/// - hold: in flight or held already (idempotent retries);
+/// - inquire: in flight (the attempt's exchange broke) or inquiring;
+/// - on an inquiring record, every write but renew: its token is the
+///   attempt's until an inquirer takes the question, then the inquirer's,
+///   which settles it with the upstream's answer (complete, release, hold
+///   once it gives up, inquire to ask again later).
 pub fn write_applies(write: Write, same_token: bool, phase: Phase) -> bool {
     if !same_token {
         return false;
@@ -125,20 +155,39 @@ pub fn write_applies(write: Write, same_token: bool, phase: Phase) -> bool {
         (_, Phase::InFlight { .. }) => true,
         (Write::Complete, Phase::Completed | Phase::Held(HeldReason::LeaseLapsed)) => true,
         (Write::Hold, Phase::Held(_)) => true,
-        (Write::Renew | Write::Release | Write::Complete | Write::Hold, _) => false,
+        (
+            Write::Complete | Write::Release | Write::Hold | Write::Inquire,
+            Phase::Inquiring { .. },
+        ) => true,
+        (Write::Renew | Write::Release | Write::Complete | Write::Hold | Write::Inquire, _) => {
+            false
+        }
     }
+}
+
+/// Whether an inquirer may take the question about a record
+/// ([`super::StoreAdmin::take_inquiries`]): an inquiring record whose
+/// question is due, or an in-flight one whose lease lapsed (its gateway
+/// died and no request came for the key). Taking gives the record a new
+/// token, so only the taker's writes apply.
+pub fn take_applies(phase: Phase) -> bool {
+    matches!(
+        phase,
+        Phase::Inquiring { due_in: None } | Phase::InFlight { lease_left: None }
+    )
 }
 
 /// Whether an abandon (the claim's answer was lost, nothing was forwarded)
 /// removes the record: only the abandoning attempt's own record, while it
-/// is in flight or held only because that attempt's lease lapsed. A
+/// is in flight, or held or inquiring only because that attempt's lease
+/// lapsed (an abandoned attempt never broke an exchange). A
 /// record the attempt completed or held for another reason was forwarded
 /// after all, and is left alone.
 pub fn abandon_applies(same_attempt: bool, phase: Phase) -> bool {
     same_attempt
         && matches!(
             phase,
-            Phase::InFlight { .. } | Phase::Held(HeldReason::LeaseLapsed)
+            Phase::InFlight { .. } | Phase::Held(HeldReason::LeaseLapsed) | Phase::Inquiring { .. }
         )
 }
 
@@ -148,11 +197,11 @@ pub fn expired(past_retention: bool, phase: Phase) -> bool {
     past_retention && !phase.lease_live()
 }
 
-/// `keys release`: a held record, or an in-flight one whose lease lapsed
+/// `keys release`: a held or inquiring record, or an in-flight one whose lease lapsed
 /// (a live one only with `force`); a completed record never.
 pub fn clearable(phase: Phase, force: bool) -> bool {
     match phase {
-        Phase::Held(_) => true,
+        Phase::Held(_) | Phase::Inquiring { .. } => true,
         Phase::InFlight { .. } => force || !phase.lease_live(),
         Phase::Completed => false,
     }
@@ -173,11 +222,23 @@ mod tests {
     const LAPSED: Phase = Phase::InFlight { lease_left: None };
     const HELD: Phase = Phase::Held(HeldReason::UpstreamTimeout);
     const LAPSED_HELD: Phase = Phase::Held(HeldReason::LeaseLapsed);
-    const ALL: [Phase; 5] = [LIVE, LAPSED, Phase::Completed, HELD, LAPSED_HELD];
+    const ASKING: Phase = Phase::Inquiring {
+        due_in: Some(Duration::from_secs(5)),
+    };
+    const DUE: Phase = Phase::Inquiring { due_in: None };
+    const ALL: [Phase; 7] = [
+        LIVE,
+        LAPSED,
+        Phase::Completed,
+        HELD,
+        LAPSED_HELD,
+        ASKING,
+        DUE,
+    ];
 
     #[test]
     fn claims_follow_the_record() {
-        use UnknownOutcome::{Hold, Release};
+        use UnknownOutcome::{Hold, Inquire, Release};
         assert_eq!(claim(None, Hold), ClaimStep::Insert);
         for phase in ALL {
             assert_eq!(claim(Some((phase, false)), Release), ClaimStep::Mismatch);
@@ -196,6 +257,53 @@ mod tests {
         );
         assert_eq!(claim(Some((LAPSED, true)), Release), ClaimStep::TakeOver);
         assert_eq!(claim(Some((LAPSED, true)), Hold), ClaimStep::HoldLapsed);
+        assert_eq!(
+            claim(Some((LAPSED, true)), Inquire),
+            ClaimStep::InquireLapsed
+        );
+        assert_eq!(
+            claim(Some((LIVE, true)), Inquire),
+            ClaimStep::InFlight(Duration::from_secs(3))
+        );
+        for unknown in [Hold, Release, Inquire] {
+            assert_eq!(
+                claim(Some((ASKING, true)), unknown),
+                ClaimStep::Inquiring(Duration::from_secs(5))
+            );
+            assert_eq!(
+                claim(Some((DUE, true)), unknown),
+                ClaimStep::Inquiring(Duration::ZERO)
+            );
+        }
+    }
+
+    #[test]
+    fn only_due_questions_and_lapsed_leases_are_taken() {
+        assert_eq!(Phase::inquiring(Duration::ZERO), DUE);
+        for phase in ALL {
+            assert_eq!(
+                take_applies(phase),
+                phase == DUE || phase == LAPSED,
+                "{phase:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_inquiry_is_settled_by_its_tokens_holder_only() {
+        use Write::*;
+        for phase in [ASKING, DUE] {
+            for write in [Complete, Release, Hold, Inquire] {
+                assert!(write_applies(write, true, phase), "{write:?} {phase:?}");
+                assert!(!write_applies(write, false, phase), "{write:?} {phase:?}");
+            }
+            assert!(!write_applies(Renew, true, phase));
+            assert!(clearable(phase, false));
+            assert!(deletable(phase, false));
+        }
+        for phase in [Phase::Completed, HELD, LAPSED_HELD] {
+            assert!(!write_applies(Inquire, true, phase), "{phase:?}");
+        }
     }
 
     #[test]
@@ -207,7 +315,7 @@ mod tests {
     #[test]
     fn writes_need_the_token_and_a_state_they_may_leave() {
         use Write::*;
-        for write in [Renew, Complete, Release, Hold] {
+        for write in [Renew, Complete, Release, Hold, Inquire] {
             for phase in ALL {
                 assert!(!write_applies(write, false, phase), "{write:?} {phase:?}");
             }
@@ -234,6 +342,7 @@ mod tests {
         assert!(abandon_applies(true, LIVE));
         assert!(abandon_applies(true, LAPSED));
         assert!(abandon_applies(true, LAPSED_HELD));
+        assert!(abandon_applies(true, DUE));
         assert!(!abandon_applies(true, HELD));
         assert!(!abandon_applies(true, Phase::Completed));
     }

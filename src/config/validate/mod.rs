@@ -7,6 +7,7 @@
 //! assembled from `target`, `keys`, `timing`, `record` and `fingerprint`).
 
 mod fingerprint;
+mod inquiry;
 mod keys;
 mod record;
 mod route;

@@ -3,10 +3,10 @@
 //! error a route with several bad values reports; the policies with no other
 //! home (`concurrent`, `on_*`, `max_request_body`) are checked here.
 
-use super::{fingerprint, key, keys, record, target, timing, tls};
+use super::{fingerprint, inquiry, key, keys, record, target, timing, tls};
 use crate::config::defaults::{
-    DEFAULT_CONCURRENT, DEFAULT_KEY_REQUIRED, DEFAULT_MAX_REQUEST_BODY, DEFAULT_MODE,
-    DEFAULT_ON_STORE_ERROR, DEFAULT_ON_UNKNOWN_OUTCOME, DEFAULT_WAIT_TIMEOUT,
+    DEFAULT_CONCURRENT, DEFAULT_FORWARD_ATTEMPT, DEFAULT_KEY_REQUIRED, DEFAULT_MAX_REQUEST_BODY,
+    DEFAULT_MODE, DEFAULT_ON_STORE_ERROR, DEFAULT_ON_UNKNOWN_OUTCOME, DEFAULT_WAIT_TIMEOUT,
 };
 use crate::config::raw::RawRoute;
 use crate::config::values::{duration, size};
@@ -27,6 +27,8 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
     let replay_headers_deny = record::replay_headers_deny(at, r)?;
     let fingerprint = fingerprint::fingerprint(at, r)?;
     let max_recorded_response = record::max_recorded_response(at, r)?;
+    let on_unknown_outcome = r.on_unknown_outcome.unwrap_or(DEFAULT_ON_UNKNOWN_OUTCOME);
+    let inquiry = inquiry::inquiry(at, r, on_unknown_outcome, &timing)?;
     Ok(Route {
         name,
         path,
@@ -45,7 +47,7 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
             DEFAULT_MAX_REQUEST_BODY,
         )?,
         max_recorded_response,
-        on_unknown_outcome: r.on_unknown_outcome.unwrap_or(DEFAULT_ON_UNKNOWN_OUTCOME),
+        on_unknown_outcome,
         on_store_error: r.on_store_error.unwrap_or(DEFAULT_ON_STORE_ERROR),
         concurrent,
         wait_timeout,
@@ -53,6 +55,8 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
         record,
         replay_headers_deny,
         fingerprint,
+        inquiry,
+        forward_attempt: r.forward_attempt.unwrap_or(DEFAULT_FORWARD_ATTEMPT),
     })
 }
 

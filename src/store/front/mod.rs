@@ -56,7 +56,7 @@ use super::postgres::{PgStore, millis};
 use super::redis::RedisStore;
 use super::runtime::StoreRuntime;
 use super::{
-    AttemptId, BatchStats, Cas, Claim, ClaimRequest, FrontConfig, HeldReason, PoolStats,
+    AttemptId, BatchStats, Cas, Claim, ClaimRequest, FrontConfig, HeldReason, Inquiry, PoolStats,
     RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig, StoreError, StoredResponse,
     Token,
 };
@@ -389,7 +389,7 @@ impl Store for FrontStore {
                     }
                 }
                 Claim::Replay(_) | Claim::Held(_) => self.repair(request.key),
-                Claim::InFlight { .. } | Claim::Mismatch => {}
+                Claim::InFlight { .. } | Claim::Mismatch | Claim::Inquiring { .. } => {}
             }
         }
         Ok(claim)
@@ -466,6 +466,22 @@ impl Store for FrontStore {
         Ok(cas)
     }
 
+    async fn inquire(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        next: Duration,
+        asked: bool,
+    ) -> Result<Cas, StoreError> {
+        // Like a release: the front shows nothing of an inquiring key (its
+        // claims go to PostgreSQL), so the attempt's in-flight entry goes.
+        let unmarked = self.inner.marks.settle(token).await;
+        if unmarked.is_none() && self.inner.health.usable() {
+            self.fence(key, token).await;
+        }
+        self.inner.truth.inquire(key, token, next, asked).await
+    }
+
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
         // Its claim's answer was lost, perhaps after PostgreSQL granted it
         // and the marker was sent; the token is unknown here, so fence
@@ -502,6 +518,16 @@ impl StoreAdmin for FrontStore {
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
         self.fence_everything(key).await?;
         self.inner.truth.delete(key, force).await
+    }
+
+    async fn take_inquiries(
+        &self,
+        routes: &[String],
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Inquiry>, StoreError> {
+        // The front never shows an inquiring key: PostgreSQL decides.
+        self.inner.truth.take_inquiries(routes, lease, limit).await
     }
 
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {

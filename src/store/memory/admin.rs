@@ -14,6 +14,47 @@ impl StoreAdmin for MemoryStore {
         Ok(self.lock().sweep(Instant::now(), batch))
     }
 
+    async fn take_inquiries(
+        &self,
+        routes: &[String],
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Inquiry>, StoreError> {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let due: Vec<RecordKey> = inner
+            .records
+            .iter()
+            .filter(|(k, r)| routes.contains(&k.route) && !r.expired(now))
+            .filter(|(_, r)| transitions::take_applies(r.phase(now)))
+            .map(|(k, _)| k.clone())
+            .take(limit)
+            .collect();
+        let mut taken = Vec::with_capacity(due.len());
+        for key in due {
+            let token = inner.next_token();
+            let record = inner.records.get_mut(&key).expect("listed above");
+            record.inquire(now, lease, false);
+            record.token = token;
+            record.updated_at = now;
+            let State::Inquiring { asked, since, .. } = record.state else {
+                unreachable!("just turned inquiring")
+            };
+            taken.push(Inquiry {
+                key,
+                token,
+                asked,
+                inquiring_for: now - since,
+            });
+        }
+        drop(inner);
+        // A lapsed in-flight record left `in_flight`: its waiters re-claim.
+        for inquiry in &taken {
+            self.announce(&inquiry.key);
+        }
+        Ok(taken)
+    }
+
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
         Ok(self.lock().records.get(key).and_then(|r| r.info(key)))
     }

@@ -19,17 +19,25 @@ use tokio::time::Instant;
 
 use super::transitions::{self, ClaimStep, Phase, Write};
 use super::{
-    AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store,
-    StoreAdmin, StoreError, StoredResponse, Token,
+    AttemptId, Cas, Claim, ClaimRequest, HeldReason, Inquiry, RecordInfo, RecordKey, RecordState,
+    Store, StoreAdmin, StoreError, StoredResponse, Token,
 };
 use crate::request::fingerprint::Fingerprint;
 use crate::waiters::Waiters;
 
 #[derive(Debug, Clone)]
 enum State {
-    InFlight { lease_until: Instant },
+    InFlight {
+        lease_until: Instant,
+    },
     Completed(StoredResponse),
     Held(HeldReason),
+    /// The next question (or the inquirer's lease) ends at `due`.
+    Inquiring {
+        due: Instant,
+        asked: u32,
+        since: Instant,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -73,8 +81,9 @@ impl Record {
                 Some(r.body.len() as u64),
             ),
             State::Held(reason) => ("held", Some(reason.as_str()), None, None, None),
+            State::Inquiring { due, .. } => ("inquiring", None, Some(wall(*due)), None, None),
         };
-        RecordInfo::from_parts(
+        let info = RecordInfo::from_parts(
             key,
             state,
             held,
@@ -83,7 +92,11 @@ impl Record {
             lease,
             status,
             body,
-        )
+        )?;
+        Some(match &self.state {
+            State::Inquiring { asked, since, .. } => info.with_inquiry(*asked, Some(wall(*since))),
+            _ => info,
+        })
     }
 
     /// The state as the rules of [`transitions`] see it at `now`.
@@ -94,7 +107,21 @@ impl Record {
             }
             State::Completed(_) => Phase::Completed,
             State::Held(reason) => Phase::Held(*reason),
+            State::Inquiring { due, .. } => Phase::inquiring(due.saturating_duration_since(now)),
         }
+    }
+
+    /// Turn inquiring (or set the next question) at `now`.
+    fn inquire(&mut self, now: Instant, next: Duration, asked: bool) {
+        let (count, since) = match self.state {
+            State::Inquiring { asked, since, .. } => (asked, since),
+            _ => (0, now),
+        };
+        self.state = State::Inquiring {
+            due: now + next,
+            asked: count + u32::from(asked),
+            since,
+        };
     }
 
     /// Gone for every purpose ([`transitions::expired`]).
@@ -264,6 +291,7 @@ mod tests {
                     // The first attempt is fenced by the takeover.
                     assert_eq!(store.release(&key, token).await.unwrap(), Cas::Fenced);
                 }
+                UnknownOutcome::Inquire => unreachable!("not among the cases"),
             }
         }
     }

@@ -69,6 +69,17 @@ impl Store for MemoryStore {
                 self.announce(req.key);
                 Claim::Held(HeldReason::LeaseLapsed)
             }
+            ClaimStep::Inquiring(retry_after) => Claim::Inquiring { retry_after },
+            ClaimStep::InquireLapsed => {
+                let entry = inner.records.get_mut(req.key).expect("read above");
+                entry.inquire(now, Duration::ZERO, false);
+                entry.updated_at = now;
+                drop(inner);
+                self.announce(req.key);
+                Claim::Inquiring {
+                    retry_after: Duration::ZERO,
+                }
+            }
         })
     }
 
@@ -113,6 +124,18 @@ impl Store for MemoryStore {
         Ok(self.write(key, token, Write::Hold, |r, now| {
             r.state = State::Held(reason);
             r.expires_at = now + retention;
+        }))
+    }
+
+    async fn inquire(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        next: Duration,
+        asked: bool,
+    ) -> Result<Cas, StoreError> {
+        Ok(self.write(key, token, Write::Inquire, |r, now| {
+            r.inquire(now, next, asked)
         }))
     }
 

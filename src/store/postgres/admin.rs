@@ -3,8 +3,9 @@
 //! figures, and the wake-up relay.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::{MIGRATOR, PgStore};
+use super::{MIGRATOR, PgStore, millis};
 
 /// One pass of the sweeper (transitions::expired): delete up to `$1`
 /// expired records, bounded, skipping rows other transactions hold, so
@@ -20,7 +21,7 @@ pub const SWEEP: &str = "DELETE FROM idemgate_records
                       LIMIT $1 FOR UPDATE SKIP LOCKED)";
 use crate::store::info::from_epoch_millis;
 use crate::store::{
-    BatchStats, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin, StoreError,
+    BatchStats, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin, StoreError,
 };
 use crate::waiters::{self, Waiters};
 
@@ -38,6 +39,8 @@ struct InfoRow {
     lease_ms: Option<i64>,
     status: Option<i16>,
     body_bytes: Option<i64>,
+    inquiries: i32,
+    since_ms: Option<i64>,
 }
 
 const INFO_COLUMNS: &str = "route, scope, key, state, held_reason, token,
@@ -45,8 +48,30 @@ const INFO_COLUMNS: &str = "route, scope, key, state, held_reason, token,
     (EXTRACT(EPOCH FROM updated_at) * 1000)::int8 AS updated_ms,
     (EXTRACT(EPOCH FROM expires_at) * 1000)::int8 AS expires_ms,
     (EXTRACT(EPOCH FROM lease_until) * 1000)::int8 AS lease_ms,
-    status, octet_length(body)::int8 AS body_bytes
+    status, octet_length(body)::int8 AS body_bytes, inquiries,
+    (EXTRACT(EPOCH FROM inquiring_since) * 1000)::int8 AS since_ms
     FROM idemgate_records";
+
+/// Take the due questions of `$1` (route names), up to `$3`, each with a
+/// new token and a lease of `$2` ms (transitions::take_applies): rows other
+/// instances are taking are skipped, so each question has one taker. A
+/// lapsed in-flight record starts its inquiry here. Uses the partial index
+/// of migration 0006, which holds only in-flight and inquiring records.
+const TAKE: &str = "UPDATE idemgate_records r
+        SET token = nextval('idemgate_token_seq'),
+            inquiring_since = CASE WHEN r.state = 'inquiring' THEN r.inquiring_since
+                                   ELSE clock_timestamp() END,
+            inquiries = CASE WHEN r.state = 'inquiring' THEN r.inquiries ELSE 0 END,
+            state = 'inquiring',
+            lease_until = clock_timestamp() + $2 * INTERVAL '1 millisecond',
+            updated_at = clock_timestamp()
+       FROM (SELECT route, scope, key FROM idemgate_records
+              WHERE state IN ('in_flight', 'inquiring') AND lease_until <= clock_timestamp()
+                AND route = ANY($1) AND expires_at > clock_timestamp()
+              ORDER BY lease_until LIMIT $3 FOR UPDATE SKIP LOCKED) due
+      WHERE r.route = due.route AND r.scope = due.scope AND r.key = due.key
+  RETURNING r.route, r.scope, r.key, r.token, r.inquiries,
+            (EXTRACT(EPOCH FROM clock_timestamp() - r.inquiring_since) * 1000)::int8 AS for_ms";
 
 impl InfoRow {
     fn into_info(self) -> Result<RecordInfo, StoreError> {
@@ -65,6 +90,10 @@ impl InfoRow {
             self.status.and_then(|s| u16::try_from(s).ok()),
             self.body_bytes.and_then(|b| u64::try_from(b).ok()),
         )
+        .map(|info| {
+            let asked = u32::try_from(self.inquiries).unwrap_or(0);
+            info.with_inquiry(asked, self.since_ms.map(from_epoch_millis))
+        })
         .ok_or_else(|| StoreError::Corrupt(format!("record in unknown state {:?}", self.state)))
     }
 }
@@ -85,6 +114,34 @@ impl StoreAdmin for PgStore {
             })
             .await?;
         Ok(done.rows_affected())
+    }
+
+    async fn take_inquiries(
+        &self,
+        routes: &[String],
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Inquiry>, StoreError> {
+        type Row = (String, Vec<u8>, String, i64, i32, i64);
+        let rows: Vec<Row> = self
+            .bounded(async |conn| {
+                sqlx::query_as(TAKE)
+                    .bind(routes)
+                    .bind(millis(lease))
+                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .fetch_all(conn)
+                    .await
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(route, scope, key, token, asked, for_ms)| Inquiry {
+                key: RecordKey { route, scope, key },
+                token,
+                asked: u32::try_from(asked).unwrap_or(0),
+                inquiring_for: Duration::from_millis(u64::try_from(for_ms).unwrap_or(0)),
+            })
+            .collect())
     }
 
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
@@ -126,7 +183,7 @@ impl StoreAdmin for PgStore {
             // transitions::clearable
             .bounded(async |conn| bind_key!(sqlx::query(at_key!(
                     "DELETE FROM idemgate_records",
-                    "AND (state = 'held'
+                    "AND (state IN ('held', 'inquiring')
                              OR (state = 'in_flight' AND ($4 OR lease_until <= clock_timestamp())))",
                 )), key)
                 .bind(force)

@@ -71,7 +71,9 @@ pub(super) enum Op {
         attempt: i64,
         lease_ms: i64,
         retention_ms: i64,
-        release_lapsed: bool,
+        /// What a lapsed lease turns into: taken over (`true`), held
+        /// (`false`), inquiring (`None`).
+        release_lapsed: Option<bool>,
     },
     /// The compare-and-set completion of one attempt.
     Complete {
@@ -337,7 +339,7 @@ async fn call(pool: &PgPool, timeout: Duration, batch: &[Job]) -> Result<Vec<Bat
                 fingerprints.push(Some(&fingerprint[..]));
                 attempts.push(Some(*attempt));
                 leases.push(Some(*lease_ms));
-                release.push(Some(*release_lapsed));
+                release.push(*release_lapsed);
                 retentions.push(*retention_ms);
                 tokens.push(None);
                 statuses.push(None);
@@ -447,6 +449,9 @@ pub(super) fn claim_from_row(row: ClaimRow) -> Result<Claim, StoreError> {
             })
         }
         "in_flight" => Claim::InFlight {
+            retry_after: Duration::from_millis(row.o_lease_ms.unwrap_or(0).max(0) as u64),
+        },
+        "inquiring" => Claim::Inquiring {
             retry_after: Duration::from_millis(row.o_lease_ms.unwrap_or(0).max(0) as u64),
         },
         "mismatch" => Claim::Mismatch,

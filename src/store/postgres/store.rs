@@ -14,15 +14,19 @@ use crate::store::{
 #[async_trait::async_trait]
 impl Store for PgStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        // idemgate_claim (migrations/0002_attempts.sql) implements
-        // transitions::claim; idemgate_batch (0003) calls it per claim.
+        // idemgate_claim (migrations/0006_inquiry.sql) implements
+        // transitions::claim; idemgate_batch calls it per claim.
         let op = batch::Op::Claim {
             key: req.key.clone(),
             fingerprint: *req.fingerprint,
             attempt: req.attempt,
             lease_ms: millis(req.lease),
             retention_ms: millis(req.retention),
-            release_lapsed: req.on_unknown_outcome == UnknownOutcome::Release,
+            release_lapsed: match req.on_unknown_outcome {
+                UnknownOutcome::Release => Some(true),
+                UnknownOutcome::Hold => Some(false),
+                UnknownOutcome::Inquire => None,
+            },
         };
         match self.batcher.submit(op).await? {
             batch::Reply::Claim(claim) => Ok(claim),
@@ -80,11 +84,12 @@ impl Store for PgStore {
     }
 
     async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
-        // transitions::write_applies(Release): the token, in flight.
+        // transitions::write_applies(Release): the token, in flight or
+        // inquiring.
         let forms = settling!(
             at_key!(
                 "DELETE FROM idemgate_records",
-                "AND token = $4 AND state = 'in_flight'"
+                "AND token = $4 AND state IN ('in_flight', 'inquiring')"
             ),
             "5",
             "6"
@@ -107,14 +112,15 @@ impl Store for PgStore {
         reason: HeldReason,
         retention: Duration,
     ) -> Result<Cas, StoreError> {
-        // transitions::write_applies(Hold): the token; in flight or held.
+        // transitions::write_applies(Hold): the token; in flight, held or
+        // inquiring.
         let forms = settling!(
             at_key!(
                 "UPDATE idemgate_records
                 SET state = 'held', held_reason = $5, lease_until = NULL,
                     expires_at = clock_timestamp() + $6 * INTERVAL '1 millisecond',
                     updated_at = clock_timestamp()",
-                "AND token = $4 AND state IN ('in_flight', 'held')"
+                "AND token = $4 AND state IN ('in_flight', 'held', 'inquiring')"
             ),
             "7",
             "8"
@@ -135,14 +141,53 @@ impl Store for PgStore {
         Ok(cas(done.rows_affected()))
     }
 
+    async fn inquire(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        next: Duration,
+        asked: bool,
+    ) -> Result<Cas, StoreError> {
+        // transitions::write_applies(Inquire): the token; in flight or
+        // inquiring. (`state` on the right of SET is the old row's.)
+        let forms = settling!(
+            at_key!(
+                "UPDATE idemgate_records
+                SET lease_until = clock_timestamp() + $5 * INTERVAL '1 millisecond',
+                    inquiries = CASE WHEN state = 'inquiring' THEN inquiries ELSE 0 END
+                                + $6::int4,
+                    inquiring_since = CASE WHEN state = 'inquiring' THEN inquiring_since
+                                           ELSE clock_timestamp() END,
+                    state = 'inquiring', updated_at = clock_timestamp()",
+                "AND token = $4 AND state IN ('in_flight', 'inquiring')"
+            ),
+            "7",
+            "8"
+        );
+        let wake = self.wake_id_for(key);
+        let done = self
+            .bounded(async |conn| {
+                settle_query(forms, wake.as_deref(), |q| {
+                    bind_key!(q, key)
+                        .bind(token)
+                        .bind(millis(next))
+                        .bind(i32::from(asked))
+                })
+                .execute(conn)
+                .await
+            })
+            .await?;
+        Ok(cas(done.rows_affected()))
+    }
+
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
-        // transitions::abandon_applies: the attempt's own record, in flight
-        // or held only because its lease lapsed.
+        // transitions::abandon_applies: the attempt's own record, in flight,
+        // or held or inquiring only because its lease lapsed.
         let forms = settling!(
             at_key!(
                 "DELETE FROM idemgate_records",
                 "AND attempt = $4
-                AND (state = 'in_flight'
+                AND (state IN ('in_flight', 'inquiring')
                      OR (state = 'held' AND held_reason = 'lease_lapsed'))"
             ),
             "5",

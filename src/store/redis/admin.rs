@@ -3,15 +3,19 @@
 //! figures, and the wake-up relay.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use deadpool_redis::redis::{self, Value};
 
 use super::RedisStore;
 use super::conn::{Node, primaries};
-use super::scripts::{CLEAR, INSPECT};
-use super::store::{bytes, corrupt, int};
+use super::layout::Layout;
+use super::scripts::{CLEAR, INSPECT, TAKE};
+use super::store::{bytes, corrupt, int, millis};
 use crate::store::info::from_epoch_millis;
-use crate::store::{PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin, StoreError};
+use crate::store::{
+    Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin, StoreError,
+};
 use crate::waiters::{self, Waiters};
 
 /// Keep the `limit` least recently changed records, oldest first.
@@ -52,13 +56,15 @@ impl RedisStore {
         completed_too: bool,
     ) -> Result<bool, StoreError> {
         let record = self.layout.record_key(key);
+        let due = self.layout.due_key(key);
         let wake = self.wake_args(key);
-        let wake = &wake;
+        let (wake, due) = (&wake, &due);
         let flag = |b: bool| if b { "1" } else { "0" };
         let n: i64 = self
             .bounded(|mut conn| async move {
                 CLEAR
                     .key(&record[..])
+                    .key(due)
                     .arg(flag(force))
                     .arg(flag(completed_too))
                     .arg(&wake.0)
@@ -75,6 +81,63 @@ impl RedisStore {
 impl StoreAdmin for RedisStore {
     async fn relay_wakeups(&self, waiters: Arc<Waiters>) {
         waiters::relay(|| self.listen(&waiters)).await;
+    }
+
+    async fn take_inquiries(
+        &self,
+        routes: &[String],
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Inquiry>, StoreError> {
+        // One script per bucket (one on a single server): a script may
+        // only touch keys of one slot. A cluster's 1024 buckets are asked
+        // 64 at a time on its multiplexed connections.
+        use futures_util::stream::{self, StreamExt, TryStreamExt};
+        let sets = self.layout.due_sets();
+        let lease = millis(lease).to_string();
+        let limit_arg = limit.to_string();
+        let per_set = stream::iter(sets)
+            .map(|(due, token, tagged)| {
+                let (lease, limit_arg) = (&lease, &limit_arg);
+                async move {
+                    let starts: Vec<String> = routes
+                        .iter()
+                        .map(|r| Layout::route_start(&tagged, r))
+                        .collect();
+                    let reply: Vec<Vec<Value>> = self
+                        .bounded(|mut conn| {
+                            let mut invocation = TAKE.key(&due);
+                            invocation.key(&token).arg(lease).arg(limit_arg);
+                            for start in &starts {
+                                invocation.arg(start);
+                            }
+                            async move { invocation.invoke_async(&mut conn).await }
+                        })
+                        .await?;
+                    Ok::<_, StoreError>(reply)
+                }
+            })
+            .buffer_unordered(64);
+        let replies: Vec<Vec<Vec<Value>>> = per_set.try_collect().await?;
+        let mut taken = Vec::new();
+        for row in replies.into_iter().flatten() {
+            let name =
+                bytes(row.first()).ok_or_else(|| corrupt("a taken question without a key"))?;
+            let key = routes
+                .iter()
+                .find_map(|route| self.layout.parse_record_key(route, &name))
+                .ok_or_else(|| corrupt("a taken question of no inquiring route"))?;
+            taken.push(Inquiry {
+                key,
+                token: int(row.get(1))
+                    .ok_or_else(|| corrupt("a taken question without a token"))?,
+                asked: u32::try_from(int(row.get(2)).unwrap_or(0)).unwrap_or(0),
+                inquiring_for: Duration::from_millis(
+                    u64::try_from(int(row.get(3)).unwrap_or(0)).unwrap_or(0),
+                ),
+            });
+        }
+        Ok(taken)
     }
 
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
@@ -104,13 +167,16 @@ impl StoreAdmin for RedisStore {
             int(f.get(2)).unwrap_or(0),
             [int(f.get(3)), int(f.get(4)), int(f.get(8))]
                 .map(|t| from_epoch_millis(t.unwrap_or(0))),
-            lease.filter(|_| state == "in_flight"),
+            lease.filter(|_| state == "in_flight" || state == "inquiring"),
             status.filter(|_| completed),
             int(f.get(7))
                 .and_then(|n| u64::try_from(n).ok())
                 .filter(|_| completed),
         )
-        .map(Some)
+        .map(|info| {
+            let asked = u32::try_from(int(f.get(9)).unwrap_or(0)).unwrap_or(0);
+            Some(info.with_inquiry(asked, int(f.get(10)).map(from_epoch_millis)))
+        })
         .ok_or_else(|| corrupt(&format!("a record in unknown state {state:?}")))
     }
 

@@ -5,6 +5,8 @@
 //!
 //! - record: `{prefix}rec:{len(route)}:{route}:{hex(scope)}:{key}`
 //! - tokens: `{prefix}token`, one counter for every record.
+//! - due questions (status inquiry): `{prefix}due`, a sorted set of the
+//!   record keys of routes that inquire, scored by when each is due.
 //!
 //! Redis Cluster (`cluster = true`): a script may only touch keys of one
 //! hash slot, and the claim touches the record and a token counter. Tokens
@@ -16,6 +18,7 @@
 //!
 //! - record: `{prefix}{bN}rec:{len(route)}:{route}:{hex(scope)}:{key}`
 //! - tokens: `{prefix}{bN}token`
+//! - due questions: `{prefix}{bN}due`
 //!
 //! Every key of one bucket is in one slot, so the claim's two keys are too;
 //! the 1024 buckets spread records over every primary. The prefix may hold
@@ -95,6 +98,36 @@ impl Layout {
         } else {
             format!("{}token", self.prefix)
         }
+    }
+
+    /// The sorted set of due status questions the record is entered in.
+    pub(super) fn due_key(&self, key: &RecordKey) -> String {
+        if self.cluster {
+            format!("{}{}due", self.prefix, Self::tag(&Self::record_name(key)))
+        } else {
+            format!("{}due", self.prefix)
+        }
+    }
+
+    /// Every bucket's due questions and token counter (one pair on a
+    /// single server), with the tag its record keys carry.
+    pub(super) fn due_sets(&self) -> Vec<(String, String, String)> {
+        if !self.cluster {
+            let p = &self.prefix;
+            return vec![(format!("{p}due"), format!("{p}token"), p.clone())];
+        }
+        (0..BUCKETS)
+            .map(|n| {
+                let tagged = format!("{}{{b{n}}}", self.prefix);
+                (format!("{tagged}due"), format!("{tagged}token"), tagged)
+            })
+            .collect()
+    }
+
+    /// How every record key of `route` starts, after `tagged` (the prefix,
+    /// and a bucket's tag on a cluster).
+    pub(super) fn route_start(tagged: &str, route: &str) -> String {
+        format!("{tagged}rec:{}:{route}:", route.len())
     }
 
     /// The `SCAN MATCH` pattern of every record key of one route.

@@ -16,9 +16,13 @@ use deadpool_redis::redis::Script;
 const NOW: &str = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local function announce() if ARGV[#ARGV - 1] ~= '' then redis.call('PUBLISH', ARGV[#ARGV - 1], ARGV[#ARGV]) end end\n";
 
-/// The claim: KEYS = record, token counter; ARGV = fingerprint, lease ms,
-/// retention ms, release-lapsed (1/0), attempt id, wake-up channel, wake id. Implements `transitions::claim`
-/// (the record expires by its TTL, which a live lease extends: `transitions::expired`).
+/// The claim: KEYS = record, token counter, due questions; ARGV =
+/// fingerprint, lease ms, retention ms, what a lapsed lease turns into (1:
+/// taken over, 0: held, 2: inquiring), attempt id, wake-up channel, wake
+/// id. Implements `transitions::claim` (the record expires by its TTL,
+/// which a live lease extends: `transitions::expired`). On a route that
+/// inquires, a new record is entered in the due questions at its lease's
+/// end, so the inquirer finds it if its gateway dies.
 pub(super) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -29,13 +33,21 @@ if not r[2] then
   redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'state', 'in_flight', 'token', token, 'attempt', ARGV[5],
              'lease_until', now + tonumber(ARGV[2]), 'created_at', now, 'updated_at', now)
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  if ARGV[4] == '2' then redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), KEYS[1]) end
   return {'claimed', token}
 end
 if r[1] ~= ARGV[1] then return {'mismatch'} end
 if r[2] == 'completed' then return {'replay', tonumber(r[3]), tonumber(r[6]), r[7], r[8]} end
 if r[2] == 'held' then return {'held', tonumber(r[3]), r[5]} end
 local left = tonumber(r[4]) - now
+if r[2] == 'inquiring' then return {'inquiring', tonumber(r[3]), math.max(left, 0)} end
 if left > 0 then return {'in_flight', tonumber(r[3]), left} end
+if ARGV[4] == '2' then
+  redis.call('HSET', KEYS[1], 'state', 'inquiring', 'lease_until', now, 'asked', 0, 'since', now, 'updated_at', now)
+  redis.call('ZADD', KEYS[3], now, KEYS[1])
+  announce()
+  return {'inquiring', tonumber(r[3]), 0}
+end
 if ARGV[4] == '1' then
   local token = redis.call('INCR', KEYS[2])
   redis.call('HSET', KEYS[1], 'token', token, 'attempt', ARGV[5], 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
@@ -66,8 +78,8 @@ return 1
     ))
 });
 
-/// KEYS = record; ARGV = token, status, headers, body, retention ms,
-/// wake-up channel, wake id.
+/// KEYS = record, due questions; ARGV = token, status, headers, body,
+/// retention ms, wake-up channel, wake id.
 /// `transitions::write_applies(Complete)`.
 pub(super) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
@@ -75,9 +87,10 @@ pub(super) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'held_reason')
 if r[1] ~= ARGV[1] then return 0 end
-if not (r[2] == 'in_flight' or r[2] == 'completed' or (r[2] == 'held' and r[3] == 'lease_lapsed')) then return 0 end
+if not (r[2] == 'in_flight' or r[2] == 'completed' or r[2] == 'inquiring' or (r[2] == 'held' and r[3] == 'lease_lapsed')) then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'completed', 'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'updated_at', now)
-redis.call('HDEL', KEYS[1], 'lease_until', 'held_reason')
+redis.call('HDEL', KEYS[1], 'lease_until', 'held_reason', 'asked', 'since')
+redis.call('ZREM', KEYS[2], KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 if r[2] == 'in_flight' then announce() end
 return 1
@@ -85,22 +98,23 @@ return 1
     ))
 });
 
-/// KEYS = record; ARGV = token, wake-up channel, wake id.
+/// KEYS = record, due questions; ARGV = token, wake-up channel, wake id.
 /// `transitions::write_applies(Release)`.
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
         r#"
 local r = redis.call('HMGET', KEYS[1], 'token', 'state')
-if r[1] ~= ARGV[1] or r[2] ~= 'in_flight' then return 0 end
+if r[1] ~= ARGV[1] or not (r[2] == 'in_flight' or r[2] == 'inquiring') then return 0 end
 redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], KEYS[1])
 announce()
 return 1
 "#
     ))
 });
 
-/// KEYS = record; ARGV = attempt id, wake-up channel, wake id.
+/// KEYS = record, due questions; ARGV = attempt id, wake-up channel, wake id.
 /// `transitions::abandon_applies`.
 pub(super) static ABANDON: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
@@ -108,24 +122,26 @@ pub(super) static ABANDON: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local r = redis.call('HMGET', KEYS[1], 'attempt', 'state', 'held_reason')
 if r[1] ~= ARGV[1] then return 0 end
-if not (r[2] == 'in_flight' or (r[2] == 'held' and r[3] == 'lease_lapsed')) then return 0 end
+if not (r[2] == 'in_flight' or r[2] == 'inquiring' or (r[2] == 'held' and r[3] == 'lease_lapsed')) then return 0 end
 redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], KEYS[1])
 if r[2] == 'in_flight' then announce() end
 return 1
 "#
     ))
 });
 
-/// KEYS = record; ARGV = token, reason, retention ms, wake-up channel,
-/// wake id. `transitions::write_applies(Hold)`.
+/// KEYS = record, due questions; ARGV = token, reason, retention ms,
+/// wake-up channel, wake id. `transitions::write_applies(Hold)`.
 pub(super) static HOLD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
         r#"
 local r = redis.call('HMGET', KEYS[1], 'token', 'state')
-if r[1] ~= ARGV[1] or not (r[2] == 'in_flight' or r[2] == 'held') then return 0 end
+if r[1] ~= ARGV[1] or not (r[2] == 'in_flight' or r[2] == 'held' or r[2] == 'inquiring') then return 0 end
 redis.call('HSET', KEYS[1], 'state', 'held', 'held_reason', ARGV[2], 'updated_at', now)
-redis.call('HDEL', KEYS[1], 'lease_until')
+redis.call('HDEL', KEYS[1], 'lease_until', 'asked', 'since')
+redis.call('ZREM', KEYS[2], KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if r[2] == 'in_flight' then announce() end
 return 1
@@ -139,16 +155,16 @@ pub(super) static INSPECT: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
         r#"
-local r = redis.call('HMGET', KEYS[1], 'state', 'held_reason', 'token', 'created_at', 'updated_at', 'lease_until', 'status')
+local r = redis.call('HMGET', KEYS[1], 'state', 'held_reason', 'token', 'created_at', 'updated_at', 'lease_until', 'status', 'asked', 'since')
 if not r[1] then return false end
 local ttl = redis.call('PTTL', KEYS[1])
-return {r[1], r[2] or '', r[3], r[4] or '0', r[5] or '0', r[6] or '', r[7] or '', redis.call('HSTRLEN', KEYS[1], 'body'), now + math.max(ttl, 0)}
+return {r[1], r[2] or '', r[3], r[4] or '0', r[5] or '0', r[6] or '', r[7] or '', redis.call('HSTRLEN', KEYS[1], 'body'), now + math.max(ttl, 0), r[8] or '0', r[9] or ''}
 "#
     ))
 });
 
-/// KEYS = record; ARGV = force (1/0), whether completed records go too (1/0),
-/// wake-up channel, wake id.
+/// KEYS = record, due questions; ARGV = force (1/0), whether completed
+/// records go too (1/0), wake-up channel, wake id.
 /// Deletes a held record, an in-flight one whose lease lapsed (or any
 /// in-flight one with force), and a completed one if asked:
 /// `transitions::clearable` (completed: 0) and `transitions::deletable` (1).
@@ -161,8 +177,72 @@ if not r[1] then return 0 end
 if r[1] == 'in_flight' and ARGV[1] ~= '1' and tonumber(r[2]) > now then return 0 end
 if r[1] == 'completed' and ARGV[2] ~= '1' then return 0 end
 local n = redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], KEYS[1])
 if r[1] == 'in_flight' then announce() end
 return n
+"#
+    ))
+});
+
+/// KEYS = record, due questions; ARGV = token, next question in ms, asked
+/// (1/0), wake-up channel, wake id. `transitions::write_applies(Inquire)`:
+/// the record turns (or stays) inquiring, due `next` from now.
+pub(super) static INQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{NOW}{}",
+        r#"
+local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'asked', 'since')
+if r[1] ~= ARGV[1] or not (r[2] == 'in_flight' or r[2] == 'inquiring') then return 0 end
+local asked, since = 0, now
+if r[2] == 'inquiring' then asked, since = tonumber(r[3] or '0'), tonumber(r[4] or now) end
+local due = now + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'state', 'inquiring', 'lease_until', due, 'asked', asked + tonumber(ARGV[3]), 'since', since, 'updated_at', now)
+redis.call('ZADD', KEYS[2], due, KEYS[1])
+if r[2] == 'in_flight' then announce() end
+return 1
+"#
+    ))
+});
+
+/// KEYS = due questions, token counter; ARGV = lease ms, limit, then the
+/// record-name prefixes of the routes that inquire. Takes up to `limit`
+/// due questions (`transitions::take_applies`): each gets a new token and
+/// a lease, and is due again when the lease ends. Entries whose record is
+/// gone or settled leave the set; a renewed in-flight record is due again
+/// at its lease's new end. Returns, per taken record, its name, token,
+/// questions asked and milliseconds since it became inquiring.
+pub(super) static TAKE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{NOW}{}",
+        r#"
+local taken = {}
+local limit = tonumber(ARGV[2])
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 4 * limit)
+for _, name in ipairs(due) do
+  if #taken >= limit then break end
+  local r = redis.call('HMGET', name, 'state', 'lease_until', 'asked', 'since')
+  local lease = tonumber(r[2] or '0')
+  if not (r[1] == 'in_flight' or r[1] == 'inquiring') then
+    redis.call('ZREM', KEYS[1], name)
+  elseif lease > now then
+    redis.call('ZADD', KEYS[1], lease, name)
+  else
+    local ours = false
+    for i = 3, #ARGV do
+      if string.sub(name, 1, #ARGV[i]) == ARGV[i] then ours = true end
+    end
+    if ours then
+      local asked, since = 0, now
+      if r[1] == 'inquiring' then asked, since = tonumber(r[3] or '0'), tonumber(r[4] or now) end
+      local token = redis.call('INCR', KEYS[2])
+      local until_ = now + tonumber(ARGV[1])
+      redis.call('HSET', name, 'state', 'inquiring', 'token', token, 'lease_until', until_, 'asked', asked, 'since', since, 'updated_at', now)
+      redis.call('ZADD', KEYS[1], until_, name)
+      taken[#taken + 1] = {name, token, asked, now - since}
+    end
+  end
+end
+return taken
 "#
     ))
 });

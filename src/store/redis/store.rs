@@ -9,7 +9,7 @@ use deadpool_redis::redis::{Script, Value};
 use http::StatusCode;
 
 use super::RedisStore;
-use super::scripts::{ABANDON, CLAIM, COMPLETE, HOLD, RELEASE, RENEW};
+use super::scripts::{ABANDON, CLAIM, COMPLETE, HOLD, INQUIRE, RELEASE, RENEW};
 use crate::store::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse,
     Token, UnknownOutcome, decode_headers, encode_headers,
@@ -51,11 +51,15 @@ impl RedisStore {
         args: &[&[u8]],
     ) -> Result<Cas, StoreError> {
         let record = self.layout.record_key(key);
+        let due = self.layout.due_key(key);
         let wake = self.wake_args(key);
-        let wake = &wake;
+        let (wake, due) = (&wake, &due);
         let n: i64 = self
             .bounded(|mut conn| async move {
+                // Every transition but the renewal may take the record out
+                // of the due questions (the renewal ignores KEYS[2]).
                 let mut invocation = script.key(&record[..]);
+                invocation.key(due);
                 for a in args {
                     invocation.arg(*a);
                 }
@@ -74,20 +78,22 @@ impl Store for RedisStore {
         let token_key = self.layout.token_key(req.key);
         let wake = self.wake_args(req.key);
         let wake = &wake;
-        let release = if req.on_unknown_outcome == UnknownOutcome::Release {
-            "1"
-        } else {
-            "0"
+        let due = self.layout.due_key(req.key);
+        let lapsed = match req.on_unknown_outcome {
+            UnknownOutcome::Release => "1",
+            UnknownOutcome::Hold => "0",
+            UnknownOutcome::Inquire => "2",
         };
         let reply: Vec<Value> = self
             .bounded(|mut conn| async move {
                 CLAIM
                     .key(&record[..])
                     .key(token_key)
+                    .key(&due)
                     .arg(&req.fingerprint[..])
                     .arg(millis(req.lease))
                     .arg(millis(req.retention))
-                    .arg(release)
+                    .arg(lapsed)
                     .arg(req.attempt)
                     .arg(&wake.0)
                     .arg(&wake.1)
@@ -117,6 +123,9 @@ impl Store for RedisStore {
                     .ok_or_else(|| corrupt("an unknown held reason"))?,
             ),
             b"in_flight" => Claim::InFlight {
+                retry_after: Duration::from_millis(int(reply.get(2)).unwrap_or(0).max(0) as u64),
+            },
+            b"inquiring" => Claim::Inquiring {
                 retry_after: Duration::from_millis(int(reply.get(2)).unwrap_or(0).max(0) as u64),
             },
             other => {
@@ -179,6 +188,19 @@ impl Store for RedisStore {
             retention.as_bytes(),
         ];
         self.cas_script(&HOLD, key, &args).await
+    }
+
+    async fn inquire(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        next: Duration,
+        asked: bool,
+    ) -> Result<Cas, StoreError> {
+        let (token, next) = (token.to_string(), millis(next).to_string());
+        let asked = if asked { "1" } else { "0" };
+        let args: [&[u8]; 3] = [token.as_bytes(), next.as_bytes(), asked.as_bytes()];
+        self.cas_script(&INQUIRE, key, &args).await
     }
 
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {

@@ -20,7 +20,7 @@ struct InfoRow {
 }
 
 const INFO_COLUMNS: &str = "route, scope, key, state, token, attempt, lease_until, expires_at,
-    held_reason, created_at, updated_at, status, length(body) AS body_bytes
+    held_reason, inquiries, inquiring_since, created_at, updated_at, status, length(body) AS body_bytes
     FROM idemgate_records";
 
 fn wall(us: i64) -> SystemTime {
@@ -44,6 +44,10 @@ impl InfoRow {
             self.status.and_then(|s| u16::try_from(s).ok()),
             self.body_bytes.and_then(|b| u64::try_from(b).ok()),
         )
+        .map(|info| {
+            let asked = u32::try_from(self.head.inquiries).unwrap_or(0);
+            info.with_inquiry(asked, self.head.inquiring_since.map(wall))
+        })
         .ok_or_else(|| corrupt(&format!("state {:?}", self.head.state)))
     }
 }
@@ -95,6 +99,28 @@ impl StoreAdmin for SqliteStore {
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
         match self.write(Op::Sweep { batch }).await? {
             Reply::Swept(n) => Ok(n),
+            other => Err(corrupt(&format!("the writer answered {other:?}"))),
+        }
+    }
+
+    async fn take_inquiries(
+        &self,
+        routes: &[String],
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Inquiry>, StoreError> {
+        let op = Op::TakeInquiries {
+            routes: routes.to_vec(),
+            lease,
+            limit,
+        };
+        match self.write(op).await? {
+            Reply::Taken(taken) => {
+                for inquiry in &taken {
+                    self.announce_here(&inquiry.key);
+                }
+                Ok(taken)
+            }
             other => Err(corrupt(&format!("the writer answered {other:?}"))),
         }
     }

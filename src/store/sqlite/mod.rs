@@ -26,7 +26,9 @@
 //!   one host.
 
 mod admin;
+mod inquiries;
 mod ops;
+mod rows;
 mod schema;
 mod store;
 mod writer;
@@ -41,14 +43,12 @@ use sqlx::sqlite::{
     SqliteSynchronous,
 };
 
-use self::ops::{
-    AttemptWrite, ClaimOp, Context, Head, KEY, Op, Removal, Reply, bind_key, claim_step, corrupt,
-    now_us, read_only_answer, read_row, unavailable,
-};
+use self::ops::{AttemptWrite, ClaimOp, Op, Removal, Reply, claim_step, read_only_answer};
+use self::rows::{Context, Head, KEY, bind_key, corrupt, now_us, read_row, unavailable};
 use self::writer::Writer;
 use super::{
-    AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordInfo, RecordKey, RecordState, Store,
-    StoreAdmin, StoreConfig, StoreError, StoredResponse, Token,
+    AttemptId, Cas, Claim, ClaimRequest, HeldReason, Inquiry, RecordInfo, RecordKey, RecordState,
+    Store, StoreAdmin, StoreConfig, StoreError, StoredResponse, Token,
 };
 use crate::waiters::{Waiters, WakeId};
 

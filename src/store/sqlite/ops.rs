@@ -3,114 +3,19 @@
 //! writes what the rules of [`transitions`] decide, as the memory store
 //! does. Also the reads a claim makes first, outside any transaction.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
-use bytes::Bytes;
-use http::StatusCode;
 use sqlx::sqlite::SqliteConnection;
 
-use crate::store::transitions::{self, ClaimStep, Phase, Write};
-use crate::store::{
-    AttemptId, Claim, HeldReason, RecordKey, StoreError, StoredResponse, Token, UnknownOutcome,
-    decode_headers, encode_headers,
+use super::rows::{
+    Context, Row, WAKE_KEPT, at_key, corrupt, micros, next_token, now_us, read_head, read_row,
+    unavailable,
 };
-
-/// What every operation reads of a record.
-#[derive(Debug, sqlx::FromRow)]
-pub(super) struct Head {
-    pub(super) state: String,
-    pub(super) token: i64,
-    pub(super) attempt: Option<i64>,
-    pub(super) lease_until: Option<i64>,
-    pub(super) expires_at: i64,
-    pub(super) held_reason: Option<String>,
-}
-
-/// What a claim reads of a record.
-#[derive(Debug, sqlx::FromRow)]
-pub(super) struct Row {
-    #[sqlx(flatten)]
-    head: Head,
-    fingerprint: Vec<u8>,
-    status: Option<i64>,
-    headers: Option<Vec<u8>>,
-    body: Option<Vec<u8>>,
-}
-
-pub(super) const HEAD: &str = "state, token, attempt, lease_until, expires_at, held_reason";
-pub(super) const KEY: &str = "route = ?1 AND scope = ?2 AND key = ?3";
-
-/// Bind a [`RecordKey`] as `?1`–`?3`.
-macro_rules! bind_key {
-    ($query:expr, $key:expr) => {
-        $query.bind(&$key.route).bind(&$key.scope).bind(&$key.key)
-    };
-}
-pub(super) use bind_key;
-
-pub(super) fn unavailable(e: sqlx::Error) -> StoreError {
-    StoreError::Unavailable(e.to_string())
-}
-
-pub(super) fn corrupt(what: &str) -> StoreError {
-    StoreError::Corrupt(format!("record with {what}"))
-}
-
-/// Now, in microseconds since the epoch (the stored times).
-pub(super) fn now_us() -> i64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
-}
-
-pub(super) fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
-}
-
-impl Head {
-    /// The state as the rules of [`transitions`] see it at `now`.
-    pub(super) fn phase(&self, now: i64) -> Result<Phase, StoreError> {
-        Ok(match self.state.as_str() {
-            "in_flight" => {
-                let left = self.lease_until.unwrap_or(0).saturating_sub(now);
-                Phase::in_flight(Duration::from_micros(u64::try_from(left).unwrap_or(0)))
-            }
-            "completed" => Phase::Completed,
-            "held" => Phase::Held(
-                self.held_reason
-                    .as_deref()
-                    .and_then(HeldReason::parse)
-                    .ok_or_else(|| corrupt("an unknown held reason"))?,
-            ),
-            other => return Err(corrupt(&format!("state {other:?}"))),
-        })
-    }
-
-    /// Gone for every purpose ([`transitions::expired`]).
-    fn expired(&self, now: i64) -> Result<bool, StoreError> {
-        Ok(transitions::expired(
-            self.expires_at <= now,
-            self.phase(now)?,
-        ))
-    }
-}
-
-impl Row {
-    fn response(self) -> Result<StoredResponse, StoreError> {
-        let status = self
-            .status
-            .and_then(|s| u16::try_from(s).ok())
-            .and_then(|s| StatusCode::from_u16(s).ok())
-            .ok_or_else(|| corrupt("a bad status"))?;
-        let headers = decode_headers(self.headers.as_deref().unwrap_or_default())
-            .ok_or_else(|| corrupt("undecodable headers"))?;
-        Ok(StoredResponse {
-            status,
-            headers,
-            body: Bytes::from(self.body.unwrap_or_default()),
-        })
-    }
-}
+use crate::store::transitions::{self, ClaimStep, Write};
+use crate::store::{
+    AttemptId, Claim, HeldReason, Inquiry, RecordKey, StoreError, StoredResponse, Token,
+    UnknownOutcome, encode_headers,
+};
 
 /// A claim, owned (it waits in the writer's queue).
 #[derive(Debug)]
@@ -155,58 +60,12 @@ pub(super) fn read_only_answer(
         ),
         ClaimStep::Held(reason) => Claim::Held(reason),
         ClaimStep::InFlight(retry_after) => Claim::InFlight { retry_after },
-        ClaimStep::Insert | ClaimStep::TakeOver | ClaimStep::HoldLapsed => return Ok(None),
+        ClaimStep::Inquiring(retry_after) => Claim::Inquiring { retry_after },
+        ClaimStep::Insert
+        | ClaimStep::TakeOver
+        | ClaimStep::HoldLapsed
+        | ClaimStep::InquireLapsed => return Ok(None),
     }))
-}
-
-/// The record under `key`, as a claim reads it.
-pub(super) async fn read_row(
-    conn: &mut SqliteConnection,
-    key: &RecordKey,
-) -> Result<Option<Row>, StoreError> {
-    let sql = format!(
-        "SELECT {HEAD}, fingerprint, status, headers, body FROM idemgate_records WHERE {KEY}"
-    );
-    bind_key!(sqlx::query_as(sqlx::AssertSqlSafe(sql)), key)
-        .fetch_optional(conn)
-        .await
-        .map_err(unavailable)
-}
-
-async fn read_head(
-    conn: &mut SqliteConnection,
-    key: &RecordKey,
-) -> Result<Option<Head>, StoreError> {
-    let sql = format!("SELECT {HEAD} FROM idemgate_records WHERE {KEY}");
-    bind_key!(sqlx::query_as(sqlx::AssertSqlSafe(sql)), key)
-        .fetch_optional(conn)
-        .await
-        .map_err(unavailable)
-}
-
-/// The next fencing token.
-async fn next_token(conn: &mut SqliteConnection) -> Result<Token, StoreError> {
-    sqlx::query_scalar("UPDATE idemgate_tokens SET last = last + 1 WHERE id = 1 RETURNING last")
-        .fetch_one(conn)
-        .await
-        .map_err(unavailable)
-}
-
-type Query<'q> = sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>;
-
-/// Run `head WHERE <the key>`, the key bound as `?1`–`?3`, then `bind`.
-async fn at_key(
-    conn: &mut SqliteConnection,
-    head: &str,
-    key: &RecordKey,
-    bind: impl FnOnce(Query<'_>) -> Query<'_>,
-) -> Result<(), StoreError> {
-    let sql = format!("{head} WHERE {KEY}");
-    bind(bind_key!(sqlx::query(sqlx::AssertSqlSafe(sql)), key))
-        .execute(conn)
-        .await
-        .map_err(unavailable)?;
-    Ok(())
 }
 
 /// Which records leave `in_flight` for good when an operation removes them.
@@ -235,6 +94,12 @@ pub(super) enum Op {
     Remove { key: RecordKey, removal: Removal },
     /// Delete up to this many expired records (and old announcements).
     Sweep { batch: usize },
+    /// Take up to `limit` due questions of `routes`, each with a lease.
+    TakeInquiries {
+        routes: Vec<String>,
+        lease: Duration,
+        limit: usize,
+    },
 }
 
 /// An attempt's write and what it carries.
@@ -252,6 +117,10 @@ pub(super) enum AttemptWrite {
         reason: HeldReason,
         retention: Duration,
     },
+    Inquire {
+        next: Duration,
+        asked: bool,
+    },
 }
 
 impl Op {
@@ -262,7 +131,11 @@ impl Op {
                 write: AttemptWrite::Complete { response, .. },
                 ..
             } => response.body.len(),
-            Op::Claim(_) | Op::Write { .. } | Op::Remove { .. } | Op::Sweep { .. } => 0,
+            Op::Claim(_)
+            | Op::Write { .. }
+            | Op::Remove { .. }
+            | Op::Sweep { .. }
+            | Op::TakeInquiries { .. } => 0,
         }
     }
 }
@@ -277,38 +150,8 @@ pub(super) enum Reply {
     Applied(bool),
     /// A sweep: how many records went.
     Swept(u64),
-}
-
-/// What the operations need to know of the store.
-#[derive(Debug, Clone)]
-pub(super) struct Context {
-    /// The routes whose settled records are announced to other processes.
-    pub(super) wait_routes: Vec<String>,
-}
-
-/// How long an announcement is kept for relays that have not read it.
-const WAKE_KEPT: Duration = Duration::from_secs(60);
-
-impl Context {
-    /// `key`'s record left `in_flight`: on a waiting route, write the
-    /// announcement for other processes (in the same transaction).
-    async fn announce(
-        &self,
-        conn: &mut SqliteConnection,
-        key: &RecordKey,
-        now: i64,
-    ) -> Result<(), StoreError> {
-        if !self.wait_routes.contains(&key.route) {
-            return Ok(());
-        }
-        sqlx::query("INSERT INTO idemgate_wakeups (wake_id, at) VALUES (?1, ?2)")
-            .bind(&key.wake_id()[..])
-            .bind(now)
-            .execute(conn)
-            .await
-            .map_err(unavailable)?;
-        Ok(())
-    }
+    /// The questions taken.
+    Taken(Vec<Inquiry>),
 }
 
 /// Execute `op` on `conn` (inside the writer's transaction).
@@ -366,6 +209,13 @@ pub(super) async fn execute(
                 .map_err(unavailable)?;
             Ok(Reply::Swept(done.rows_affected()))
         }
+        Op::TakeInquiries {
+            routes,
+            lease,
+            limit,
+        } => super::inquiries::take(conn, routes, *lease, *limit, context, now)
+            .await
+            .map(Reply::Taken),
     }
 }
 
@@ -392,7 +242,8 @@ async fn claim_for_writing(
                      token = excluded.token, attempt = excluded.attempt,
                      lease_until = excluded.lease_until, expires_at = excluded.expires_at,
                      created_at = excluded.created_at, updated_at = excluded.updated_at,
-                     held_reason = NULL, status = NULL, headers = NULL, body = NULL",
+                     held_reason = NULL, status = NULL, headers = NULL, body = NULL,
+                     inquiries = 0, inquiring_since = NULL",
             )
             .bind(&key.route)
             .bind(&key.scope)
@@ -433,6 +284,21 @@ async fn claim_for_writing(
             };
             Reply::Claim(claimed, false)
         }
+        ClaimStep::InquireLapsed => {
+            at_key(
+                conn,
+                "UPDATE idemgate_records SET state = 'inquiring', lease_until = ?4,
+                     inquiries = 0, inquiring_since = ?4, updated_at = ?4",
+                key,
+                |q| q.bind(now),
+            )
+            .await?;
+            context.announce(conn, key, now).await?;
+            let answer = Claim::Inquiring {
+                retry_after: Duration::ZERO,
+            };
+            Reply::Claim(answer, true)
+        }
         ClaimStep::HoldLapsed => {
             at_key(
                 conn,
@@ -469,6 +335,7 @@ async fn attempt_write(
         AttemptWrite::Complete { .. } => Write::Complete,
         AttemptWrite::Release => Write::Release,
         AttemptWrite::Hold { .. } => Write::Hold,
+        AttemptWrite::Inquire { .. } => Write::Inquire,
     };
     if !transitions::write_applies(rule, head.token == token, head.phase(now)?) {
         return Ok(false);
@@ -493,6 +360,7 @@ async fn attempt_write(
                 conn,
                 "UPDATE idemgate_records SET state = 'completed', status = ?4, headers = ?5,
                      body = ?6, lease_until = NULL, held_reason = NULL, expires_at = ?7,
+                     inquiring_since = NULL,
                      updated_at = ?8",
                 key,
                 |q| {
@@ -507,6 +375,24 @@ async fn attempt_write(
         }
         AttemptWrite::Release => {
             at_key(conn, "DELETE FROM idemgate_records", key, |q| q).await?;
+        }
+        AttemptWrite::Inquire { next, asked } => {
+            // `state` on the right of SET is the old row's.
+            at_key(
+                conn,
+                "UPDATE idemgate_records SET lease_until = ?4,
+                     inquiries = CASE WHEN state = 'inquiring' THEN inquiries ELSE 0 END + ?5,
+                     inquiring_since = CASE WHEN state = 'inquiring' THEN inquiring_since
+                                            ELSE ?6 END,
+                     state = 'inquiring', updated_at = ?6",
+                key,
+                |q| {
+                    q.bind(now.saturating_add(micros(*next)))
+                        .bind(i64::from(*asked))
+                        .bind(now)
+                },
+            )
+            .await?;
         }
         AttemptWrite::Hold { reason, retention } => {
             at_key(

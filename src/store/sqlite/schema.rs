@@ -12,7 +12,10 @@ use sqlx::Connection;
 use sqlx::sqlite::SqliteConnection;
 
 /// The scripts, in order; the schema's version is how many are applied.
-const SCRIPTS: &[&str] = &[include_str!("../../../migrations/sqlite/0001_records.sql")];
+const SCRIPTS: &[&str] = &[
+    include_str!("../../../migrations/sqlite/0001_records.sql"),
+    include_str!("../../../migrations/sqlite/0002_inquiry.sql"),
+];
 
 /// The schema version this build needs.
 pub(super) const VERSION: i64 = SCRIPTS.len() as i64;

@@ -80,6 +80,17 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn inquire(
+        &self,
+        key: &RecordKey,
+        token: Token,
+        next: Duration,
+        asked: bool,
+    ) -> Result<Cas, StoreError> {
+        self.attempt_write(key, token, AttemptWrite::Inquire { next, asked })
+            .await
+    }
+
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
         let abandoned = self.remove(key, Removal::Abandon(attempt)).await?;
         Ok(if abandoned { Cas::Applied } else { Cas::Fenced })

@@ -55,7 +55,7 @@ pub(super) struct Writer {
 
 impl Writer {
     /// Start the writer task on `conn`; it ends when every handle is dropped.
-    pub(super) fn start(conn: SqliteConnection, context: super::ops::Context) -> Self {
+    pub(super) fn start(conn: SqliteConnection, context: super::rows::Context) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE);
         let commits = Arc::new(AtomicU64::new(0));
         let (close, closing) = oneshot::channel();
@@ -103,7 +103,7 @@ async fn run(
     mut conn: SqliteConnection,
     mut queue: mpsc::Receiver<Job>,
     mut closing: oneshot::Receiver<oneshot::Sender<()>>,
-    context: super::ops::Context,
+    context: super::rows::Context,
     commits: Arc<AtomicU64>,
 ) {
     let mut next: Option<Job> = None;
@@ -169,7 +169,7 @@ async fn checkpoint_and_close(mut conn: SqliteConnection) {
 async fn commit_batch(
     conn: &mut SqliteConnection,
     batch: Vec<Job>,
-    context: &super::ops::Context,
+    context: &super::rows::Context,
 ) -> bool {
     let failed = |e: sqlx::Error| format!("the SQLite write transaction failed: {e}");
     let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
@@ -208,7 +208,7 @@ async fn commit_batch(
 async fn in_savepoint(
     conn: &mut SqliteConnection,
     op: &Op,
-    context: &super::ops::Context,
+    context: &super::rows::Context,
 ) -> Result<Reply, StoreError> {
     let unavailable = |e: sqlx::Error| StoreError::Unavailable(e.to_string());
     let mut savepoint = conn.begin().await.map_err(unavailable)?;

@@ -1,7 +1,9 @@
-//! Features beyond the guarantees: keys taken from anywhere in the request
+//! Features beyond the guarantees: unknown outcomes resolved by asking the
+//! upstream (`inquiry`), keys taken from anywhere in the request
 //! for webhook senders and brokers (`webhooks`), shadow mode (`shadow`), and
 //! the `keys` commands and admin endpoint that fix a held key (`keys`).
 
+mod inquiry;
 mod keys;
 mod shadow;
 mod webhooks;

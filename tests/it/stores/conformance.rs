@@ -15,19 +15,19 @@ use idemgate::store::{
 
 use crate::support::{Backend, TestStore, per_backend};
 
-const LEASE: Duration = Duration::from_secs(30);
-const RETENTION: Duration = Duration::from_secs(3600);
+pub(super) const LEASE: Duration = Duration::from_secs(30);
+pub(super) const RETENTION: Duration = Duration::from_secs(3600);
 
 /// A store on fresh storage, and what keeps that storage alive.
-struct Fixture {
-    store: Arc<dyn Store>,
+pub(super) struct Fixture {
+    pub(super) store: Arc<dyn Store>,
     /// The backend expires records by itself (Redis TTLs): sweeps find nothing.
     expires_by_itself: bool,
     _storage: TestStore,
 }
 
 impl Fixture {
-    async fn new(backend: Backend) -> Self {
+    pub(super) async fn new(backend: Backend) -> Self {
         let storage = TestStore::new(backend).await;
         Self {
             store: storage.open().await,
@@ -37,7 +37,7 @@ impl Fixture {
     }
 }
 
-fn key(k: &str) -> RecordKey {
+pub(super) fn key(k: &str) -> RecordKey {
     RecordKey {
         route: "r".into(),
         scope: Vec::new(),
@@ -45,11 +45,11 @@ fn key(k: &str) -> RecordKey {
     }
 }
 
-fn fp(n: u8) -> [u8; 32] {
+pub(super) fn fp(n: u8) -> [u8; 32] {
     [n; 32]
 }
 
-async fn claim_with(
+pub(super) async fn claim_with(
     store: &dyn Store,
     k: &RecordKey,
     f: u8,
@@ -61,7 +61,7 @@ async fn claim_with(
 }
 
 /// A claim by a named attempt.
-async fn claim_as(
+pub(super) async fn claim_as(
     store: &dyn Store,
     k: &RecordKey,
     f: u8,
@@ -82,18 +82,18 @@ async fn claim_as(
         .expect("claim")
 }
 
-async fn claim(store: &dyn Store, k: &RecordKey, f: u8) -> Claim {
+pub(super) async fn claim(store: &dyn Store, k: &RecordKey, f: u8) -> Claim {
     claim_with(store, k, f, LEASE, UnknownOutcome::Hold).await
 }
 
-fn token(c: Claim) -> i64 {
+pub(super) fn token(c: Claim) -> i64 {
     match c {
         Claim::Claimed { token, .. } => token,
         other => panic!("expected Claimed, got {other:?}"),
     }
 }
 
-fn response(body: impl Into<Bytes>) -> StoredResponse {
+pub(super) fn response(body: impl Into<Bytes>) -> StoredResponse {
     let mut headers = HeaderMap::new();
     headers.append("location", HeaderValue::from_static("/things/1"));
     headers.append("x-multi", HeaderValue::from_static("a"));

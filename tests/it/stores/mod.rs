@@ -1,5 +1,5 @@
 //! The stores, each on its own: the one conformance suite every store runs
-//! (`conformance`), and what only one store does — SQLite as a user runs
+//! (`conformance`, and `inquiry` for the status inquiry's states), and what only one store does — SQLite as a user runs
 //! it, the PostgreSQL front on Redis (`front`), the Redis store on a Redis
 //! Cluster, PostgreSQL's batched claims and its races, and the replay cache
 //! in front of the shared stores. The guarantees on every store are in
@@ -7,6 +7,7 @@
 
 mod conformance;
 mod front;
+mod inquiry;
 mod postgres_batches;
 mod postgres_races;
 mod postgres_sweep;

@@ -99,8 +99,8 @@ async fn migrate_creates_the_file_and_its_schema_once() {
     let config = TestConfig::new(&store.url, "http://127.0.0.1:9");
     let (status, stdout, stderr) = run_command("migrate", &config, Duration::from_secs(30)).await;
     assert!(status.success(), "{stdout}{stderr}");
-    assert!(stdout.contains("1 schema scripts applied"), "{stdout}");
-    assert_eq!(schema_version(&store.url).await, 1);
+    assert!(stdout.contains("2 schema scripts applied"), "{stdout}");
+    assert_eq!(schema_version(&store.url).await, 2);
     let (status, stdout, stderr) = run_command("migrate", &config, Duration::from_secs(30)).await;
     assert!(status.success(), "{stdout}{stderr}");
     assert!(stdout.contains("0 schema scripts applied"), "{stdout}");
@@ -125,13 +125,13 @@ async fn processes_creating_a_new_file_together_apply_the_schema_once() {
             let status = run.wait(Duration::from_secs(30)).await;
             let (stdout, stderr) = (run.stdout(), run.stderr());
             assert!(status.is_some_and(|s| s.success()), "{stdout}{stderr}");
-            applied += u32::from(stdout.contains("1 schema scripts applied"));
+            applied += u32::from(stdout.contains("2 schema scripts applied"));
         }
         assert_eq!(
             applied, 1,
             "round {round}: exactly one process applies the schema"
         );
-        assert_eq!(schema_version(&store.url).await, 1);
+        assert_eq!(schema_version(&store.url).await, 2);
     }
 }
 
@@ -166,4 +166,51 @@ async fn a_graceful_stop_leaves_only_the_database_file() {
     let replay = post(&http, &again.url("/v1/payments"), "k1", "{}").await;
     assert!(replay.is_replay(), "{replay:?}");
     assert_eq!(upstream.count("k1"), 1);
+}
+
+/// A file made by an older release (schema 1, before the status inquiry)
+/// is upgraded in place: its table is rebuilt for the `inquiring` state and
+/// its records are kept, a replay and a held key alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_file_is_upgraded_with_its_records() {
+    let store = TestStore::new(Backend::Sqlite).await;
+    {
+        let options = store
+            .url
+            .parse::<sqlx::sqlite::SqliteConnectOptions>()
+            .unwrap();
+        let mut conn = sqlx::SqliteConnection::connect_with(&options.create_if_missing(true))
+            .await
+            .unwrap();
+        let v1 = include_str!("../../../migrations/sqlite/0001_records.sql");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(v1))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        sqlx::raw_sql(
+            "PRAGMA user_version = 1;
+             INSERT INTO idemgate_records (route, scope, key, fingerprint, state, token,
+                 expires_at, created_at, updated_at, held_reason)
+             VALUES ('api', x'', 'old-held', x'00', 'held', 7, 9999999999999999, 0, 0,
+                     'upstream_timeout')",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let opened = store.open().await;
+    assert_eq!(schema_version(&store.url).await, 2);
+    let key = idemgate::store::RecordKey {
+        route: "api".into(),
+        scope: Vec::new(),
+        key: "old-held".into(),
+    };
+    let info = opened
+        .inspect(&key)
+        .await
+        .unwrap()
+        .expect("the record was kept");
+    assert_eq!(info.state, idemgate::store::RecordState::Held);
+    assert_eq!(info.held_reason, Some("upstream_timeout"));
+    assert_eq!(info.token, 7);
 }

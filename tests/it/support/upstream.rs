@@ -6,7 +6,12 @@
 //! - `/status/{code}`: answers `{code}` with a JSON body;
 //! - `/slow/{ms}`: waits, then 201;
 //! - `/hang`: never answers;
-//! - `/reset`: drops the connection without answering;
+//! - `/reset`: drops the connection without answering (after acting);
+//! - `/drop-once`: the first request with a key is dropped before acting
+//!   (no execution); later ones act as on any other path;
+//! - `GET …/idempotency/{key}`: the status inquiry lookup, not an
+//!   execution: `200` with the key's execution if it has one, `404` if
+//!   not ([`Upstream::lookup`] makes it fail or lie, for negative controls);
 //! - `/binary`: 201 with a binary body, `Location` and `ETag`;
 //! - `/big/{n}`: 200 with `n` bytes;
 //! - anything else: 201 with a JSON body naming how many requests with this
@@ -86,6 +91,24 @@ struct Seen {
     total: u64,
     /// Every execution, in order.
     executions: Vec<Execution>,
+    /// Status inquiry lookups per key.
+    lookups: HashMap<String, u64>,
+    /// How the lookup answers.
+    lookup: Lookup,
+}
+
+/// How `GET …/idempotency/{key}` answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Lookup {
+    /// Truthfully: 200 if the key was executed, 404 if not.
+    #[default]
+    Truthful,
+    /// `503` for this many questions, then truthfully.
+    FailFirst(u64),
+    /// `503` always.
+    Down,
+    /// `404` always, even for keys it executed: a broken contract.
+    Lying,
 }
 
 /// A running upstream; stops accepting when dropped.
@@ -203,6 +226,22 @@ impl Upstream {
         self.seen.lock().unwrap().last_headers.clone()
     }
 
+    /// Set how the status inquiry lookup answers from now on.
+    pub fn lookup(&self, lookup: Lookup) {
+        self.seen.lock().unwrap().lookup = lookup;
+    }
+
+    /// How many status inquiry lookups asked about this key.
+    pub fn lookups(&self, key: &str) -> u64 {
+        self.seen
+            .lock()
+            .unwrap()
+            .lookups
+            .get(key)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// Every execution so far.
     pub fn executions(&self) -> Vec<Execution> {
         self.seen.lock().unwrap().executions.clone()
@@ -259,6 +298,9 @@ async fn answer(
         label if !label.is_empty() => label,
         _ => header("idempotency-key"),
     };
+    if req.method() == http::Method::GET && req.uri().path().contains("/idempotency/") {
+        return Ok(lookup(&req, &seen));
+    }
     let op: u64 = header(OP_HEADER).parse().unwrap_or(u64::MAX);
     let mut delay = Duration::from_millis(header(DELAY_HEADER).parse().unwrap_or(0));
     let n = {
@@ -299,6 +341,9 @@ async fn answer(
         Plan::Hang
     } else if segments.contains(&"reset") {
         Plan::Reset
+    } else if segments.contains(&"drop-once") && n == 1 {
+        // Dropped before acting: nothing is executed.
+        return Err(Reset);
     } else if segments.contains(&"binary") {
         let headers = vec![
             ("content-type", "application/octet-stream".into()),
@@ -371,6 +416,37 @@ async fn answer(
         }
         Plan::Reset => Err(Reset),
     }
+}
+
+/// The status inquiry lookup for the key at the end of `path`: what the
+/// upstream knows of it, as its [`Lookup`] mode lets it say.
+fn lookup(req: &Request<Incoming>, seen: &Mutex<Seen>) -> Response<Full<Bytes>> {
+    let raw = req.uri().path().rsplit('/').next().unwrap_or_default();
+    let key = percent_encoding::percent_decode_str(raw)
+        .decode_utf8_lossy()
+        .into_owned();
+    let mut s = seen.lock().unwrap();
+    s.last_headers = req.headers().clone();
+    *s.lookups.entry(key.clone()).or_default() += 1;
+    let executed: Vec<&Execution> = s.executions.iter().filter(|e| e.key == key).collect();
+    let found = executed.first().map(|e| (e.number, executed.len()));
+    let (status, body) = match (s.lookup, found) {
+        (Lookup::FailFirst(0) | Lookup::Truthful, Some((number, times))) => (
+            200,
+            format!("{{\"key\":\"{key}\",\"execution\":{number},\"times\":{times}}}"),
+        ),
+        (Lookup::FailFirst(0) | Lookup::Truthful | Lookup::Lying, _) => (404, String::new()),
+        (Lookup::FailFirst(left), _) => {
+            s.lookup = Lookup::FailFirst(left - 1);
+            (503, String::new())
+        }
+        (Lookup::Down, _) => (503, String::new()),
+    };
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap()
 }
 
 /// A short hex digest of some bytes.

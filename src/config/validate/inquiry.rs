@@ -1,0 +1,218 @@
+//! `on_unknown_outcome = "inquire"` and its `[routes.inquiry]` table: a URL
+//! that names the key, and timings that end before the record does.
+
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue};
+
+use super::key;
+use super::timing::Timing;
+use crate::config::defaults::{
+    DEFAULT_INQUIRY_AFTER, DEFAULT_INQUIRY_EVERY, DEFAULT_INQUIRY_GIVE_UP,
+};
+use crate::config::inquiry::Inquiry;
+use crate::config::raw::RawRoute;
+use crate::config::values::{duration, header_name};
+use crate::config::{ConfigError, UnknownOutcome, invalid};
+
+/// The route's inquiry: `Some` exactly when it inquires.
+pub(super) fn inquiry(
+    at: &str,
+    r: &RawRoute,
+    on_unknown: UnknownOutcome,
+    timing: &Timing,
+) -> Result<Option<Inquiry>, ConfigError> {
+    let at_table = key(at, "inquiry");
+    let Some(raw) = &r.inquiry else {
+        if on_unknown == UnknownOutcome::Inquire {
+            return Err(invalid(
+                at_table,
+                "on_unknown_outcome = \"inquire\" needs this table, with at least the url that \
+                 asks the upstream about a key (\"http://…/{key}\")",
+            ));
+        }
+        return Ok(None);
+    };
+    if on_unknown != UnknownOutcome::Inquire {
+        return Err(invalid(
+            at_table,
+            "only applies to on_unknown_outcome = \"inquire\"",
+        ));
+    }
+    let at_url = format!("{at_table}.url");
+    let Some(url) = raw.url.clone() else {
+        return Err(invalid(
+            at_url,
+            "is required: the URL that asks the upstream about a key",
+        ));
+    };
+    check_url(&at_url, &url)?;
+    let after = duration(
+        &format!("{at_table}.after"),
+        raw.after.as_deref(),
+        DEFAULT_INQUIRY_AFTER,
+    )?;
+    let at_every = format!("{at_table}.every");
+    let every = duration(&at_every, raw.every.as_deref(), DEFAULT_INQUIRY_EVERY)?;
+    if every < Duration::from_secs(1) {
+        return Err(invalid(
+            at_every,
+            format!("{every:?} is less than 1s: too often to ask an upstream"),
+        ));
+    }
+    let at_give_up = format!("{at_table}.give_up_after");
+    let give_up_after = duration(
+        &at_give_up,
+        raw.give_up_after.as_deref(),
+        DEFAULT_INQUIRY_GIVE_UP,
+    )?;
+    if give_up_after <= after || give_up_after >= timing.retention {
+        return Err(invalid(
+            at_give_up,
+            format!(
+                "{give_up_after:?} must be longer than after ({after:?}) and shorter than the \
+                 route's retention ({:?}): past retention the record, and the inquiry, are gone",
+                timing.retention
+            ),
+        ));
+    }
+    let mut headers = Vec::new();
+    for (name, value) in raw.headers.iter().flatten() {
+        let at_header = format!("{at_table}.headers.{name}");
+        let name: HeaderName = header_name(&at_header, name)?;
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| invalid(&at_header, "is not a valid header value"))?;
+        headers.push((name, value));
+    }
+    Ok(Some(Inquiry {
+        url,
+        after,
+        every,
+        give_up_after,
+        headers,
+    }))
+}
+
+/// An absolute `http`/`https` URL with `{key}`, and no placeholder but
+/// `{key}` and `{scope}`.
+fn check_url(at: &str, url: &str) -> Result<(), ConfigError> {
+    if !url.contains("{key}") {
+        return Err(invalid(
+            at,
+            format!("{url:?} lacks {{key}}: the question must name the key"),
+        ));
+    }
+    let rest = url.replace("{key}", "").replace("{scope}", "");
+    if rest.contains(['{', '}']) {
+        return Err(invalid(
+            at,
+            format!("{url:?}: the only placeholders are {{key}} and {{scope}}"),
+        ));
+    }
+    let sample = url.replace("{key}", "k").replace("{scope}", "s");
+    match sample.parse::<http::Uri>() {
+        Ok(uri) if matches!(uri.scheme_str(), Some("http" | "https")) && uri.host().is_some() => {
+            Ok(())
+        }
+        _ => Err(invalid(
+            at,
+            format!("{url:?} is not an absolute http:// or https:// URL"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::config::UnknownOutcome;
+    use crate::config::tests::{MINIMAL, parse, route_error};
+
+    const TABLE: &str = "on_unknown_outcome = \"inquire\"\n[routes.inquiry]\n";
+
+    #[test]
+    fn an_inquiring_route_names_where_to_ask() {
+        let c = parse(&format!(
+            "{MINIMAL}\n{TABLE}url = \"http://up/v1/idempotency/{{key}}?s={{scope}}\"\n\
+             after = \"2s\"\nevery = \"10s\"\ngive_up_after = \"30m\"\n\
+             headers = {{ Authorization = \"Bearer t\" }}\n"
+        ))
+        .unwrap();
+        let r = &c.routes[0];
+        assert_eq!(r.on_unknown_outcome, UnknownOutcome::Inquire);
+        let q = r.inquiry.as_ref().unwrap();
+        assert_eq!(q.after, Duration::from_secs(2));
+        assert_eq!(q.every, Duration::from_secs(10));
+        assert_eq!(q.give_up_after, Duration::from_secs(1800));
+        assert_eq!(q.headers[0].0, "authorization");
+        let defaults = parse(&format!("{MINIMAL}\n{TABLE}url = \"http://up/{{key}}\"\n")).unwrap();
+        assert!(defaults.routes[0].inquiry.is_some());
+    }
+
+    #[test]
+    fn an_inquiry_sooner_than_the_upstream_timeout_is_a_warning() {
+        let text = |after: &str| {
+            format!(
+                "{MINIMAL}\nupstream_timeout = \"30s\"\n{TABLE}url = \"http://up/{{key}}\"\nafter = \"{after}\"\n"
+            )
+        };
+        let warned = parse(&text("5s")).unwrap().warnings();
+        assert_eq!(warned.len(), 1);
+        assert!(
+            warned[0].contains("\"payments\"") && warned[0].contains("after"),
+            "{warned:?}"
+        );
+        assert!(parse(&text("40s")).unwrap().warnings().is_empty());
+    }
+
+    #[test]
+    fn a_bad_inquiry_is_named() {
+        for (text, named) in [
+            ("on_unknown_outcome = \"inquire\"\n", "routes[0].inquiry"),
+            (
+                "[routes.inquiry]\nurl = \"http://up/{key}\"\n",
+                "routes[0].inquiry",
+            ),
+            (&format!("{TABLE}after = \"1s\"\n"), "routes[0].inquiry.url"),
+            (
+                &format!("{TABLE}url = \"http://up/status\"\n"),
+                "routes[0].inquiry.url",
+            ),
+            (
+                &format!("{TABLE}url = \"http://up/{{key}}/{{tenant}}\"\n"),
+                "routes[0].inquiry.url",
+            ),
+            (
+                &format!("{TABLE}url = \"/relative/{{key}}\"\n"),
+                "routes[0].inquiry.url",
+            ),
+            (
+                &format!("{TABLE}url = \"http://up/{{key}}\"\nevery = \"10ms\"\n"),
+                "routes[0].inquiry.every",
+            ),
+            (
+                &format!(
+                    "{TABLE}url = \"http://up/{{key}}\"\ngive_up_after = \"2s\"\nafter = \"5s\"\n"
+                ),
+                "routes[0].inquiry.give_up_after",
+            ),
+            (
+                &format!("{TABLE}url = \"http://up/{{key}}\"\ngive_up_after = \"48h\"\n"),
+                "routes[0].inquiry.give_up_after",
+            ),
+            (
+                &format!(
+                    "{TABLE}url = \"http://up/{{key}}\"\nheaders = {{ \"bad name\" = \"x\" }}\n"
+                ),
+                "routes[0].inquiry.headers",
+            ),
+            (
+                &format!("{TABLE}url = \"http://up/{{key}}\"\nurll = \"x\"\n"),
+                "urll",
+            ),
+        ] {
+            let err = route_error(text);
+            assert!(err.contains(named), "{text}: {err}");
+        }
+    }
+}

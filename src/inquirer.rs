@@ -1,0 +1,302 @@
+//! The status inquiry (docs/src/guide/status-inquiry.md): a background task
+//! that asks upstreams what happened to attempts whose outcome is unknown,
+//! and settles each key by the answer.
+//!
+//! Every [`TICK`], the task takes the due questions of the routes that
+//! inquire from the store ([`StoreAdmin::take_inquiries`]): each taken key
+//! has a new fencing token and a lease, so exactly one instance asks about
+//! it, and a stale inquirer's late answer is fenced. Then, per key:
+//!
+//! - too early (less than `after` since the outcome became unknown): the
+//!   question is put off until then, not asked;
+//! - past `give_up_after`: held (`inquiry_gave_up`);
+//! - `GET url`: **2xx** the upstream acted, its answer is recorded and
+//!   replayed from now on; **404/410** it never acted, the key is released;
+//!   anything else (or no answer within the route's `upstream_timeout`):
+//!   asked again after `every`, or held if that would pass `give_up_after`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Method, Request, StatusCode, header};
+use tokio::task::JoinSet;
+
+use crate::config::Route;
+use crate::handler::{replayable, to_client};
+use crate::metrics::Metrics;
+use crate::request::body::{Collected, collect_up_to, empty};
+use crate::store::{Cas, HeldReason, Inquiry, Store, StoreAdmin, StoreError, StoredResponse};
+use crate::upstream::{Upstream, UpstreamError};
+
+/// How often due questions are looked for.
+pub const TICK: Duration = Duration::from_secs(1);
+/// The most questions one instance asks at once.
+const BATCH: usize = 32;
+/// A question's lease beyond its route's `upstream_timeout`: time to
+/// settle the key after the answer.
+const LEASE_MARGIN: Duration = Duration::from_secs(5);
+
+/// What one question did to its key (`idemgate_inquiries_total{result}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// 2xx: the upstream acted; its answer is the key's record.
+    Acted,
+    /// 404 or 410: the upstream never acted; the key is released.
+    NotActed,
+    /// Anything else: asked again later.
+    Unknown,
+    /// `give_up_after` passed: the key is held.
+    GaveUp,
+}
+
+impl Answer {
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Acted => "acted",
+            Self::NotActed => "not_acted",
+            Self::Unknown => "unknown",
+            Self::GaveUp => "gave_up",
+        }
+    }
+}
+
+/// The routes that inquire, and what asking needs.
+pub struct Inquirer {
+    routes: HashMap<String, Arc<Route>>,
+    records: Arc<dyn StoreAdmin>,
+    store: Arc<dyn Store>,
+    upstream: Upstream,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Inquirer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inquirer")
+            .field("routes", &self.routes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inquirer {
+    /// An inquirer for the routes of `routes` that inquire; `None` if none
+    /// does. Questions are settled through `store` (the request path's,
+    /// so caches and metrics see them) and taken from `records`.
+    pub fn new(
+        routes: &[Route],
+        records: Arc<dyn StoreAdmin>,
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+        connect_timeout: Duration,
+    ) -> Option<Self> {
+        let routes: HashMap<String, Arc<Route>> = routes
+            .iter()
+            .filter(|r| r.inquiry.is_some())
+            .map(|r| (r.name.clone(), Arc::new(r.clone())))
+            .collect();
+        if routes.is_empty() {
+            return None;
+        }
+        let https = routes
+            .values()
+            .filter(|r| {
+                r.inquiry
+                    .as_ref()
+                    .is_some_and(|q| q.url.starts_with("https:"))
+            })
+            .map(|r| r.upstream_ca.as_ref());
+        let upstream = Upstream::new(connect_timeout, https);
+        Some(Self {
+            routes,
+            records,
+            store,
+            upstream,
+            metrics,
+        })
+    }
+
+    /// Ask about due keys every [`TICK`], forever.
+    pub async fn run(self) {
+        let this = Arc::new(self);
+        let names: Vec<String> = this.routes.keys().cloned().collect();
+        let lease = this
+            .routes
+            .values()
+            .map(|r| r.upstream_timeout)
+            .max()
+            .unwrap_or_default()
+            + LEASE_MARGIN;
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let taken = match this.records.take_inquiries(&names, lease, BATCH).await {
+                Ok(taken) => taken,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot look for due status inquiries; will retry");
+                    continue;
+                }
+            };
+            let mut asking = JoinSet::new();
+            for inquiry in taken {
+                let this = this.clone();
+                this.metrics.inquiries.pending.inc();
+                asking.spawn(async move {
+                    this.settle(inquiry).await;
+                    this.metrics.inquiries.pending.dec();
+                });
+            }
+            // One batch at a time: at most BATCH questions in flight.
+            while asking.join_next().await.is_some() {}
+        }
+    }
+
+    /// Ask about one taken key (or put the question off) and settle it.
+    async fn settle(&self, inquiry: Inquiry) {
+        let Some(route) = self.routes.get(&inquiry.key.route) else {
+            return;
+        };
+        let Some(spec) = &route.inquiry else {
+            return;
+        };
+        let (key, token) = (&inquiry.key, inquiry.token);
+        if inquiry.asked == 0 && inquiry.inquiring_for < spec.after {
+            // Not yet: the upstream may still be working on the request.
+            let wait = spec.after - inquiry.inquiring_for;
+            self.write(
+                "put off",
+                route,
+                self.store.inquire(key, token, wait, false).await,
+            );
+            return;
+        }
+        let asked = if inquiry.inquiring_for >= spec.give_up_after {
+            Ok(Asked::GaveUp)
+        } else {
+            self.ask(route, &inquiry).await
+        };
+        let (answer, written) = match asked {
+            Ok(Asked::Acted(response)) => (
+                Answer::Acted,
+                self.store
+                    .complete(key, token, &response, route.retention)
+                    .await,
+            ),
+            Ok(Asked::TooLarge) => {
+                let reason = HeldReason::ResponseTooLarge;
+                let held = self.store.hold(key, token, reason, route.retention).await;
+                (Answer::Acted, held)
+            }
+            Ok(Asked::NotActed) => (Answer::NotActed, self.store.release(key, token).await),
+            Err(Unsettled(why)) if inquiry.inquiring_for + spec.every < spec.give_up_after => {
+                tracing::info!(route = %route.name, token, asked = inquiry.asked + 1, %why, "status inquiry unanswered; asking again later");
+                let next = self.store.inquire(key, token, spec.every, true).await;
+                (Answer::Unknown, next)
+            }
+            Err(_) | Ok(Asked::GaveUp) => {
+                let reason = HeldReason::InquiryGaveUp;
+                (
+                    Answer::GaveUp,
+                    self.store.hold(key, token, reason, route.retention).await,
+                )
+            }
+        };
+        if self.write(answer.as_str(), route, written) {
+            self.metrics.inquiries.count(&route.name, answer.as_str());
+            match answer {
+                Answer::Acted | Answer::NotActed => {
+                    tracing::info!(route = %route.name, token, answer = answer.as_str(), "unknown outcome resolved by a status inquiry");
+                }
+                Answer::GaveUp => {
+                    tracing::warn!(route = %route.name, token, asked = inquiry.asked, "status inquiry gave up; the key is held");
+                }
+                Answer::Unknown => {}
+            }
+        }
+    }
+
+    /// Log a write that did not apply; `true` if it did.
+    fn write(&self, what: &str, route: &Route, written: Result<Cas, StoreError>) -> bool {
+        match written {
+            Ok(Cas::Applied) => true,
+            Ok(Cas::Fenced) => {
+                tracing::debug!(route = %route.name, what, "status inquiry fenced: the key was settled meanwhile");
+                false
+            }
+            Err(error) => {
+                tracing::warn!(route = %route.name, what, %error, "status inquiry could not settle its key; its lease will lapse and it is asked again");
+                false
+            }
+        }
+    }
+
+    /// `GET` the route's inquiry URL for the key, within `upstream_timeout`.
+    async fn ask(&self, route: &Route, inquiry: &Inquiry) -> Result<Asked, Unsettled> {
+        let spec = route
+            .inquiry
+            .as_ref()
+            .ok_or(Unsettled("no inquiry".into()))?;
+        let uri = spec
+            .url_for(&inquiry.key.key, &inquiry.key.scope)
+            .map_err(|e| Unsettled(format!("the inquiry URL is invalid for this key: {e}")))?;
+        let mut request = Request::builder().method(Method::GET).uri(uri);
+        for (name, value) in &spec.headers {
+            request = request.header(name, value);
+        }
+        let request = request
+            .header(header::ACCEPT, "*/*")
+            .body(empty())
+            .map_err(|e| Unsettled(e.to_string()))?;
+        let exchange = tokio::time::timeout(route.upstream_timeout, async {
+            let response = self
+                .upstream
+                .send(route.upstream_ca.as_ref(), request)
+                .await?;
+            let (parts, incoming) = response.into_parts();
+            let body = collect_up_to(incoming, route.max_recorded_response, |_| {})
+                .await
+                .map_err(|e| UpstreamError::Failed(format!("reading the answer: {e}")))?;
+            Ok::<_, UpstreamError>((parts, body))
+        })
+        .await
+        .map_err(|_| Unsettled(format!("no answer within {:?}", route.upstream_timeout)))?;
+        let (mut parts, body) = exchange.map_err(|e| Unsettled(e.to_string()))?;
+        to_client(&mut parts);
+        Ok(match (parts.status, body) {
+            (StatusCode::NOT_FOUND | StatusCode::GONE, _) => Asked::NotActed,
+            (status, Collected::Complete(body)) if status.is_success() => {
+                Asked::Acted(StoredResponse {
+                    status,
+                    headers: replayable(&parts.headers, &route.replay_headers_deny),
+                    body,
+                })
+            }
+            (status, Collected::Over { .. }) if status.is_success() => Asked::TooLarge,
+            (status, _) => return Err(Unsettled(format!("the upstream answered {status}"))),
+        })
+    }
+}
+
+/// What a question found out.
+enum Asked {
+    /// 2xx within `max_recorded_response`: the key's record.
+    Acted(StoredResponse),
+    /// 2xx over `max_recorded_response`: acted, but nothing to replay.
+    TooLarge,
+    /// 404 or 410.
+    NotActed,
+    /// Not asked: `give_up_after` has passed.
+    GaveUp,
+}
+
+/// Why a question settled nothing.
+struct Unsettled(String);
+
+/// The inquirer as a task, if any route inquires.
+pub type Task = Option<tokio::task::JoinHandle<()>>;
+
+/// Start the inquirer for `routes`, if any inquires.
+pub fn start(inquirer: Option<Inquirer>) -> Task {
+    inquirer.map(|inquirer| tokio::spawn(inquirer.run()))
+}

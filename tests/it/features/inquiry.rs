@@ -1,0 +1,287 @@
+//! Status inquiry (docs/src/guide/status-inquiry.md): on a route with
+//! `on_unknown_outcome = "inquire"`, an attempt whose outcome is unknown is
+//! not held for a human: the gateway asks the upstream's lookup and acts on
+//! the answer. Against the real gateway and the test upstream, whose
+//! `GET /v1/idempotency/{key}` answers from its own ledger.
+
+use std::time::Duration;
+
+use http::StatusCode;
+
+use crate::support::process::GatewayProcess;
+use crate::support::upstream::Lookup;
+use crate::support::{
+    Backend, Gateway, HttpClient, Reply, Set, TestConfig, TestStore, Upstream, client, eventually,
+    per_backend, post, sample,
+};
+
+/// A route that inquires at `upstream`'s lookup: first after 100 ms, then
+/// every second, giving up after `give_up`.
+fn inquiring(store: &TestStore, upstream: &Upstream, give_up: &str) -> TestConfig {
+    let url = format!("{}/v1/idempotency/{{key}}", upstream.url());
+    store.config(&upstream.url()).route(|r| {
+        let mut inquiry = toml::Table::new();
+        inquiry
+            .set("url", url)
+            .set("after", "100ms")
+            .set("every", "1s")
+            .set("give_up_after", give_up)
+            .set("headers", {
+                let mut h = toml::Table::new();
+                h.set("x-inquiry-token", "t0ken");
+                h
+            });
+        r.set("on_unknown_outcome", "inquire")
+            .set("inquiry", inquiry);
+    })
+}
+
+/// Retry until the answer is no longer `409 outcome-pending` (at most 20 s).
+async fn settled(c: &HttpClient, url: &str, key: &str) -> Reply {
+    eventually(Duration::from_secs(20), || async {
+        let reply = post(c, url, key, "{}").await;
+        (reply.status != StatusCode::CONFLICT).then_some(reply)
+    })
+    .await
+    .expect("the key settles within 20 s")
+}
+
+async fn inquiries(gateway: &Gateway, result: &str) -> f64 {
+    let series = format!("idemgate_inquiries_total{{route=\"api\",result=\"{result}\"}}");
+    sample(&gateway.metrics().await, &series)
+}
+
+async fn an_upstream_that_acted_then_reset_is_replayed(b: Backend) {
+    let store = TestStore::new(b).await;
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&inquiring(&store, &upstream, "20s")).await;
+    let (c, url) = (client(), gateway.url("/v1/reset"));
+    let broken = post(&c, &url, "acted", "{}").await;
+    assert_eq!(broken.status, StatusCode::BAD_GATEWAY);
+    assert!(broken.text().contains("ask it"), "{}", broken.text());
+    let pending = post(&c, &url, "acted", "{}").await;
+    if pending.status == StatusCode::CONFLICT {
+        assert_eq!(
+            pending.problem_type(),
+            "urn:idemgate:problem:outcome-pending"
+        );
+        assert!(pending.header("retry-after").is_some());
+        assert!(
+            pending.text().contains("asking the upstream"),
+            "{}",
+            pending.text()
+        );
+    }
+    let replay = settled(&c, &url, "acted").await;
+    assert_eq!(replay.status, StatusCode::OK, "{}", replay.text());
+    assert!(replay.is_replay());
+    assert_eq!(replay.json()["execution"], 1);
+    assert_eq!(upstream.executions_per_key()["acted"].len(), 1);
+    assert_eq!(upstream.last_headers()["x-inquiry-token"], "t0ken");
+    assert_eq!(upstream.lookups("acted"), 1);
+    assert_eq!(inquiries(&gateway, "acted").await, 1.0);
+    gateway.shutdown().await;
+}
+
+async fn an_upstream_that_never_acted_gets_the_retry(b: Backend) {
+    let store = TestStore::new(b).await;
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&inquiring(&store, &upstream, "20s")).await;
+    let (c, url) = (client(), gateway.url("/v1/drop-once"));
+    assert_eq!(
+        post(&c, &url, "dropped", "{}").await.status,
+        StatusCode::BAD_GATEWAY
+    );
+    assert!(!upstream.executions_per_key().contains_key("dropped"));
+    let retry = settled(&c, &url, "dropped").await;
+    assert_eq!(retry.status, StatusCode::CREATED, "{}", retry.text());
+    assert!(!retry.is_replay());
+    assert_eq!(upstream.executions_per_key()["dropped"].len(), 1);
+    assert_eq!(inquiries(&gateway, "not_acted").await, 1.0);
+    gateway.shutdown().await;
+}
+
+async fn a_failing_lookup_is_asked_again_until_it_answers(b: Backend) {
+    let store = TestStore::new(b).await;
+    let upstream = Upstream::start().await;
+    upstream.lookup(Lookup::FailFirst(2));
+    let gateway = Gateway::start(&inquiring(&store, &upstream, "20s")).await;
+    let (c, url) = (client(), gateway.url("/v1/reset"));
+    assert_eq!(
+        post(&c, &url, "flaky", "{}").await.status,
+        StatusCode::BAD_GATEWAY
+    );
+    let replay = settled(&c, &url, "flaky").await;
+    assert_eq!(replay.status, StatusCode::OK, "{}", replay.text());
+    assert!(replay.is_replay());
+    assert_eq!(upstream.lookups("flaky"), 3);
+    assert_eq!(inquiries(&gateway, "unknown").await, 2.0);
+    assert_eq!(inquiries(&gateway, "acted").await, 1.0);
+    assert_eq!(upstream.executions_per_key()["flaky"].len(), 1);
+    gateway.shutdown().await;
+}
+
+async fn an_inquiry_gives_up_and_holds_the_key(b: Backend) {
+    let store = TestStore::new(b).await;
+    let upstream = Upstream::start().await;
+    upstream.lookup(Lookup::Down);
+    let gateway = Gateway::start(&inquiring(&store, &upstream, "2s")).await;
+    let (c, url) = (client(), gateway.url("/v1/reset"));
+    assert_eq!(
+        post(&c, &url, "lost", "{}").await.status,
+        StatusCode::BAD_GATEWAY
+    );
+    let held = settled(&c, &url, "lost").await;
+    assert_eq!(held.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(held.problem_type(), "urn:idemgate:problem:outcome-unknown");
+    assert!(held.text().contains("inquiry_gave_up"), "{}", held.text());
+    assert!(upstream.lookups("lost") >= 1);
+    assert_eq!(inquiries(&gateway, "gave_up").await, 1.0);
+    assert_eq!(upstream.executions_per_key()["lost"].len(), 1);
+    gateway.shutdown().await;
+}
+
+/// The lookup's contract broken (404 for a key it executed): the key is
+/// released and the retry executes a second time. What the harness must
+/// catch, and why the contract matters.
+async fn a_lookup_that_lies_causes_a_second_execution(b: Backend) {
+    let store = TestStore::new(b).await;
+    let upstream = Upstream::start().await;
+    upstream.lookup(Lookup::Lying);
+    let gateway = Gateway::start(&inquiring(&store, &upstream, "20s")).await;
+    let (c, url) = (client(), gateway.url("/v1/reset"));
+    assert_eq!(
+        post(&c, &url, "lied", "{}").await.status,
+        StatusCode::BAD_GATEWAY
+    );
+    // Released, forwarded again: `/reset` acts and resets once more.
+    let twice = eventually(Duration::from_secs(20), || async {
+        post(&c, &url, "lied", "{}").await;
+        (upstream.executions_per_key()["lied"].len() >= 2).then_some(())
+    })
+    .await;
+    assert!(twice.is_some(), "the lie was never acted on");
+    assert!(inquiries(&gateway, "not_acted").await >= 1.0);
+    gateway.shutdown().await;
+}
+
+async fn two_instances_ask_once(b: Backend) {
+    let store = TestStore::new(b).await;
+    let upstream = Upstream::start().await;
+    let config = inquiring(&store, &upstream, "20s");
+    let (first, second) = (Gateway::start(&config).await, Gateway::start(&config).await);
+    let c = client();
+    for n in 0..8 {
+        let key = format!("raced-{n}");
+        let url = first.url("/v1/reset");
+        assert_eq!(
+            post(&c, &url, &key, "{}").await.status,
+            StatusCode::BAD_GATEWAY
+        );
+    }
+    for n in 0..8 {
+        let key = format!("raced-{n}");
+        let replay = settled(&c, &second.url("/v1/reset"), &key).await;
+        assert!(replay.is_replay(), "{key}: {}", replay.text());
+        assert_eq!(upstream.lookups(&key), 1, "{key} was asked about twice");
+    }
+    let asked = inquiries(&first, "acted").await + inquiries(&second, "acted").await;
+    assert_eq!(asked, 8.0);
+    first.shutdown().await;
+    second.shutdown().await;
+}
+
+/// A gateway SIGKILLed while its request is at the upstream: its lease
+/// lapses, and the other instance, which never saw the key, finds it and
+/// asks.
+async fn a_killed_gateways_key_is_resolved_by_another(b: Backend) {
+    let store = TestStore::new(b).await;
+    let upstream = Upstream::start().await;
+    let config = inquiring(&store, &upstream, "20s").route(|r| {
+        r.set("lease", "1s").set("upstream_timeout", "5s");
+    });
+    let survivor = Gateway::start(&config).await;
+    let mut doomed = GatewayProcess::start("inquiry-doomed", &config).await;
+    let c = client();
+    let url = doomed.url("/v1/slow/3000");
+    let sent = tokio::spawn({
+        let c = c.clone();
+        async move { crate::support::http::try_post(&c, &url, "orphan", "{}").await }
+    });
+    upstream.arrived("orphan").await;
+    doomed.kill9();
+    let _ = sent.await;
+    let resolved = eventually(Duration::from_secs(20), || async {
+        (inquiries(&survivor, "acted").await >= 1.0).then_some(())
+    })
+    .await;
+    assert!(
+        resolved.is_some(),
+        "the survivor never asked about the orphan"
+    );
+    let replay = post(&c, &survivor.url("/v1/slow/3000"), "orphan", "{}").await;
+    assert_eq!(replay.status, StatusCode::OK, "{}", replay.text());
+    assert!(replay.is_replay());
+    assert_eq!(upstream.executions_per_key()["orphan"].len(), 1);
+    survivor.shutdown().await;
+}
+
+per_backend!(
+    only [postgres, redis, sqlite, memory, front]:
+    an_upstream_that_acted_then_reset_is_replayed,
+    an_upstream_that_never_acted_gets_the_retry,
+    a_failing_lookup_is_asked_again_until_it_answers,
+    an_inquiry_gives_up_and_holds_the_key,
+    a_lookup_that_lies_causes_a_second_execution,
+);
+
+/// `forward_attempt = true`: the upstream gets each attempt's fencing token
+/// (the gateway's, never the client's), growing from attempt to attempt.
+async fn attempts_carry_their_token_upstream(b: Backend) {
+    let store = TestStore::new(b).await;
+    let upstream = Upstream::start().await;
+    let config = store.config(&upstream.url()).route(|r| {
+        r.set("forward_attempt", true);
+    });
+    let gateway = Gateway::start(&config).await;
+    let c = client();
+    let mut tokens = Vec::new();
+    for key in ["first", "second"] {
+        let headers = [
+            ("idempotency-key", key),
+            ("idempotency-attempt", "999999999999"),
+        ];
+        let reply = crate::support::send(&c, "POST", &gateway.url("/v1/pay"), &headers, "{}").await;
+        assert_eq!(reply.status, StatusCode::CREATED);
+        let sent = upstream.last_headers()["idempotency-attempt"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        tokens.push(sent.parse::<i64>().unwrap());
+    }
+    assert!(tokens[0] > 0 && tokens[1] > tokens[0], "{tokens:?}");
+    assert!(
+        tokens[1] < 999_999_999_999,
+        "the client's value reached the upstream"
+    );
+    gateway.shutdown().await;
+}
+
+mod attempt_header {
+    use super::attempts_carry_their_token_upstream;
+    use crate::support::per_backend;
+
+    per_backend!(only [memory]: attempts_carry_their_token_upstream);
+}
+
+/// Several instances share the store: not the in-memory one.
+mod shared {
+    use super::{a_killed_gateways_key_is_resolved_by_another, two_instances_ask_once};
+    use crate::support::per_backend;
+
+    per_backend!(
+        only [postgres, redis, sqlite, front]:
+        two_instances_ask_once,
+        a_killed_gateways_key_is_resolved_by_another,
+    );
+}

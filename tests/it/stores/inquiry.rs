@@ -1,0 +1,246 @@
+//! The status inquiry's states (docs/src/guide/status-inquiry.md), one
+//! suite for every store that keeps them: an unknown outcome turns the key
+//! `inquiring`, one instance at a time takes its question (a new token),
+//! and only the taker's answer settles it. Every store, the Redis store on
+//! a Redis Cluster too.
+
+use std::time::Duration;
+
+use idemgate::config::UnknownOutcome;
+use idemgate::store::{Cas, Claim, HeldReason, RecordState};
+
+use super::conformance::{
+    Fixture, LEASE, RETENTION, claim, claim_as, claim_with, key, response, token,
+};
+use crate::support::{Backend, per_backend};
+
+const INQUIRE: UnknownOutcome = UnknownOutcome::Inquire;
+/// The inquirer's lease in these tests.
+const ASKING: Duration = Duration::from_secs(20);
+
+fn routes() -> Vec<String> {
+    vec!["r".to_string()]
+}
+
+async fn a_broken_exchange_turns_the_key_inquiring(b: Backend) {
+    let f = Fixture::new(b).await;
+    let (s, k) = (f.store.as_ref(), key("broken"));
+    let t = token(claim_with(s, &k, 1, LEASE, INQUIRE).await);
+    let next = Duration::from_secs(5);
+    assert_eq!(s.inquire(&k, t, next, false).await.unwrap(), Cas::Applied);
+    match claim_with(s, &k, 1, LEASE, INQUIRE).await {
+        Claim::Inquiring { retry_after } => {
+            assert!(
+                retry_after <= next && retry_after > Duration::from_secs(3),
+                "{retry_after:?}"
+            )
+        }
+        other => panic!("expected Inquiring, got {other:?}"),
+    }
+    assert_eq!(claim(s, &k, 2).await, Claim::Mismatch);
+    // Not the attempt's to renew any more; not due, so nobody takes it.
+    assert_eq!(s.renew(&k, t, LEASE).await.unwrap(), Cas::Fenced);
+    assert!(
+        s.take_inquiries(&routes(), ASKING, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let info = s.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.state, RecordState::Inquiring);
+    assert_eq!(info.inquiries, Some(0));
+    assert!(info.inquiring_since.is_some());
+    assert_eq!(
+        s.list("r", RecordState::Inquiring, 10).await.unwrap().len(),
+        1
+    );
+}
+
+async fn a_due_question_has_one_taker_and_only_it_settles(b: Backend) {
+    let f = Fixture::new(b).await;
+    let (s, k) = (f.store.as_ref(), key("due"));
+    let t = token(claim_with(s, &k, 1, LEASE, INQUIRE).await);
+    s.inquire(&k, t, Duration::ZERO, false).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let routes = routes();
+    let (a, b2) = tokio::join!(
+        s.take_inquiries(&routes, ASKING, 10),
+        s.take_inquiries(&routes, ASKING, 10)
+    );
+    let mut taken: Vec<_> = a.unwrap().into_iter().chain(b2.unwrap()).collect();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    let first = taken.remove(0);
+    assert_eq!((first.key.clone(), first.asked), (k.clone(), 0));
+    assert!(first.token > t);
+    // The attempt's late answer, and a second taker, are fenced now.
+    assert_eq!(
+        s.complete(&k, t, &response("late"), RETENTION)
+            .await
+            .unwrap(),
+        Cas::Fenced
+    );
+    assert!(
+        s.take_inquiries(&routes, ASKING, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    match claim_with(s, &k, 1, LEASE, INQUIRE).await {
+        Claim::Inquiring { retry_after } => assert!(retry_after > Duration::from_secs(10)),
+        other => panic!("expected Inquiring, got {other:?}"),
+    }
+    // Unanswered: asked again at once (for the test), counted.
+    assert_eq!(
+        s.inquire(&k, first.token, Duration::ZERO, true)
+            .await
+            .unwrap(),
+        Cas::Applied
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let second = s.take_inquiries(&routes, ASKING, 10).await.unwrap();
+    assert_eq!(second.len(), 1);
+    assert_eq!(second[0].asked, 1);
+    assert!(second[0].token > first.token);
+    // The first taker's answer comes too late.
+    assert_eq!(
+        s.complete(&k, first.token, &response("stale"), RETENTION)
+            .await
+            .unwrap(),
+        Cas::Fenced
+    );
+    let answer = response("the upstream's answer");
+    assert_eq!(
+        s.complete(&k, second[0].token, &answer, RETENTION)
+            .await
+            .unwrap(),
+        Cas::Applied
+    );
+    assert_eq!(claim(s, &k, 1).await, Claim::Replay(answer));
+}
+
+async fn an_answer_releases_or_holds_the_key(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
+    let routes = routes();
+    for name in ["never-acted", "gave-up"] {
+        let k = key(name);
+        let t = token(claim_with(s, &k, 1, LEASE, INQUIRE).await);
+        s.inquire(&k, t, Duration::ZERO, false).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let taken = s.take_inquiries(&routes, ASKING, 10).await.unwrap();
+    assert_eq!(taken.len(), 2, "{taken:?}");
+    for q in taken {
+        if q.key.key == "never-acted" {
+            assert_eq!(s.release(&q.key, q.token).await.unwrap(), Cas::Applied);
+            let again = claim_with(s, &q.key, 1, LEASE, INQUIRE).await;
+            assert!(
+                matches!(
+                    again,
+                    Claim::Claimed {
+                        takeover: false,
+                        ..
+                    }
+                ),
+                "{again:?}"
+            );
+        } else {
+            let held = s
+                .hold(&q.key, q.token, HeldReason::InquiryGaveUp, RETENTION)
+                .await;
+            assert_eq!(held.unwrap(), Cas::Applied);
+            assert_eq!(
+                claim(s, &q.key, 1).await,
+                Claim::Held(HeldReason::InquiryGaveUp)
+            );
+            assert!(
+                s.take_inquiries(&routes, ASKING, 10)
+                    .await
+                    .unwrap()
+                    .is_empty()
+            );
+        }
+    }
+}
+
+async fn a_lapsed_lease_turns_inquiring(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
+    let short = Duration::from_millis(200);
+    // Found by the next request: inquiring at once, the attempt's token kept.
+    let k = key("lapsed");
+    let t = token(claim_with(s, &k, 1, short, INQUIRE).await);
+    // Found by no request: taken by the inquirer, on its route only.
+    let quiet = key("quiet");
+    let quiet_token = token(claim_with(s, &quiet, 1, short, INQUIRE).await);
+    let mut other = key("other-route");
+    other.route = "other".into();
+    token(claim_with(s, &other, 1, short, UnknownOutcome::Hold).await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        claim_with(s, &k, 1, LEASE, INQUIRE).await,
+        Claim::Inquiring {
+            retry_after: Duration::ZERO
+        }
+    );
+    // The lapsed attempt may still deliver the real answer.
+    let real = response("late but real");
+    assert_eq!(
+        s.complete(&k, t, &real, RETENTION).await.unwrap(),
+        Cas::Applied
+    );
+    assert_eq!(claim(s, &k, 1).await, Claim::Replay(real));
+
+    let taken = s.take_inquiries(&routes(), ASKING, 10).await.unwrap();
+    assert_eq!(taken.len(), 1, "{taken:?}");
+    assert_eq!(taken[0].key, quiet);
+    assert!(taken[0].inquiring_for < Duration::from_secs(5));
+    assert_eq!(
+        s.complete(&quiet, quiet_token, &response("x"), RETENTION)
+            .await
+            .unwrap(),
+        Cas::Fenced
+    );
+    assert!(matches!(
+        claim_with(s, &quiet, 1, LEASE, INQUIRE).await,
+        Claim::Inquiring { .. }
+    ));
+    assert_eq!(
+        s.inspect(&other).await.unwrap().unwrap().state,
+        RecordState::InFlight
+    );
+}
+
+async fn operators_and_abandons_clear_inquiring_keys(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
+    let k = key("op");
+    let t = token(claim_with(s, &k, 1, LEASE, INQUIRE).await);
+    s.inquire(&k, t, Duration::from_secs(30), false)
+        .await
+        .unwrap();
+    assert!(s.clear(&k, false).await.unwrap());
+    assert!(matches!(
+        claim_with(s, &k, 1, LEASE, INQUIRE).await,
+        Claim::Claimed { .. }
+    ));
+    // A claim whose answer was lost, found lapsed by a retry, is abandoned.
+    let lost = key("lost");
+    claim_as(s, &lost, 1, 77, Duration::from_millis(200), INQUIRE).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(matches!(
+        claim_with(s, &lost, 1, LEASE, INQUIRE).await,
+        Claim::Inquiring { .. }
+    ));
+    assert_eq!(s.abandon(&lost, 77).await.unwrap(), Cas::Applied);
+    assert!(s.inspect(&lost).await.unwrap().is_none());
+}
+
+per_backend!(
+    only [postgres, redis, redis_cluster, sqlite, memory, front]:
+    a_broken_exchange_turns_the_key_inquiring,
+    a_due_question_has_one_taker_and_only_it_settles,
+    an_answer_releases_or_holds_the_key,
+    a_lapsed_lease_turns_inquiring,
+    operators_and_abandons_clear_inquiring_keys,
+);
