@@ -6,12 +6,12 @@
 //! `amount` when the body is JSON. `GET /v1/payments/{id}` returns a payment
 //! or `404`.
 //!
-//! It keeps the status inquiry's contract (docs/src/guide/status-inquiry.md):
-//! each payment is appended to a ledger file with the `Idempotency-Key` it
-//! came with *before* it is answered, and the ledger is read back at start,
-//! so `GET /v1/idempotency/{key}` answers `201` with the payment a key
-//! created (even after a crash mid-request) or `404` if the key never
-//! created one. A `?delay_ms=N` query
+//! `GET /v1/idempotency/{key}` is the status inquiry's lookup
+//! (docs/src/guide/status-inquiry.md): `201` with the payment a key
+//! created, or `404` if the key never created one. With `--ledger FILE` it
+//! keeps that contract across a crash: each payment is appended to the file
+//! with its `Idempotency-Key` *before* it is answered, and the file is read
+//! back at start. A `?delay_ms=N` query
 //! parameter (at most 60000) makes the answer wait, so a duplicate can arrive
 //! while the first request is still in flight. `POST /v1/events` is a
 //! webhook receiver: it processes every delivery it gets (`200`, with the
@@ -22,7 +22,7 @@
 //!
 //! ```text
 //! cargo run --example demo_upstream                       # 127.0.0.1:9000
-//! cargo run --example demo_upstream -- --listen 127.0.0.1:9100 --ledger /tmp/ledger.jsonl
+//! cargo run --example demo_upstream -- --listen 127.0.0.1:9100 --ledger demo-ledger.jsonl
 //! ```
 
 use std::collections::HashMap;
@@ -51,9 +51,10 @@ struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:9000")]
     listen: SocketAddr,
-    /// The ledger file (JSON lines: key and payment), read at start.
-    #[arg(long, default_value_os_t = std::env::temp_dir().join("idemgate-demo-ledger.jsonl"))]
-    ledger: PathBuf,
+    /// Keep payments in this file (JSON lines: key and payment), read at
+    /// start; without it they live in memory only.
+    #[arg(long)]
+    ledger: Option<PathBuf>,
 }
 
 #[derive(Default)]
@@ -114,12 +115,19 @@ type State = Arc<Mutex<Payments>>;
 async fn main() -> std::io::Result<()> {
     let args = Args::parse();
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    let state: State = Arc::new(Mutex::new(Payments::open(&args.ledger)?));
-    println!(
-        "demo upstream listening on http://{} (ledger {})",
-        args.listen,
-        args.ledger.display()
-    );
+    let payments = match &args.ledger {
+        Some(path) => Payments::open(path)?,
+        None => Payments::default(),
+    };
+    let state: State = Arc::new(Mutex::new(payments));
+    match &args.ledger {
+        Some(path) => println!(
+            "demo upstream listening on http://{} (ledger {})",
+            args.listen,
+            path.display()
+        ),
+        None => println!("demo upstream listening on http://{}", args.listen),
+    }
     loop {
         let (stream, _) = listener.accept().await?;
         let state = state.clone();

@@ -23,7 +23,7 @@ use http::{Method, Request, StatusCode, header};
 use tokio::task::JoinSet;
 
 use crate::config::Route;
-use crate::handler::{replayable, to_client};
+use crate::handler::{key_digest, replayable, to_client};
 use crate::metrics::Metrics;
 use crate::request::body::{Collected, collect_up_to, empty};
 use crate::store::{Cas, HeldReason, Inquiry, Store, StoreAdmin, StoreError, StoredResponse};
@@ -161,6 +161,7 @@ impl Inquirer {
             return;
         };
         let (key, token) = (&inquiry.key, inquiry.token);
+        let digest = key_digest(&key.key);
         if inquiry.asked == 0 && inquiry.inquiring_for < spec.after {
             // Not yet: the upstream may still be working on the request.
             let wait = spec.after - inquiry.inquiring_for;
@@ -190,7 +191,7 @@ impl Inquirer {
             }
             Ok(Asked::NotActed) => (Answer::NotActed, self.store.release(key, token).await),
             Err(Unsettled(why)) if inquiry.inquiring_for + spec.every < spec.give_up_after => {
-                tracing::info!(route = %route.name, token, asked = inquiry.asked + 1, %why, "status inquiry unanswered; asking again later");
+                tracing::info!(route = %route.name, key = %digest, token, asked = inquiry.asked + 1, %why, "status inquiry unanswered; asking again later");
                 let next = self.store.inquire(key, token, spec.every, true).await;
                 (Answer::Unknown, next)
             }
@@ -206,10 +207,10 @@ impl Inquirer {
             self.metrics.inquiries.count(&route.name, answer.as_str());
             match answer {
                 Answer::Acted | Answer::NotActed => {
-                    tracing::info!(route = %route.name, token, answer = answer.as_str(), "unknown outcome resolved by a status inquiry");
+                    tracing::info!(route = %route.name, key = %digest, token, answer = answer.as_str(), "unknown outcome resolved by a status inquiry");
                 }
                 Answer::GaveUp => {
-                    tracing::warn!(route = %route.name, token, asked = inquiry.asked, "status inquiry gave up; the key is held");
+                    tracing::warn!(route = %route.name, key = %digest, token, asked = inquiry.asked, "status inquiry gave up; the key is held");
                 }
                 Answer::Unknown => {}
             }

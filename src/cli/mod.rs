@@ -123,6 +123,8 @@ pub enum StateArg {
     Completed,
     /// The outcome is unknown or the response was not retained.
     Held,
+    /// The outcome is unknown and the upstream is being asked.
+    Inquiring,
 }
 
 impl From<StateArg> for RecordState {
@@ -131,6 +133,7 @@ impl From<StateArg> for RecordState {
             StateArg::InFlight => Self::InFlight,
             StateArg::Completed => Self::Completed,
             StateArg::Held => Self::Held,
+            StateArg::Inquiring => Self::Inquiring,
         }
     }
 }

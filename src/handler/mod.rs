@@ -270,7 +270,7 @@ impl Gateway {
 }
 
 /// A key as logs show it: the first 12 hex digits of its SHA-256.
-fn key_digest(key: &str) -> String {
+pub(crate) fn key_digest(key: &str) -> String {
     hex::encode(&Sha256::digest(key.as_bytes())[..6])
 }
 

@@ -141,6 +141,70 @@ async fn an_inquiry_gives_up_and_holds_the_key(b: Backend) {
     gateway.shutdown().await;
 }
 
+/// `idemgate --config PATH keys ARGS…` (the real binary); its stdout.
+async fn keys(path: &std::path::Path, args: &[&str]) -> String {
+    let path = path.to_path_buf();
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(crate::support::process::binary())
+            .arg("--config")
+            .arg(&path)
+            .arg("keys")
+            .args(&args)
+            .output()
+            .expect("the binary runs")
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// What an operator sees of an inquiring key, and that `keys release`
+/// still frees it (the real binary, reading the store).
+async fn operators_see_and_release_inquiring_keys(b: Backend) {
+    let store = TestStore::new(b).await;
+    let upstream = Upstream::start().await;
+    upstream.lookup(Lookup::Down);
+    let config = inquiring(&store, &upstream, "20s");
+    let gateway = Gateway::start(&config).await;
+    let (c, url) = (client(), gateway.url("/v1/drop-once"));
+    assert_eq!(
+        post(&c, &url, "stuck", "{}").await.status,
+        StatusCode::BAD_GATEWAY
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let listed = keys(&path, &["list", "--route", "api", "--state", "inquiring"]).await;
+    assert!(listed.contains("stuck"), "{listed}");
+    // After the first (failed) question: counted, and the next one shown.
+    let shown = eventually(Duration::from_secs(10), || async {
+        let shown = keys(&path, &["show", "--route", "api", "stuck"]).await;
+        shown.contains("asked    1").then_some(shown)
+    })
+    .await
+    .expect("one question is counted");
+    assert!(
+        shown.contains("inquiring") && shown.contains("next"),
+        "{shown}"
+    );
+    keys(&path, &["release", "--route", "api", "stuck"]).await;
+    let forwarded = post(&c, &url, "stuck", "{}").await;
+    assert_eq!(
+        forwarded.status,
+        StatusCode::CREATED,
+        "{}",
+        forwarded.text()
+    );
+    assert_eq!(upstream.executions_per_key()["stuck"].len(), 1);
+    gateway.shutdown().await;
+}
+
 /// The lookup's contract broken (404 for a key it executed): the key is
 /// released and the retry executes a second time. What the harness must
 /// catch, and why the contract matters.
@@ -276,12 +340,16 @@ mod attempt_header {
 
 /// Several instances share the store: not the in-memory one.
 mod shared {
-    use super::{a_killed_gateways_key_is_resolved_by_another, two_instances_ask_once};
+    use super::{
+        a_killed_gateways_key_is_resolved_by_another, operators_see_and_release_inquiring_keys,
+        two_instances_ask_once,
+    };
     use crate::support::per_backend;
 
     per_backend!(
         only [postgres, redis, sqlite, front]:
         two_instances_ask_once,
         a_killed_gateways_key_is_resolved_by_another,
+        operators_see_and_release_inquiring_keys,
     );
 }
