@@ -8,24 +8,23 @@
 -- inquiries counts the questions answered without settling the key, and
 -- inquiring_since is when the outcome became unknown.
 --
--- The CHECK is replaced NOT VALID and then validated, which scans the table
--- without blocking writes. The partial index holds only the records that
--- can be due (in flight or inquiring), so finding due questions never
--- scans completed records.
+-- Nothing here scans or rewrites the table (a rolling upgrade must not stop
+-- claims): the CHECK is replaced NOT VALID (0007 validates it without
+-- blocking writes), the columns have constant defaults, and the index
+-- comes concurrently in 0008.
 ALTER TABLE idemgate_records DROP CONSTRAINT idemgate_records_state_check;
 ALTER TABLE idemgate_records ADD CONSTRAINT idemgate_records_state_check
     CHECK (state IN ('in_flight', 'completed', 'held', 'inquiring')) NOT VALID;
-ALTER TABLE idemgate_records VALIDATE CONSTRAINT idemgate_records_state_check;
 ALTER TABLE idemgate_records
     ADD COLUMN inquiries       INTEGER     NOT NULL DEFAULT 0,
     ADD COLUMN inquiring_since TIMESTAMPTZ;
-CREATE INDEX idemgate_records_open ON idemgate_records (lease_until)
-    WHERE state IN ('in_flight', 'inquiring');
 
--- The claim of 0002, and: an inquiring record answers 'inquiring' with the
--- time to its next question; a lapsed lease on a route that inquires
--- (p_release_lapsed IS NULL) turns the record inquiring, due at once.
--- An expired record reused by a new claim starts with no inquiry.
+-- The claim of 0002 (transitions::claim), and: an inquiring record answers
+-- 'inquiring' with the time to its next question; a lapsed lease on a route
+-- that inquires (p_release_lapsed IS NULL) turns the record inquiring, due
+-- at once; a due inquiring record on a route that does not inquire is a
+-- lapsed lease (taken over or held by the route's policy). An expired
+-- record reused by a new claim starts with no inquiry.
 CREATE OR REPLACE FUNCTION idemgate_claim(
     p_route TEXT, p_scope BYTEA, p_key TEXT, p_fingerprint BYTEA,
     p_lease_ms BIGINT, p_retention_ms BIGINT, p_release_lapsed BOOLEAN, p_attempt BIGINT)
@@ -101,8 +100,10 @@ BEGIN
             RETURN;
         END IF;
 
-        IF r.state = 'inquiring' THEN
-            -- The upstream is being asked: 409 until the next question.
+        IF r.state = 'inquiring' AND (r.lease_until > v_now OR p_release_lapsed IS NULL) THEN
+            -- The upstream is being asked: 409 until the next question. (A
+            -- due one on a route that no longer inquires goes on below, as
+            -- a lapsed lease.)
             RETURN QUERY SELECT 'inquiring'::TEXT, r.token,
                                 GREATEST(CEIL(EXTRACT(EPOCH FROM (r.lease_until - v_now)) * 1000),
                                          0)::BIGINT,
@@ -122,10 +123,12 @@ BEGIN
         -- miss if the attempt renewed, finished or was held meanwhile.
         IF p_release_lapsed IS NULL THEN
             -- The route inquires: the record turns inquiring, due at once,
-            -- with the lapsed attempt's token (which may still settle it).
+            -- with the lapsed attempt's token (which may still settle it),
+            -- kept at least a retention from now.
             UPDATE idemgate_records
                SET state = 'inquiring', lease_until = clock_timestamp(), inquiries = 0,
-                   inquiring_since = clock_timestamp(), updated_at = clock_timestamp()
+                   inquiring_since = clock_timestamp(), updated_at = clock_timestamp(),
+                   expires_at = GREATEST(expires_at, clock_timestamp() + v_retention)
              WHERE route = p_route AND scope = p_scope AND key = p_key
                AND token = r.token AND state = 'in_flight' AND lease_until <= clock_timestamp();
             IF FOUND THEN
@@ -136,12 +139,13 @@ BEGIN
         ELSIF p_release_lapsed THEN
             v_token := nextval('idemgate_token_seq');
             UPDATE idemgate_records
-               SET token = v_token, attempt = p_attempt,
+               SET state = 'in_flight', token = v_token, attempt = p_attempt,
                    lease_until = clock_timestamp() + v_lease,
                    expires_at = GREATEST(expires_at, clock_timestamp() + v_lease),
-                   updated_at = clock_timestamp()
+                   inquiries = 0, inquiring_since = NULL, updated_at = clock_timestamp()
              WHERE route = p_route AND scope = p_scope AND key = p_key
-               AND token = r.token AND state = 'in_flight' AND lease_until <= clock_timestamp();
+               AND token = r.token AND state IN ('in_flight', 'inquiring')
+               AND lease_until <= clock_timestamp();
             IF FOUND THEN
                 RETURN QUERY SELECT 'takeover'::TEXT, v_token, NULL::BIGINT, NULL::TEXT,
                                     NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;
@@ -150,9 +154,10 @@ BEGIN
         ELSE
             UPDATE idemgate_records
                SET state = 'held', held_reason = 'lease_lapsed', lease_until = NULL,
-                   updated_at = clock_timestamp()
+                   inquiring_since = NULL, updated_at = clock_timestamp()
              WHERE route = p_route AND scope = p_scope AND key = p_key
-               AND token = r.token AND state = 'in_flight' AND lease_until <= clock_timestamp();
+               AND token = r.token AND state IN ('in_flight', 'inquiring')
+               AND lease_until <= clock_timestamp();
             IF FOUND THEN
                 RETURN QUERY SELECT 'held'::TEXT, r.token, NULL::BIGINT, 'lease_lapsed'::TEXT,
                                     NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;

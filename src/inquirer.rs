@@ -9,33 +9,39 @@
 //!
 //! - too early (less than `after` since the outcome became unknown): the
 //!   question is put off until then, not asked;
-//! - past `give_up_after`: held (`inquiry_gave_up`);
 //! - `GET url`: **2xx** the upstream acted, its answer is recorded and
 //!   replayed from now on; **404/410** it never acted, the key is released;
 //!   anything else (or no answer within the route's `upstream_timeout`):
-//!   asked again after `every`, or held if that would pass `give_up_after`.
+//!   asked again after `every` (the last time when `give_up_after` is
+//!   reached), then held (`inquiry_gave_up`).
+//!
+//! Bounds: at most one batch of questions at a time per instance (32, or
+//! on a Redis Cluster 32 plus one share per bucket asked at once), each
+//! within its route's `upstream_timeout`, each reading a body only for a
+//! 2xx answer and only up to the route's `max_recorded_response`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use http::{Method, Request, StatusCode, header};
 use tokio::task::JoinSet;
 
-use crate::config::Route;
+use crate::config::{INQUIRY_LEASE_MARGIN, Route};
 use crate::handler::{key_digest, replayable, to_client};
 use crate::metrics::Metrics;
 use crate::request::body::{Collected, collect_up_to, empty};
-use crate::store::{Cas, HeldReason, Inquiry, Store, StoreAdmin, StoreError, StoredResponse};
+use crate::store::{
+    Cas, HeldReason, InquiringRoute, Inquiry, Store, StoreAdmin, StoreError, StoredResponse,
+};
 use crate::upstream::{Upstream, UpstreamError};
 
 /// How often due questions are looked for.
 pub const TICK: Duration = Duration::from_secs(1);
 /// The most questions one instance asks at once.
 const BATCH: usize = 32;
-/// A question's lease beyond its route's `upstream_timeout`: time to
-/// settle the key after the answer.
-const LEASE_MARGIN: Duration = Duration::from_secs(5);
 
 /// What one question did to its key (`idemgate_inquiries_total{result}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,14 +125,21 @@ impl Inquirer {
     /// Ask about due keys every [`TICK`], forever.
     pub async fn run(self) {
         let this = Arc::new(self);
-        let names: Vec<String> = this.routes.keys().cloned().collect();
+        let names: Vec<InquiringRoute> = this
+            .routes
+            .values()
+            .map(|r| InquiringRoute {
+                name: r.name.clone(),
+                retention: r.retention,
+            })
+            .collect();
         let lease = this
             .routes
             .values()
             .map(|r| r.upstream_timeout)
             .max()
             .unwrap_or_default()
-            + LEASE_MARGIN;
+            + INQUIRY_LEASE_MARGIN;
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -165,18 +178,14 @@ impl Inquirer {
         if inquiry.asked == 0 && inquiry.inquiring_for < spec.after {
             // Not yet: the upstream may still be working on the request.
             let wait = spec.after - inquiry.inquiring_for;
-            self.write(
-                "put off",
-                route,
-                self.store.inquire(key, token, wait, false).await,
-            );
+            let put_off = self.store.inquire(key, token, wait, false, route.retention);
+            self.write("put off", route, put_off.await);
             return;
         }
-        let asked = if inquiry.inquiring_for >= spec.give_up_after {
-            Ok(Asked::GaveUp)
-        } else {
-            self.ask(route, &inquiry).await
-        };
+        let started = Instant::now();
+        let asked = self.ask(route, &inquiry).await;
+        // How long the outcome has been unknown, now that this answer is in.
+        let unknown_for = inquiry.inquiring_for + started.elapsed();
         let (answer, written) = match asked {
             Ok(Asked::Acted(response)) => (
                 Answer::Acted,
@@ -190,12 +199,15 @@ impl Inquirer {
                 (Answer::Acted, held)
             }
             Ok(Asked::NotActed) => (Answer::NotActed, self.store.release(key, token).await),
-            Err(Unsettled(why)) if inquiry.inquiring_for + spec.every < spec.give_up_after => {
+            Err(Unsettled(why)) if unknown_for < spec.give_up_after => {
                 tracing::info!(route = %route.name, key = %digest, token, asked = inquiry.asked + 1, %why, "status inquiry unanswered; asking again later");
-                let next = self.store.inquire(key, token, spec.every, true).await;
-                (Answer::Unknown, next)
+                // The last question is asked when give_up_after is reached.
+                let next = spec.every.min(spec.give_up_after - unknown_for);
+                let next = self.store.inquire(key, token, next, true, route.retention);
+                (Answer::Unknown, next.await)
             }
-            Err(_) | Ok(Asked::GaveUp) => {
+            Err(Unsettled(why)) => {
+                tracing::info!(route = %route.name, key = %digest, token, %why, "status inquiry unanswered at give_up_after");
                 let reason = HeldReason::InquiryGaveUp;
                 (
                     Answer::GaveUp,
@@ -287,8 +299,6 @@ enum Asked {
     TooLarge,
     /// 404 or 410.
     NotActed,
-    /// Not asked: `give_up_after` has passed.
-    GaveUp,
 }
 
 /// Why a question settled nothing.

@@ -158,6 +158,9 @@ pub const DEFAULT_INQUIRY_AFTER: Duration = Duration::from_secs(5);
 pub const DEFAULT_INQUIRY_EVERY: Duration = Duration::from_secs(30);
 /// `[routes.inquiry] give_up_after`: then the key is held.
 pub const DEFAULT_INQUIRY_GIVE_UP: Duration = Duration::from_secs(3600);
+/// A status question's lease beyond its route's `upstream_timeout`: time to
+/// settle the key once the answer is in.
+pub const INQUIRY_LEASE_MARGIN: Duration = Duration::from_secs(5);
 /// `forward_attempt`: the attempt's token is not sent upstream.
 pub const DEFAULT_FORWARD_ATTEMPT: bool = false;
 /// `max_waiting`: requests that may wait for a key at once, per instance.

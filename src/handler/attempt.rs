@@ -180,9 +180,12 @@ impl Gateway {
             UnknownOutcome::Inquire => {
                 // Validation gives every inquiring route its table.
                 let after = route.inquiry.as_ref().map_or(Duration::ZERO, |i| i.after);
-                self.persist(route, || self.store.inquire(key, token, after, false))
-                    .await
-                    .map_err(GatewayError::RecordFailed)?;
+                self.persist(route, || {
+                    self.store
+                        .inquire(key, token, after, false, route.retention)
+                })
+                .await
+                .map_err(GatewayError::RecordFailed)?;
                 KeyAfter::Inquiring
             }
         };

@@ -61,7 +61,12 @@ impl Gateway {
         client: SocketAddr,
     ) -> Result<Response<Body>, GatewayError> {
         let end_to_end = |name: &http::HeaderName| route.travels_end_to_end(name);
-        let request = upstream::prepare(request, &route.upstream, client, end_to_end);
+        let mut request = upstream::prepare(request, &route.upstream, client, end_to_end);
+        if route.forward_attempt {
+            // Not an attempt: no token. A client's own value must not reach
+            // an upstream that trusts the header (it could fence real ones).
+            request.headers_mut().remove(super::IDEMPOTENCY_ATTEMPT);
+        }
         let sent = self.upstream().send(route.upstream_ca.as_ref(), request);
         let response = tokio::time::timeout(route.upstream_timeout, sent)
             .await

@@ -155,8 +155,9 @@ impl Store for CachedStore {
         token: Token,
         next: Duration,
         asked: bool,
+        retention: Duration,
     ) -> Result<Cas, StoreError> {
-        self.inner.inquire(key, token, next, asked).await
+        self.inner.inquire(key, token, next, asked, retention).await
     }
 
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {

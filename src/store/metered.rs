@@ -104,9 +104,10 @@ impl Store for InstrumentedStore {
         token: Token,
         next: Duration,
         asked: bool,
+        retention: Duration,
     ) -> Result<Cas, StoreError> {
         let started = Instant::now();
-        let r = self.inner.inquire(key, token, next, asked).await;
+        let r = self.inner.inquire(key, token, next, asked, retention).await;
         self.metrics
             .store_op("inquire", cas_result(&r), started.elapsed());
         r

@@ -211,6 +211,15 @@ pub struct Inquiry {
     pub inquiring_for: Duration,
 }
 
+/// A route whose unknown outcomes are asked about, as the store needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InquiringRoute {
+    /// The route's name.
+    pub name: String,
+    /// Its records' retention.
+    pub retention: Duration,
+}
+
 /// Whether a compare-and-set on a token took effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cas {
@@ -287,13 +296,16 @@ pub trait Store: Send + Sync + 'static {
     /// The outcome is unknown: turn the key `inquiring`, with its next
     /// question `next` from now (`in_flight` or `inquiring` → `inquiring`,
     /// [`transitions::write_applies`]). `asked`: a question was just asked
-    /// and answered without settling the key (it counts).
+    /// and answered without settling the key (it counts). The record is
+    /// kept at least `retention` from now: an inquiry, shorter than
+    /// retention, never outlives its record.
     async fn inquire(
         &self,
         key: &RecordKey,
         token: Token,
         next: Duration,
         asked: bool,
+        retention: Duration,
     ) -> Result<Cas, StoreError>;
     /// Drop whatever this layer remembers of `key`, after key administration
     /// removed its record. Backends remember nothing; wrappers that cache
@@ -335,10 +347,11 @@ pub trait StoreAdmin: Send + Sync + 'static {
     /// lease lapsed), or an `in_flight` one whose lease lapsed. Each taken
     /// record gets a new token and a lease of `lease`, so one instance asks
     /// at a time and a stale inquirer's writes are fenced
-    /// ([`transitions::take_applies`]).
+    /// ([`transitions::take_applies`]); one that starts its inquiry here is
+    /// kept at least its route's retention from now.
     async fn take_inquiries(
         &self,
-        routes: &[String],
+        routes: &[InquiringRoute],
         lease: Duration,
         limit: usize,
     ) -> Result<Vec<Inquiry>, StoreError>;

@@ -77,11 +77,13 @@ pub enum ClaimStep {
     Held(HeldReason),
     /// Another attempt's lease is live: `409` after this long.
     InFlight(Duration),
-    /// The lease lapsed and the route releases unknown outcomes: a new
-    /// token and lease on the same record (a takeover).
+    /// The lease lapsed (or a due inquiry is no route's to ask any more)
+    /// and the route releases unknown outcomes: a new token and lease on
+    /// the same record, in flight again (a takeover).
     TakeOver,
-    /// The lease lapsed and the route holds unknown outcomes: the record
-    /// turns `held` (`lease_lapsed`), and so does the answer.
+    /// The lease lapsed (or a due inquiry is no route's to ask) and the
+    /// route holds unknown outcomes: the record turns `held`
+    /// (`lease_lapsed`), and so does the answer.
     HoldLapsed,
     /// The upstream is being asked about the outcome: `409` after this long
     /// (zero: the question is due).
@@ -104,16 +106,25 @@ pub fn claim(found: Option<(Phase, bool)>, on_unknown: UnknownOutcome) -> ClaimS
     match (phase, on_unknown) {
         (Phase::Completed, _) => ClaimStep::Replay,
         (Phase::Held(reason), _) => ClaimStep::Held(reason),
-        (Phase::Inquiring { due_in }, _) => ClaimStep::Inquiring(due_in.unwrap_or_default()),
+        (Phase::Inquiring { due_in: Some(left) }, _) => ClaimStep::Inquiring(left),
+        (Phase::Inquiring { due_in: None }, UnknownOutcome::Inquire) => {
+            ClaimStep::Inquiring(Duration::ZERO)
+        }
         (
             Phase::InFlight {
                 lease_left: Some(left),
             },
             _,
         ) => ClaimStep::InFlight(left),
-        (Phase::InFlight { lease_left: None }, UnknownOutcome::Release) => ClaimStep::TakeOver,
-        (Phase::InFlight { lease_left: None }, UnknownOutcome::Hold) => ClaimStep::HoldLapsed,
         (Phase::InFlight { lease_left: None }, UnknownOutcome::Inquire) => ClaimStep::InquireLapsed,
+        // An inquiry nobody is asking about (the route no longer inquires)
+        // is an attempt whose lease lapsed: the route's policy decides.
+        (Phase::InFlight { lease_left: None } | Phase::Inquiring { due_in: None }, policy) => {
+            match policy {
+                UnknownOutcome::Release => ClaimStep::TakeOver,
+                UnknownOutcome::Hold | UnknownOutcome::Inquire => ClaimStep::HoldLapsed,
+            }
+        }
     }
 }
 
@@ -270,11 +281,14 @@ mod tests {
                 claim(Some((ASKING, true)), unknown),
                 ClaimStep::Inquiring(Duration::from_secs(5))
             );
-            assert_eq!(
-                claim(Some((DUE, true)), unknown),
-                ClaimStep::Inquiring(Duration::ZERO)
-            );
         }
+        assert_eq!(
+            claim(Some((DUE, true)), Inquire),
+            ClaimStep::Inquiring(Duration::ZERO)
+        );
+        // A route that stopped inquiring: its policy, as for a lapsed lease.
+        assert_eq!(claim(Some((DUE, true)), Hold), ClaimStep::HoldLapsed);
+        assert_eq!(claim(Some((DUE, true)), Release), ClaimStep::TakeOver);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use http::{HeaderName, HeaderValue};
 use super::key;
 use super::timing::Timing;
 use crate::config::defaults::{
-    DEFAULT_INQUIRY_AFTER, DEFAULT_INQUIRY_EVERY, DEFAULT_INQUIRY_GIVE_UP,
+    DEFAULT_INQUIRY_AFTER, DEFAULT_INQUIRY_EVERY, DEFAULT_INQUIRY_GIVE_UP, INQUIRY_LEASE_MARGIN,
 };
 use crate::config::inquiry::Inquiry;
 use crate::config::raw::RawRoute;
@@ -66,13 +66,18 @@ pub(super) fn inquiry(
         raw.give_up_after.as_deref(),
         DEFAULT_INQUIRY_GIVE_UP,
     )?;
-    if give_up_after <= after || give_up_after >= timing.retention {
+    // The last question starts by give_up_after and ends within
+    // upstream_timeout; the record must outlive it (it is kept a retention
+    // from when the inquiry began).
+    let last_answer = give_up_after + timing.upstream_timeout + INQUIRY_LEASE_MARGIN;
+    if give_up_after <= after || last_answer >= timing.retention {
         return Err(invalid(
             at_give_up,
             format!(
-                "{give_up_after:?} must be longer than after ({after:?}) and shorter than the \
-                 route's retention ({:?}): past retention the record, and the inquiry, are gone",
-                timing.retention
+                "{give_up_after:?} must be longer than after ({after:?}), and with the route's \
+                 upstream_timeout ({:?}) and {INQUIRY_LEASE_MARGIN:?} more shorter than its \
+                 retention ({:?}): the record must outlive the inquiry's last answer",
+                timing.upstream_timeout, timing.retention
             ),
         ));
     }
@@ -80,8 +85,10 @@ pub(super) fn inquiry(
     for (name, value) in raw.headers.iter().flatten() {
         let at_header = format!("{at_table}.headers.{name}");
         let name: HeaderName = header_name(&at_header, name)?;
-        let value = HeaderValue::from_str(value)
+        let mut value = HeaderValue::from_str(value)
             .map_err(|_| invalid(&at_header, "is not a valid header value"))?;
+        // Often a credential: never in a `Debug` print of the config.
+        value.set_sensitive(true);
         headers.push((name, value));
     }
     Ok(Some(Inquiry {
@@ -93,9 +100,20 @@ pub(super) fn inquiry(
     }))
 }
 
-/// An absolute `http`/`https` URL with `{key}`, and no placeholder but
-/// `{key}` and `{scope}`.
+/// An absolute `http`/`https` URL with `{key}` in its path or query, and
+/// no placeholder but `{key}` and `{scope}`: a client's key can never
+/// choose the host a question goes to.
 fn check_url(at: &str, url: &str) -> Result<(), ConfigError> {
+    let authority_end = url
+        .find("://")
+        .and_then(|s| url[s + 3..].find(['/', '?']).map(|e| s + 3 + e))
+        .unwrap_or(url.len());
+    if url[..authority_end].contains('{') {
+        return Err(invalid(
+            at,
+            format!("{url:?}: placeholders may only be in the path or the query"),
+        ));
+    }
     if !url.contains("{key}") {
         return Err(invalid(
             at,
@@ -187,6 +205,14 @@ mod tests {
                 "routes[0].inquiry.url",
             ),
             (
+                &format!("{TABLE}url = \"http://{{key}}.up/x\"\n"),
+                "routes[0].inquiry.url",
+            ),
+            (
+                &format!("{TABLE}url = \"http://up:{{scope}}/{{key}}\"\n"),
+                "routes[0].inquiry.url",
+            ),
+            (
                 &format!("{TABLE}url = \"http://up/{{key}}\"\nevery = \"10ms\"\n"),
                 "routes[0].inquiry.every",
             ),
@@ -198,6 +224,12 @@ mod tests {
             ),
             (
                 &format!("{TABLE}url = \"http://up/{{key}}\"\ngive_up_after = \"48h\"\n"),
+                "routes[0].inquiry.give_up_after",
+            ),
+            (
+                &format!(
+                    "retention = \"1h\"\n{TABLE}url = \"http://up/{{key}}\"\ngive_up_after = \"59m50s\"\n"
+                ),
                 "routes[0].inquiry.give_up_after",
             ),
             (

@@ -56,9 +56,9 @@ use super::postgres::{PgStore, millis};
 use super::redis::RedisStore;
 use super::runtime::StoreRuntime;
 use super::{
-    AttemptId, BatchStats, Cas, Claim, ClaimRequest, FrontConfig, HeldReason, Inquiry, PoolStats,
-    RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig, StoreError, StoredResponse,
-    Token,
+    AttemptId, BatchStats, Cas, Claim, ClaimRequest, FrontConfig, HeldReason, InquiringRoute,
+    Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig,
+    StoreError, StoredResponse, Token,
 };
 use crate::waiters::Waiters;
 use entries::{FrontEntry, Mark, Publish, Settled};
@@ -472,6 +472,7 @@ impl Store for FrontStore {
         token: Token,
         next: Duration,
         asked: bool,
+        retention: Duration,
     ) -> Result<Cas, StoreError> {
         // Like a release: the front shows nothing of an inquiring key (its
         // claims go to PostgreSQL), so the attempt's in-flight entry goes.
@@ -479,7 +480,10 @@ impl Store for FrontStore {
         if unmarked.is_none() && self.inner.health.usable() {
             self.fence(key, token).await;
         }
-        self.inner.truth.inquire(key, token, next, asked).await
+        self.inner
+            .truth
+            .inquire(key, token, next, asked, retention)
+            .await
     }
 
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
@@ -522,7 +526,7 @@ impl StoreAdmin for FrontStore {
 
     async fn take_inquiries(
         &self,
-        routes: &[String],
+        routes: &[InquiringRoute],
         lease: Duration,
         limit: usize,
     ) -> Result<Vec<Inquiry>, StoreError> {

@@ -16,25 +16,30 @@ impl StoreAdmin for MemoryStore {
 
     async fn take_inquiries(
         &self,
-        routes: &[String],
+        routes: &[InquiringRoute],
         lease: Duration,
         limit: usize,
     ) -> Result<Vec<Inquiry>, StoreError> {
         let now = Instant::now();
         let mut inner = self.lock();
-        let due: Vec<RecordKey> = inner
+        let retention = |key: &RecordKey| {
+            routes
+                .iter()
+                .find(|r| r.name == key.route)
+                .map(|r| r.retention)
+        };
+        let due: Vec<(RecordKey, Duration)> = inner
             .records
             .iter()
-            .filter(|(k, r)| routes.contains(&k.route) && !r.expired(now))
-            .filter(|(_, r)| transitions::take_applies(r.phase(now)))
-            .map(|(k, _)| k.clone())
+            .filter(|(_, r)| !r.expired(now) && transitions::take_applies(r.phase(now)))
+            .filter_map(|(k, _)| Some((k.clone(), retention(k)?)))
             .take(limit)
             .collect();
         let mut taken = Vec::with_capacity(due.len());
-        for key in due {
+        for (key, retention) in due {
             let token = inner.next_token();
             let record = inner.records.get_mut(&key).expect("listed above");
-            record.inquire(now, lease, false);
+            record.inquire(now, lease, false, retention);
             record.token = token;
             record.updated_at = now;
             let State::Inquiring { asked, since, .. } = record.state else {

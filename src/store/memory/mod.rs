@@ -19,8 +19,8 @@ use tokio::time::Instant;
 
 use super::transitions::{self, ClaimStep, Phase, Write};
 use super::{
-    AttemptId, Cas, Claim, ClaimRequest, HeldReason, Inquiry, RecordInfo, RecordKey, RecordState,
-    Store, StoreAdmin, StoreError, StoredResponse, Token,
+    AttemptId, Cas, Claim, ClaimRequest, HeldReason, InquiringRoute, Inquiry, RecordInfo,
+    RecordKey, RecordState, Store, StoreAdmin, StoreError, StoredResponse, Token,
 };
 use crate::request::fingerprint::Fingerprint;
 use crate::waiters::Waiters;
@@ -111,8 +111,9 @@ impl Record {
         }
     }
 
-    /// Turn inquiring (or set the next question) at `now`.
-    fn inquire(&mut self, now: Instant, next: Duration, asked: bool) {
+    /// Turn inquiring (or set the next question) at `now`, kept at least
+    /// `retention` from now.
+    fn inquire(&mut self, now: Instant, next: Duration, asked: bool, retention: Duration) {
         let (count, since) = match self.state {
             State::Inquiring { asked, since, .. } => (asked, since),
             _ => (0, now),
@@ -122,6 +123,7 @@ impl Record {
             asked: count + u32::from(asked),
             since,
         };
+        self.expires_at = self.expires_at.max(now + retention);
     }
 
     /// Gone for every purpose ([`transitions::expired`]).

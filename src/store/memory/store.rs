@@ -72,7 +72,7 @@ impl Store for MemoryStore {
             ClaimStep::Inquiring(retry_after) => Claim::Inquiring { retry_after },
             ClaimStep::InquireLapsed => {
                 let entry = inner.records.get_mut(req.key).expect("read above");
-                entry.inquire(now, Duration::ZERO, false);
+                entry.inquire(now, Duration::ZERO, false, req.retention);
                 entry.updated_at = now;
                 drop(inner);
                 self.announce(req.key);
@@ -133,9 +133,10 @@ impl Store for MemoryStore {
         token: Token,
         next: Duration,
         asked: bool,
+        retention: Duration,
     ) -> Result<Cas, StoreError> {
         Ok(self.write(key, token, Write::Inquire, |r, now| {
-            r.inquire(now, next, asked)
+            r.inquire(now, next, asked, retention)
         }))
     }
 

@@ -21,7 +21,8 @@ pub const SWEEP: &str = "DELETE FROM idemgate_records
                       LIMIT $1 FOR UPDATE SKIP LOCKED)";
 use crate::store::info::from_epoch_millis;
 use crate::store::{
-    BatchStats, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin, StoreError,
+    BatchStats, InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin,
+    StoreError,
 };
 use crate::waiters::{self, Waiters};
 
@@ -52,11 +53,14 @@ const INFO_COLUMNS: &str = "route, scope, key, state, held_reason, token,
     (EXTRACT(EPOCH FROM inquiring_since) * 1000)::int8 AS since_ms
     FROM idemgate_records";
 
-/// Take the due questions of `$1` (route names), up to `$3`, each with a
-/// new token and a lease of `$2` ms (transitions::take_applies): rows other
-/// instances are taking are skipped, so each question has one taker. A
-/// lapsed in-flight record starts its inquiry here. Uses the partial index
-/// of migration 0006, which holds only in-flight and inquiring records.
+/// Take the due questions of the routes `$1` (names, with their retention
+/// in ms in `$4`), up to `$3`, each with a new token and a lease of `$2` ms
+/// (transitions::take_applies): rows other instances are taking are
+/// skipped, so each question has one taker. A lapsed in-flight record
+/// starts its inquiry here; every taken record is kept at least its
+/// route's retention. The instant is `statement_timestamp()` (stable), so
+/// the partial index of in-flight and inquiring records (migration 0008)
+/// bounds the scan by `lease_until`.
 const TAKE: &str = "UPDATE idemgate_records r
         SET token = nextval('idemgate_token_seq'),
             inquiring_since = CASE WHEN r.state = 'inquiring' THEN r.inquiring_since
@@ -64,11 +68,16 @@ const TAKE: &str = "UPDATE idemgate_records r
             inquiries = CASE WHEN r.state = 'inquiring' THEN r.inquiries ELSE 0 END,
             state = 'inquiring',
             lease_until = clock_timestamp() + $2 * INTERVAL '1 millisecond',
+            expires_at = GREATEST(r.expires_at,
+                                  clock_timestamp() + due.retention_ms * INTERVAL '1 millisecond'),
             updated_at = clock_timestamp()
-       FROM (SELECT route, scope, key FROM idemgate_records
-              WHERE state IN ('in_flight', 'inquiring') AND lease_until <= clock_timestamp()
-                AND route = ANY($1) AND expires_at > clock_timestamp()
-              ORDER BY lease_until LIMIT $3 FOR UPDATE SKIP LOCKED) due
+       FROM (SELECT d.route, d.scope, d.key, q.retention_ms
+               FROM idemgate_records d
+               JOIN unnest($1::text[], $4::int8[]) AS q(route, retention_ms) ON q.route = d.route
+              WHERE d.state IN ('in_flight', 'inquiring')
+                AND d.lease_until <= statement_timestamp()
+                AND d.expires_at > statement_timestamp()
+              ORDER BY d.lease_until LIMIT $3 FOR UPDATE OF d SKIP LOCKED) due
       WHERE r.route = due.route AND r.scope = due.scope AND r.key = due.key
   RETURNING r.route, r.scope, r.key, r.token, r.inquiries,
             (EXTRACT(EPOCH FROM clock_timestamp() - r.inquiring_since) * 1000)::int8 AS for_ms";
@@ -118,17 +127,20 @@ impl StoreAdmin for PgStore {
 
     async fn take_inquiries(
         &self,
-        routes: &[String],
+        routes: &[InquiringRoute],
         lease: Duration,
         limit: usize,
     ) -> Result<Vec<Inquiry>, StoreError> {
         type Row = (String, Vec<u8>, String, i64, i32, i64);
+        let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
+        let retentions: Vec<i64> = routes.iter().map(|r| millis(r.retention)).collect();
         let rows: Vec<Row> = self
             .bounded(async |conn| {
                 sqlx::query_as(TAKE)
-                    .bind(routes)
+                    .bind(&names)
                     .bind(millis(lease))
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .bind(&retentions)
                     .fetch_all(conn)
                     .await
             })

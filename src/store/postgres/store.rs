@@ -147,6 +147,7 @@ impl Store for PgStore {
         token: Token,
         next: Duration,
         asked: bool,
+        retention: Duration,
     ) -> Result<Cas, StoreError> {
         // transitions::write_applies(Inquire): the token; in flight or
         // inquiring. (`state` on the right of SET is the old row's.)
@@ -158,11 +159,13 @@ impl Store for PgStore {
                                 + $6::int4,
                     inquiring_since = CASE WHEN state = 'inquiring' THEN inquiring_since
                                            ELSE clock_timestamp() END,
+                    expires_at = GREATEST(expires_at,
+                                          clock_timestamp() + $7 * INTERVAL '1 millisecond'),
                     state = 'inquiring', updated_at = clock_timestamp()",
                 "AND token = $4 AND state IN ('in_flight', 'inquiring')"
             ),
-            "7",
-            "8"
+            "8",
+            "9"
         );
         let wake = self.wake_id_for(key);
         let done = self
@@ -172,6 +175,7 @@ impl Store for PgStore {
                         .bind(token)
                         .bind(millis(next))
                         .bind(i32::from(asked))
+                        .bind(millis(retention))
                 })
                 .execute(conn)
                 .await

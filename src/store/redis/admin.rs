@@ -14,7 +14,7 @@ use super::scripts::{CLEAR, INSPECT, TAKE};
 use super::store::{bytes, corrupt, int, millis};
 use crate::store::info::from_epoch_millis;
 use crate::store::{
-    Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin, StoreError,
+    InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin, StoreError,
 };
 use crate::waiters::{self, Waiters};
 
@@ -24,7 +24,76 @@ fn least_recent_first(found: &mut Vec<RecordInfo>, limit: usize) {
     found.truncate(limit);
 }
 
+/// Buckets asked at once on a cluster.
+const TAKE_CONCURRENCY: usize = 16;
+
 impl RedisStore {
+    /// [`TAKE`] on every bucket's due questions (the one set of a single
+    /// server): a script may only touch keys of one slot. A cluster's 1,024
+    /// buckets are asked [`TAKE_CONCURRENCY`] at a time, each for its share
+    /// of what is left of `limit` (so a tick takes at most `limit` plus one
+    /// share per concurrent call). A bucket that fails is logged and left
+    /// for the next tick; the others' questions are kept.
+    async fn take_per_bucket(
+        &self,
+        routes: &[InquiringRoute],
+        lease: Duration,
+        limit: usize,
+    ) -> Result<Vec<Vec<Vec<Value>>>, StoreError> {
+        use futures_util::stream::{self, StreamExt};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let sets = self.layout.due_sets();
+        let buckets = sets.len();
+        let lease = millis(lease).to_string();
+        let share = limit.div_ceil(TAKE_CONCURRENCY.min(buckets)).max(1);
+        let left = AtomicUsize::new(limit);
+        let results: Vec<Result<Vec<Vec<Value>>, StoreError>> = stream::iter(sets)
+            .map(|(due, token, tagged)| {
+                let (lease, left) = (&lease, &left);
+                async move {
+                    let asking = left.load(Ordering::Relaxed).min(share);
+                    if asking == 0 {
+                        return Ok(Vec::new());
+                    }
+                    let mut args = vec![lease.clone(), asking.to_string()];
+                    for route in routes {
+                        args.push(Layout::route_start(&tagged, &route.name));
+                        args.push(millis(route.retention).to_string());
+                    }
+                    let reply: Vec<Vec<Value>> = self
+                        .bounded(|mut conn| {
+                            let mut invocation = TAKE.key(&due);
+                            invocation.key(&token).arg(&args);
+                            async move { invocation.invoke_async(&mut conn).await }
+                        })
+                        .await?;
+                    let _ = left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                        Some(n.saturating_sub(reply.len()))
+                    });
+                    Ok(reply)
+                }
+            })
+            .buffer_unordered(TAKE_CONCURRENCY)
+            .collect()
+            .await;
+        let mut replies = Vec::with_capacity(results.len());
+        let mut failed = None;
+        for result in results {
+            match result {
+                Ok(reply) => replies.push(reply),
+                Err(error) => failed = Some(error),
+            }
+        }
+        match failed {
+            Some(error) if replies.is_empty() => Err(error),
+            Some(error) => {
+                tracing::warn!(%error, "some Redis buckets could not be asked for due inquiries; the next tick asks again");
+                Ok(replies)
+            }
+            None => Ok(replies),
+        }
+    }
+
     /// A cluster's primaries, asked afresh (remembered for the wake-up
     /// subscriber); `[None]` for one server, the only node there is.
     async fn scan_nodes(&self) -> Result<Vec<Option<Node>>, StoreError> {
@@ -85,47 +154,18 @@ impl StoreAdmin for RedisStore {
 
     async fn take_inquiries(
         &self,
-        routes: &[String],
+        routes: &[InquiringRoute],
         lease: Duration,
         limit: usize,
     ) -> Result<Vec<Inquiry>, StoreError> {
-        // One script per bucket (one on a single server): a script may
-        // only touch keys of one slot. A cluster's 1024 buckets are asked
-        // 64 at a time on its multiplexed connections.
-        use futures_util::stream::{self, StreamExt, TryStreamExt};
-        let sets = self.layout.due_sets();
-        let lease = millis(lease).to_string();
-        let limit_arg = limit.to_string();
-        let per_set = stream::iter(sets)
-            .map(|(due, token, tagged)| {
-                let (lease, limit_arg) = (&lease, &limit_arg);
-                async move {
-                    let starts: Vec<String> = routes
-                        .iter()
-                        .map(|r| Layout::route_start(&tagged, r))
-                        .collect();
-                    let reply: Vec<Vec<Value>> = self
-                        .bounded(|mut conn| {
-                            let mut invocation = TAKE.key(&due);
-                            invocation.key(&token).arg(lease).arg(limit_arg);
-                            for start in &starts {
-                                invocation.arg(start);
-                            }
-                            async move { invocation.invoke_async(&mut conn).await }
-                        })
-                        .await?;
-                    Ok::<_, StoreError>(reply)
-                }
-            })
-            .buffer_unordered(64);
-        let replies: Vec<Vec<Vec<Value>>> = per_set.try_collect().await?;
+        let replies = self.take_per_bucket(routes, lease, limit).await?;
         let mut taken = Vec::new();
         for row in replies.into_iter().flatten() {
             let name =
                 bytes(row.first()).ok_or_else(|| corrupt("a taken question without a key"))?;
             let key = routes
                 .iter()
-                .find_map(|route| self.layout.parse_record_key(route, &name))
+                .find_map(|route| self.layout.parse_record_key(&route.name, &name))
                 .ok_or_else(|| corrupt("a taken question of no inquiring route"))?;
             taken.push(Inquiry {
                 key,

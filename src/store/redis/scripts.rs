@@ -40,23 +40,27 @@ if r[1] ~= ARGV[1] then return {'mismatch'} end
 if r[2] == 'completed' then return {'replay', tonumber(r[3]), tonumber(r[6]), r[7], r[8]} end
 if r[2] == 'held' then return {'held', tonumber(r[3]), r[5]} end
 local left = tonumber(r[4]) - now
-if r[2] == 'inquiring' then return {'inquiring', tonumber(r[3]), math.max(left, 0)} end
+-- A due inquiry on a route that no longer inquires is a lapsed lease.
+if r[2] == 'inquiring' and (left > 0 or ARGV[4] == '2') then return {'inquiring', tonumber(r[3]), math.max(left, 0)} end
 if left > 0 then return {'in_flight', tonumber(r[3]), left} end
 if ARGV[4] == '2' then
   redis.call('HSET', KEYS[1], 'state', 'inquiring', 'lease_until', now, 'asked', 0, 'since', now, 'updated_at', now)
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
   redis.call('ZADD', KEYS[3], now, KEYS[1])
   announce()
   return {'inquiring', tonumber(r[3]), 0}
 end
+redis.call('ZREM', KEYS[3], KEYS[1])
+redis.call('HDEL', KEYS[1], 'asked', 'since')
 if ARGV[4] == '1' then
   local token = redis.call('INCR', KEYS[2])
-  redis.call('HSET', KEYS[1], 'token', token, 'attempt', ARGV[5], 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
+  redis.call('HSET', KEYS[1], 'state', 'in_flight', 'token', token, 'attempt', ARGV[5], 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
   return {'takeover', token}
 end
 redis.call('HSET', KEYS[1], 'state', 'held', 'held_reason', 'lease_lapsed', 'updated_at', now)
 redis.call('HDEL', KEYS[1], 'lease_until')
-announce()
+if r[2] == 'in_flight' then announce() end
 return {'held', tonumber(r[3]), 'lease_lapsed'}
 "#
     ))
@@ -185,8 +189,9 @@ return n
 });
 
 /// KEYS = record, due questions; ARGV = token, next question in ms, asked
-/// (1/0), wake-up channel, wake id. `transitions::write_applies(Inquire)`:
-/// the record turns (or stays) inquiring, due `next` from now.
+/// (1/0), retention ms, wake-up channel, wake id.
+/// `transitions::write_applies(Inquire)`: the record turns (or stays)
+/// inquiring, due `next` from now, and lives at least `retention` more.
 pub(super) static INQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -198,19 +203,23 @@ if r[2] == 'inquiring' then asked, since = tonumber(r[3] or '0'), tonumber(r[4] 
 local due = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'state', 'inquiring', 'lease_until', due, 'asked', asked + tonumber(ARGV[3]), 'since', since, 'updated_at', now)
 redis.call('ZADD', KEYS[2], due, KEYS[1])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
 if r[2] == 'in_flight' then announce() end
 return 1
 "#
     ))
 });
 
-/// KEYS = due questions, token counter; ARGV = lease ms, limit, then the
-/// record-name prefixes of the routes that inquire. Takes up to `limit`
-/// due questions (`transitions::take_applies`): each gets a new token and
-/// a lease, and is due again when the lease ends. Entries whose record is
-/// gone or settled leave the set; a renewed in-flight record is due again
-/// at its lease's new end. Returns, per taken record, its name, token,
-/// questions asked and milliseconds since it became inquiring.
+/// KEYS = due questions, token counter; ARGV = lease ms, limit, then per
+/// route that inquires its record-name prefix and retention ms. Takes up
+/// to `limit` due questions (`transitions::take_applies`): each gets a new
+/// token and a lease, is due again when the lease ends, and lives at least
+/// its route's retention more. Entries whose record is gone or settled
+/// leave the set; a renewed in-flight record is due again at its lease's
+/// new end; one of a route this instance does not ask for is looked at
+/// again in 5 s (so it never hides the others). Returns, per taken record,
+/// its name, token, questions asked and milliseconds since it became
+/// inquiring.
 pub(super) static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -227,17 +236,20 @@ for _, name in ipairs(due) do
   elseif lease > now then
     redis.call('ZADD', KEYS[1], lease, name)
   else
-    local ours = false
-    for i = 3, #ARGV do
-      if string.sub(name, 1, #ARGV[i]) == ARGV[i] then ours = true end
+    local retention = nil
+    for i = 3, #ARGV - 1, 2 do
+      if string.sub(name, 1, #ARGV[i]) == ARGV[i] then retention = tonumber(ARGV[i + 1]) end
     end
-    if ours then
+    if not retention then
+      redis.call('ZADD', KEYS[1], now + 5000, name)
+    else
       local asked, since = 0, now
       if r[1] == 'inquiring' then asked, since = tonumber(r[3] or '0'), tonumber(r[4] or now) end
       local token = redis.call('INCR', KEYS[2])
       local until_ = now + tonumber(ARGV[1])
       redis.call('HSET', name, 'state', 'inquiring', 'token', token, 'lease_until', until_, 'asked', asked, 'since', since, 'updated_at', now)
       redis.call('ZADD', KEYS[1], until_, name)
+      if redis.call('PTTL', name) < retention then redis.call('PEXPIRE', name, retention) end
       taken[#taken + 1] = {name, token, asked, now - since}
     end
   end

@@ -196,10 +196,17 @@ impl Store for RedisStore {
         token: Token,
         next: Duration,
         asked: bool,
+        retention: Duration,
     ) -> Result<Cas, StoreError> {
         let (token, next) = (token.to_string(), millis(next).to_string());
+        let retention = millis(retention).to_string();
         let asked = if asked { "1" } else { "0" };
-        let args: [&[u8]; 3] = [token.as_bytes(), next.as_bytes(), asked.as_bytes()];
+        let args: [&[u8]; 4] = [
+            token.as_bytes(),
+            next.as_bytes(),
+            asked.as_bytes(),
+            retention.as_bytes(),
+        ];
         self.cas_script(&INQUIRE, key, &args).await
     }
 

@@ -105,7 +105,7 @@ impl StoreAdmin for SqliteStore {
 
     async fn take_inquiries(
         &self,
-        routes: &[String],
+        routes: &[InquiringRoute],
         lease: Duration,
         limit: usize,
     ) -> Result<Vec<Inquiry>, StoreError> {

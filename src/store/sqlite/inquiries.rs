@@ -7,42 +7,56 @@ use std::time::Duration;
 use sqlx::sqlite::SqliteConnection;
 
 use super::rows::{Context, KEY, micros, next_token, unavailable};
-use crate::store::{Inquiry, RecordKey, StoreError};
+use crate::store::{InquiringRoute, Inquiry, RecordKey, StoreError};
 
-/// Take the due questions (transitions::take_applies): each gets a new
-/// token and a lease; a lapsed in-flight record starts its inquiry here.
+/// Take the due questions of `routes` (transitions::take_applies), at most
+/// `limit`: each gets a new token and a lease, and is kept at least its
+/// route's retention; a lapsed in-flight record starts its inquiry here.
+/// The read is bounded by the routes and the limit in SQL (through the
+/// partial index of in-flight and inquiring records): it runs inside the
+/// one writer's transaction.
 pub(super) async fn take(
     conn: &mut SqliteConnection,
-    routes: &[String],
+    routes: &[InquiringRoute],
     lease: Duration,
     limit: usize,
     context: &Context,
     now: i64,
 ) -> Result<Vec<Inquiry>, StoreError> {
-    let due: Vec<(String, Vec<u8>, String, String)> = sqlx::query_as(
+    if routes.is_empty() || limit == 0 {
+        return Ok(Vec::new());
+    }
+    // Numbered after ?1 (now) and ?2 (the limit).
+    let names: Vec<String> = (3..3 + routes.len()).map(|n| format!("?{n}")).collect();
+    let names = names.join(", ");
+    let sql = format!(
         "SELECT route, scope, key, state FROM idemgate_records
           WHERE state IN ('in_flight', 'inquiring') AND lease_until <= ?1 AND expires_at > ?1
-          ORDER BY lease_until",
-    )
-    .bind(now)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(unavailable)?;
-    let mut taken = Vec::new();
+            AND route IN ({names})
+          ORDER BY lease_until LIMIT ?2"
+    );
+    let mut select = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+        .bind(now)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    for route in routes {
+        select = select.bind(route.name.as_str());
+    }
+    let due: Vec<(String, Vec<u8>, String, String)> =
+        select.fetch_all(&mut *conn).await.map_err(unavailable)?;
+    let mut taken = Vec::with_capacity(due.len());
     for (route, scope, key, state) in due {
-        if taken.len() >= limit {
-            break;
-        }
-        if !routes.contains(&route) {
-            continue;
-        }
+        let retention = routes
+            .iter()
+            .find(|r| r.name == route)
+            .map_or(Duration::ZERO, |r| r.retention);
         let key = RecordKey { route, scope, key };
         let token = next_token(conn).await?;
         let sql = format!(
             "UPDATE idemgate_records SET token = ?4,
                  inquiring_since = CASE WHEN state = 'inquiring' THEN inquiring_since ELSE ?5 END,
                  inquiries = CASE WHEN state = 'inquiring' THEN inquiries ELSE 0 END,
-                 state = 'inquiring', lease_until = ?6, updated_at = ?5
+                 state = 'inquiring', lease_until = ?6, updated_at = ?5,
+                 expires_at = max(expires_at, ?7)
               WHERE {KEY} RETURNING inquiries, inquiring_since"
         );
         let (asked, since): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(sql))
@@ -52,6 +66,7 @@ pub(super) async fn take(
             .bind(token)
             .bind(now)
             .bind(now.saturating_add(micros(lease)))
+            .bind(now.saturating_add(micros(retention)))
             .fetch_one(&mut *conn)
             .await
             .map_err(unavailable)?;

@@ -47,8 +47,8 @@ use self::ops::{AttemptWrite, ClaimOp, Op, Removal, Reply, claim_step, read_only
 use self::rows::{Context, Head, KEY, bind_key, corrupt, now_us, read_row, unavailable};
 use self::writer::Writer;
 use super::{
-    AttemptId, Cas, Claim, ClaimRequest, HeldReason, Inquiry, RecordInfo, RecordKey, RecordState,
-    Store, StoreAdmin, StoreConfig, StoreError, StoredResponse, Token,
+    AttemptId, Cas, Claim, ClaimRequest, HeldReason, InquiringRoute, Inquiry, RecordInfo,
+    RecordKey, RecordState, Store, StoreAdmin, StoreConfig, StoreError, StoredResponse, Token,
 };
 use crate::waiters::{Waiters, WakeId};
 

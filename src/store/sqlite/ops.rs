@@ -13,8 +13,8 @@ use super::rows::{
 };
 use crate::store::transitions::{self, ClaimStep, Write};
 use crate::store::{
-    AttemptId, Claim, HeldReason, Inquiry, RecordKey, StoreError, StoredResponse, Token,
-    UnknownOutcome, encode_headers,
+    AttemptId, Claim, HeldReason, InquiringRoute, Inquiry, RecordKey, StoreError, StoredResponse,
+    Token, UnknownOutcome, encode_headers,
 };
 
 /// A claim, owned (it waits in the writer's queue).
@@ -96,7 +96,7 @@ pub(super) enum Op {
     Sweep { batch: usize },
     /// Take up to `limit` due questions of `routes`, each with a lease.
     TakeInquiries {
-        routes: Vec<String>,
+        routes: Vec<InquiringRoute>,
         lease: Duration,
         limit: usize,
     },
@@ -120,6 +120,7 @@ pub(super) enum AttemptWrite {
     Inquire {
         next: Duration,
         asked: bool,
+        retention: Duration,
     },
 }
 
@@ -267,8 +268,9 @@ async fn claim_for_writing(
             let token = next_token(conn).await?;
             at_key(
                 conn,
-                "UPDATE idemgate_records SET token = ?4, attempt = ?5, lease_until = ?6,
-                     expires_at = max(expires_at, ?6), updated_at = ?7",
+                "UPDATE idemgate_records SET state = 'in_flight', token = ?4, attempt = ?5,
+                     lease_until = ?6, expires_at = max(expires_at, ?6), updated_at = ?7,
+                     inquiries = 0, inquiring_since = NULL",
                 key,
                 |q| {
                     q.bind(token)
@@ -284,32 +286,8 @@ async fn claim_for_writing(
             };
             Reply::Claim(claimed, false)
         }
-        ClaimStep::InquireLapsed => {
-            at_key(
-                conn,
-                "UPDATE idemgate_records SET state = 'inquiring', lease_until = ?4,
-                     inquiries = 0, inquiring_since = ?4, updated_at = ?4",
-                key,
-                |q| q.bind(now),
-            )
-            .await?;
-            context.announce(conn, key, now).await?;
-            let answer = Claim::Inquiring {
-                retry_after: Duration::ZERO,
-            };
-            Reply::Claim(answer, true)
-        }
-        ClaimStep::HoldLapsed => {
-            at_key(
-                conn,
-                "UPDATE idemgate_records SET state = 'held', held_reason = 'lease_lapsed',
-                     lease_until = NULL, updated_at = ?4",
-                key,
-                |q| q.bind(now),
-            )
-            .await?;
-            context.announce(conn, key, now).await?;
-            Reply::Claim(Claim::Held(HeldReason::LeaseLapsed), true)
+        ClaimStep::InquireLapsed | ClaimStep::HoldLapsed => {
+            settle_lapsed(conn, claim, step == ClaimStep::HoldLapsed, context, now).await?
         }
         // The record changed since the first read: answer as it is now.
         step => Reply::Claim(
@@ -317,6 +295,48 @@ async fn claim_for_writing(
             false,
         ),
     })
+}
+
+/// A claim found the lease lapsed (or a due inquiry nobody asks about):
+/// the record turns held (`hold`) or inquiring, due at once, and leaves
+/// `in_flight` for its waiters.
+async fn settle_lapsed(
+    conn: &mut SqliteConnection,
+    claim: &ClaimOp,
+    hold: bool,
+    context: &Context,
+    now: i64,
+) -> Result<Reply, StoreError> {
+    let key = &claim.key;
+    let answer = if hold {
+        at_key(
+            conn,
+            "UPDATE idemgate_records SET state = 'held', held_reason = 'lease_lapsed',
+                 lease_until = NULL, inquiring_since = NULL, updated_at = ?4",
+            key,
+            |q| q.bind(now),
+        )
+        .await?;
+        Claim::Held(HeldReason::LeaseLapsed)
+    } else {
+        at_key(
+            conn,
+            "UPDATE idemgate_records SET state = 'inquiring', lease_until = ?4,
+                 inquiries = 0, inquiring_since = ?4, updated_at = ?4,
+                 expires_at = max(expires_at, ?5)",
+            key,
+            |q| {
+                q.bind(now)
+                    .bind(now.saturating_add(micros(claim.retention)))
+            },
+        )
+        .await?;
+        Claim::Inquiring {
+            retry_after: Duration::ZERO,
+        }
+    };
+    context.announce(conn, key, now).await?;
+    Ok(Reply::Claim(answer, true))
 }
 
 /// An attempt's write, if [`transitions::write_applies`] to the record now.
@@ -376,7 +396,11 @@ async fn attempt_write(
         AttemptWrite::Release => {
             at_key(conn, "DELETE FROM idemgate_records", key, |q| q).await?;
         }
-        AttemptWrite::Inquire { next, asked } => {
+        AttemptWrite::Inquire {
+            next,
+            asked,
+            retention,
+        } => {
             // `state` on the right of SET is the old row's.
             at_key(
                 conn,
@@ -384,12 +408,13 @@ async fn attempt_write(
                      inquiries = CASE WHEN state = 'inquiring' THEN inquiries ELSE 0 END + ?5,
                      inquiring_since = CASE WHEN state = 'inquiring' THEN inquiring_since
                                             ELSE ?6 END,
-                     state = 'inquiring', updated_at = ?6",
+                     state = 'inquiring', updated_at = ?6, expires_at = max(expires_at, ?7)",
                 key,
                 |q| {
                     q.bind(now.saturating_add(micros(*next)))
                         .bind(i64::from(*asked))
                         .bind(now)
+                        .bind(now.saturating_add(micros(*retention)))
                 },
             )
             .await?;

@@ -86,9 +86,14 @@ impl Store for SqliteStore {
         token: Token,
         next: Duration,
         asked: bool,
+        retention: Duration,
     ) -> Result<Cas, StoreError> {
-        self.attempt_write(key, token, AttemptWrite::Inquire { next, asked })
-            .await
+        let write = AttemptWrite::Inquire {
+            next,
+            asked,
+            retention,
+        };
+        self.attempt_write(key, token, write).await
     }
 
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {

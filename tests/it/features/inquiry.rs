@@ -305,7 +305,7 @@ async fn attempts_carry_their_token_upstream(b: Backend) {
     let store = TestStore::new(b).await;
     let upstream = Upstream::start().await;
     let config = store.config(&upstream.url()).route(|r| {
-        r.set("forward_attempt", true);
+        r.set("forward_attempt", true).set("key_required", false);
     });
     let gateway = Gateway::start(&config).await;
     let c = client();
@@ -328,6 +328,12 @@ async fn attempts_carry_their_token_upstream(b: Backend) {
         tokens[1] < 999_999_999_999,
         "the client's value reached the upstream"
     );
+    // A forward without a claim (no key on a route that does not require
+    // one) carries no token, and never the client's.
+    let forged = [("idempotency-attempt", "999999999999")];
+    let reply = crate::support::send(&c, "POST", &gateway.url("/v1/pay"), &forged, "{}").await;
+    assert_eq!(reply.status, StatusCode::CREATED);
+    assert!(upstream.last_headers().get("idempotency-attempt").is_none());
     gateway.shutdown().await;
 }
 

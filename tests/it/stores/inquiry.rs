@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use idemgate::config::UnknownOutcome;
-use idemgate::store::{Cas, Claim, HeldReason, RecordState};
+use idemgate::store::{Cas, Claim, ClaimRequest, HeldReason, InquiringRoute, RecordState};
 
 use super::conformance::{
     Fixture, LEASE, RETENTION, claim, claim_as, claim_with, key, response, token,
@@ -18,8 +18,11 @@ const INQUIRE: UnknownOutcome = UnknownOutcome::Inquire;
 /// The inquirer's lease in these tests.
 const ASKING: Duration = Duration::from_secs(20);
 
-fn routes() -> Vec<String> {
-    vec!["r".to_string()]
+fn routes() -> Vec<InquiringRoute> {
+    vec![InquiringRoute {
+        name: "r".to_string(),
+        retention: RETENTION,
+    }]
 }
 
 async fn a_broken_exchange_turns_the_key_inquiring(b: Backend) {
@@ -27,7 +30,10 @@ async fn a_broken_exchange_turns_the_key_inquiring(b: Backend) {
     let (s, k) = (f.store.as_ref(), key("broken"));
     let t = token(claim_with(s, &k, 1, LEASE, INQUIRE).await);
     let next = Duration::from_secs(5);
-    assert_eq!(s.inquire(&k, t, next, false).await.unwrap(), Cas::Applied);
+    assert_eq!(
+        s.inquire(&k, t, next, false, RETENTION).await.unwrap(),
+        Cas::Applied
+    );
     match claim_with(s, &k, 1, LEASE, INQUIRE).await {
         Claim::Inquiring { retry_after } => {
             assert!(
@@ -60,7 +66,9 @@ async fn a_due_question_has_one_taker_and_only_it_settles(b: Backend) {
     let f = Fixture::new(b).await;
     let (s, k) = (f.store.as_ref(), key("due"));
     let t = token(claim_with(s, &k, 1, LEASE, INQUIRE).await);
-    s.inquire(&k, t, Duration::ZERO, false).await.unwrap();
+    s.inquire(&k, t, Duration::ZERO, false, RETENTION)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     let routes = routes();
     let (a, b2) = tokio::join!(
@@ -91,7 +99,7 @@ async fn a_due_question_has_one_taker_and_only_it_settles(b: Backend) {
     }
     // Unanswered: asked again at once (for the test), counted.
     assert_eq!(
-        s.inquire(&k, first.token, Duration::ZERO, true)
+        s.inquire(&k, first.token, Duration::ZERO, true, RETENTION)
             .await
             .unwrap(),
         Cas::Applied
@@ -125,7 +133,9 @@ async fn an_answer_releases_or_holds_the_key(b: Backend) {
     for name in ["never-acted", "gave-up"] {
         let k = key(name);
         let t = token(claim_with(s, &k, 1, LEASE, INQUIRE).await);
-        s.inquire(&k, t, Duration::ZERO, false).await.unwrap();
+        s.inquire(&k, t, Duration::ZERO, false, RETENTION)
+            .await
+            .unwrap();
     }
     tokio::time::sleep(Duration::from_millis(20)).await;
     let taken = s.take_inquiries(&routes, ASKING, 10).await.unwrap();
@@ -216,7 +226,7 @@ async fn operators_and_abandons_clear_inquiring_keys(b: Backend) {
     let s = f.store.as_ref();
     let k = key("op");
     let t = token(claim_with(s, &k, 1, LEASE, INQUIRE).await);
-    s.inquire(&k, t, Duration::from_secs(30), false)
+    s.inquire(&k, t, Duration::from_secs(30), false, RETENTION)
         .await
         .unwrap();
     assert!(s.clear(&k, false).await.unwrap());
@@ -236,6 +246,78 @@ async fn operators_and_abandons_clear_inquiring_keys(b: Backend) {
     assert!(s.inspect(&lost).await.unwrap().is_none());
 }
 
+async fn a_route_that_stopped_inquiring_settles_its_keys_by_its_policy(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
+    for (name, policy) in [
+        ("now-held", UnknownOutcome::Hold),
+        ("now-released", UnknownOutcome::Release),
+    ] {
+        let k = key(name);
+        let t = token(claim_with(s, &k, 1, LEASE, INQUIRE).await);
+        s.inquire(&k, t, Duration::ZERO, false, RETENTION)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Due, and no inquirer asks (the route no longer inquires): a
+        // lapsed lease, by the route's policy now.
+        match (policy, claim_with(s, &k, 1, LEASE, policy).await) {
+            (UnknownOutcome::Hold, Claim::Held(HeldReason::LeaseLapsed)) => {}
+            (
+                UnknownOutcome::Release,
+                Claim::Claimed {
+                    token: taken,
+                    takeover: true,
+                },
+            ) => {
+                assert!(taken > t);
+                assert_eq!(
+                    s.inspect(&k).await.unwrap().unwrap().state,
+                    RecordState::InFlight
+                );
+                assert_eq!(
+                    s.complete(&k, t, &response("old"), RETENTION)
+                        .await
+                        .unwrap(),
+                    Cas::Fenced
+                );
+            }
+            (policy, other) => panic!("{policy:?}: {other:?}"),
+        }
+    }
+}
+
+/// An inquiry is kept at least a retention from when it began, whatever
+/// the claim's retention left: a key whose outcome is unknown is never
+/// forgotten (and forwarded again) while it is being asked about.
+async fn an_inquiry_outlives_the_claims_retention(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
+    let k = key("kept");
+    let claimed = s
+        .claim(&ClaimRequest {
+            key: &k,
+            fingerprint: &[1; 32],
+            attempt: 5,
+            lease: LEASE,
+            retention: Duration::from_secs(1),
+            on_unknown_outcome: INQUIRE,
+        })
+        .await
+        .unwrap();
+    let t = token(claimed);
+    s.inquire(&k, t, Duration::from_secs(30), false, RETENTION)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(matches!(
+        claim_with(s, &k, 1, LEASE, INQUIRE).await,
+        Claim::Inquiring { .. }
+    ));
+    assert_eq!(s.sweep(100).await.unwrap(), 0);
+    assert!(s.inspect(&k).await.unwrap().is_some());
+}
+
 per_backend!(
     only [postgres, redis, redis_cluster, sqlite, memory, front]:
     a_broken_exchange_turns_the_key_inquiring,
@@ -243,4 +325,6 @@ per_backend!(
     an_answer_releases_or_holds_the_key,
     a_lapsed_lease_turns_inquiring,
     operators_and_abandons_clear_inquiring_keys,
+    a_route_that_stopped_inquiring_settles_its_keys_by_its_policy,
+    an_inquiry_outlives_the_claims_retention,
 );
