@@ -11,6 +11,7 @@ mod inquiry;
 mod postgres_batches;
 mod postgres_races;
 mod postgres_sweep;
+mod postgres_upgrade;
 mod redis_cluster;
 mod replay_cache;
 mod sqlite;
