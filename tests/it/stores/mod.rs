@@ -1,8 +1,9 @@
 //! The stores, each on its own: the one conformance suite every store runs
-//! (`conformance`, and `inquiry` for the status inquiry's states), and what only one store does — SQLite as a user runs
-//! it, the PostgreSQL front on Redis (`front`), the Redis store on a Redis
-//! Cluster, PostgreSQL's batched claims and its races, and the replay cache
-//! in front of the shared stores. The guarantees on every store are in
+//! (`conformance`, and `inquiry` for the status inquiry's states), and what
+//! only one store does — SQLite as a user runs it, the PostgreSQL front on
+//! Redis (`front`), the Redis store on a Redis Cluster, PostgreSQL's
+//! batched claims, its races, its sweep plan and its upgrade in place, and
+//! the replay cache in front of the shared stores. The guarantees on every store are in
 //! `guarantees/`.
 
 mod conformance;
