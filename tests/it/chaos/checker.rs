@@ -29,6 +29,15 @@
 //!     agrees with PostgreSQL: every completed, held or in-flight entry it
 //!     holds is the record's current state there (same attempt, status and
 //!     body size); it may only lack entries;
+//! 12. (the inquiring route, `on_unknown_outcome = "inquire"`) (a) at most
+//!     one execution per key: an unknown outcome is settled by the
+//!     upstream's lookup, never by forwarding again a key it acted on;
+//!     (b) at the end, with the lookup answering again, no key of the
+//!     route is `held` or still `inquiring` in the store; (c) a key
+//!     answered 2xx before the final check is replayed there
+//!     (`Idempotent-Replayed`), and (property 2) every 2xx of a key is the
+//!     same bytes, either what its execution answered or what the lookup
+//!     answered about it ([`lookup_answers`]), which the gateway records;
 //!
 //! plus: answers that promise nothing was forwarded (409, 422, 503,
 //! unreachable) really were not, the upstream never ran a request nobody
@@ -39,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use super::history::{Kind, Op, Route};
 use super::nemesis::{FRONT_AFTERMATH, FaultRecord};
-use crate::support::upstream::Execution;
+use crate::support::upstream::{Execution, response_digest};
 
 /// Scheduling slack added to lease arithmetic (renewal period, a busy
 /// 2-core machine).
@@ -50,7 +59,7 @@ const SLACK: Duration = Duration::from_millis(1_500);
 pub struct StoreRecord {
     pub route: Route,
     pub key: String,
-    /// `in_flight`, `completed` or `held`.
+    /// `in_flight`, `completed`, `held` or `inquiring`.
     pub state: &'static str,
     pub held_reason: Option<&'static str>,
     /// Completed records: the recorded status and body size.
@@ -115,6 +124,16 @@ pub struct Verdict {
     pub keys_release: usize,
     pub duplicates_hold: usize,
     pub reexecutions_release: usize,
+    /// Keys of the inquiring route, their executions, and executions
+    /// beyond the first of a key (property 12 (a)).
+    pub keys_inquire: usize,
+    pub executions_inquire: usize,
+    pub duplicates_inquire: usize,
+    /// The inquiring route's records at the end: completed with the
+    /// lookup's answer (the outcome was settled by asking), and left held
+    /// or inquiring (property 12 (b)).
+    pub inquire_settled_by_lookup: usize,
+    pub inquire_unsettled: usize,
     /// Executions that began while another of the same key was running.
     pub overlaps: usize,
     /// The store's records at the end, by state (property 9).
@@ -213,14 +232,25 @@ pub fn check(input: &Input<'_>) -> Verdict {
 
     for ((route, key), ops) in &ops_by_key {
         let executions = executions_by_key.get(key).cloned().unwrap_or_default();
-        if route.holds() {
+        if route.inquires() {
+            verdict.keys_inquire += 1;
+            verdict.executions_inquire += executions.len();
+        } else if route.holds() {
             verdict.keys_hold += 1;
         } else {
             verdict.keys_release += 1;
         }
-        // 1. At most one execution per key under hold.
+        // 1. At most one execution per key under hold (12 (a): and on the
+        // inquiring route).
         if executions.len() > 1 {
-            if route.holds() {
+            if route.inquires() {
+                verdict.duplicates_inquire += executions.len() - 1;
+                verdict.violation(format!(
+                    "property 12 (a): inquire key {key} executed {} times (ops {:?}): a key the upstream acted on was forwarded again",
+                    executions.len(),
+                    executions.iter().map(|e| e.op).collect::<Vec<_>>()
+                ));
+            } else if route.holds() {
                 verdict.duplicates_hold += executions.len() - 1;
                 verdict.violation(format!(
                     "property 1: {} key {key} executed {} times (ops {:?})",
@@ -233,7 +263,10 @@ pub fn check(input: &Input<'_>) -> Verdict {
             }
         }
         check_overlaps(&mut verdict, key, &executions, &ops_by_id, input);
-        check_identical_2xx(&mut verdict, key, ops, &executions);
+        check_identical_2xx(&mut verdict, *route, key, ops, &executions);
+        if route.inquires() {
+            check_replayed_at_the_end(&mut verdict, key, ops);
+        }
         check_in_flight(&mut verdict, key, ops, input);
         check_durable_after_2xx(&mut verdict, key, ops);
         check_fingerprints(&mut verdict, key, ops, &executions);
@@ -495,10 +528,23 @@ fn check_records(
             .map(Vec::as_slice)
             .unwrap_or_default();
         let last = finals.get(&at).map(|probe| probe.last.as_str());
+        if record.route.inquires() && matches!(record.state, "held" | "inquiring") {
+            verdict.inquire_unsettled += 1;
+            verdict.violation(format!(
+                "property 12 (b): {name} is still {} ({:?}) after the final check, with the lookup answering (final check got {last:?})",
+                record.state, record.held_reason
+            ));
+            continue;
+        }
         match record.state {
             "completed" => {
                 let answered = record.status.zip(record.body_bytes);
-                if !executions.iter().any(|e| e.answered == answered) {
+                let by_lookup = record.route.inquires()
+                    && lookup_answers(&record.key, executions)
+                        .iter()
+                        .any(|(lookup, _)| Some(*lookup) == answered);
+                verdict.inquire_settled_by_lookup += usize::from(by_lookup);
+                if !by_lookup && !executions.iter().any(|e| e.answered == answered) {
                     verdict.violation(format!(
                         "property 9: {name} is recorded completed ({answered:?}: status, body bytes) but no execution of it answered that (executions: {:?})",
                         executions.iter().map(|e| e.answered).collect::<Vec<_>>()
@@ -609,9 +655,16 @@ fn check_overlaps(
 }
 
 /// Property 2: every 2xx for a key is byte-identical (status, replayed
-/// headers, body) and came from an execution; a replay never carries a
-/// header the route does not replay.
-fn check_identical_2xx(verdict: &mut Verdict, key: &str, ops: &[&Op], executions: &[&Execution]) {
+/// headers, body) and came from an execution (on the inquiring route: or
+/// from the lookup, asked about it); a replay never carries a header the
+/// route does not replay.
+fn check_identical_2xx(
+    verdict: &mut Verdict,
+    route: Route,
+    key: &str,
+    ops: &[&Op],
+    executions: &[&Execution],
+) {
     for op in ops.iter().filter(|op| {
         matches!(
             op.outcome,
@@ -638,7 +691,10 @@ fn check_identical_2xx(verdict: &mut Verdict, key: &str, ops: &[&Op], executions
             answers.len()
         ));
     }
-    let sent: HashSet<&str> = executions.iter().map(|e| e.response.as_str()).collect();
+    let mut sent: HashSet<String> = executions.iter().map(|e| e.response.clone()).collect();
+    if route.inquires() {
+        sent.extend(lookup_answers(key, executions).into_iter().map(|(_, d)| d));
+    }
     for answer in answers {
         if !sent.contains(answer) {
             verdict.violation(format!(
@@ -648,12 +704,52 @@ fn check_identical_2xx(verdict: &mut Verdict, key: &str, ops: &[&Op], executions
     }
 }
 
+/// What the upstream's lookup may have answered about a key it executed
+/// (`lookup` in tests/it/support/upstream.rs), which the gateway records
+/// and replays: `200`, `content-type: application/json` and a body naming
+/// the key's first execution and how many it had by then (one, unless
+/// property 12 (a) fails). Each as its (status, body bytes) and its
+/// [`response_digest`] (as a client computes it).
+fn lookup_answers(key: &str, executions: &[&Execution]) -> Vec<((u16, u64), String)> {
+    let Some(first) = executions.iter().map(|e| e.number).min() else {
+        return Vec::new();
+    };
+    (1..=executions.len())
+        .map(|times| {
+            let body = format!("{{\"key\":\"{key}\",\"execution\":{first},\"times\":{times}}}");
+            let digest = response_digest(
+                200,
+                [("content-type", &b"application/json"[..])],
+                body.as_bytes(),
+            );
+            ((200, body.len() as u64), digest)
+        })
+        .collect()
+}
+
+/// Property 12 (c): an inquiring key answered 2xx before the final check
+/// is a replay there (its record survived the restarts); property 2 sees
+/// that the bytes are the same.
+fn check_replayed_at_the_end(verdict: &mut Verdict, key: &str, ops: &[&Op]) {
+    if !ops.iter().any(|op| !op.last_phase && op.is_2xx()) {
+        return;
+    }
+    for op in ops.iter().filter(|op| op.last_phase && op.is_2xx()) {
+        if !is_replay(op) {
+            verdict.violation(format!(
+                "property 12 (c): inquire key {key} was answered 2xx during the run, but the final check's op {} got a 2xx that is not a replay",
+                op.id
+            ));
+        }
+    }
+}
+
 /// G5, as it happens: a 2xx reaches a client only after its record is
 /// durable, so a request invoked after a 2xx for the key reached a client
-/// can be replayed or refused `422`, never answered `409 in-flight` nor
-/// `502 outcome-unknown` (which would mean the record was lost or never
-/// written). A `409 response-not-retained` stays possible: an over-cap
-/// response is sent once, then held.
+/// can be replayed or refused `422`, never answered `409 in-flight`, `409
+/// outcome-pending` nor `502 outcome-unknown` (which would mean the record
+/// was lost or never written). A `409 response-not-retained` stays
+/// possible: an over-cap response is sent once, then held.
 fn check_durable_after_2xx(verdict: &mut Verdict, key: &str, ops: &[&Op]) {
     let Some(first_2xx) = ops
         .iter()
@@ -664,7 +760,8 @@ fn check_durable_after_2xx(verdict: &mut Verdict, key: &str, ops: &[&Op]) {
         return;
     };
     for op in ops.iter().filter(|op| op.invoke > first_2xx) {
-        if let Some(problem @ ("in-flight" | "outcome-unknown")) = op.problem() {
+        if let Some(problem @ ("in-flight" | "outcome-pending" | "outcome-unknown")) = op.problem()
+        {
             verdict.violation(format!(
                 "property 7 (G5): op {} on {key} got {problem} at {:?}, after a 2xx reached a client at {:?}",
                 op.id, op.invoke, first_2xx
@@ -715,7 +812,7 @@ fn check_fingerprints(verdict: &mut Verdict, key: &str, ops: &[&Op], executions:
         op.is_2xx()
             || matches!(
                 op.problem(),
-                Some("in-flight" | "outcome-unknown" | "response-not-retained")
+                Some("in-flight" | "outcome-pending" | "outcome-unknown" | "response-not-retained")
             )
     };
     // An attempt whose upstream could not be reached released the key
@@ -1373,5 +1470,175 @@ mod tests {
         let mut stranger = entry("completed", 7, Some(201));
         stranger.key = "k2".into();
         assert_flags(&check_with(&[stranger]), "no record of it");
+    }
+
+    /// An op on the inquiring route.
+    fn inquire(mut op: Op) -> Op {
+        op.route = Route::Inquire;
+        op
+    }
+
+    fn replay(status: u16, response: &str) -> Outcome {
+        Outcome::Answer {
+            status,
+            problem: None,
+            replayed: true,
+            response: response.into(),
+            denied_header: false,
+        }
+    }
+
+    /// An inquiring key posted to `/reset`: the upstream acted (execution
+    /// 1, no answer), the client got 502, then 409 while the gateway asked,
+    /// then the lookup's answer as a replay, again in the final check.
+    fn settled_by_the_lookup() -> (Vec<Op>, Vec<Execution>, Vec<FinalProbe>, String) {
+        let mut executions = vec![execution(1, 1, "A", "")];
+        executions[0].answered = None;
+        let refs: Vec<&Execution> = executions.iter().collect();
+        let answers = lookup_answers("k1", &refs);
+        assert_eq!(answers.len(), 1);
+        let ((status, bytes), digest) = answers[0].clone();
+        assert_eq!((status, bytes), (200, 36));
+        let mut ops = vec![
+            inquire(op(1, "A", 0, 50, answer(502, Some("upstream-failed"), "p"))),
+            inquire(op(
+                2,
+                "A",
+                100,
+                5,
+                answer(409, Some("outcome-pending"), "p"),
+            )),
+            inquire(op(3, "A", 2_000, 5, replay(200, &digest))),
+            inquire(op(4, "A", 9_000, 5, replay(200, &digest))),
+        ];
+        ops[3].last_phase = true;
+        let finals = vec![FinalProbe {
+            route: Route::Inquire,
+            key: "k1".into(),
+            resolved_after: Some(MS),
+            last: "200".into(),
+        }];
+        (ops, executions, finals, digest)
+    }
+
+    fn inquire_record(state: &'static str, status: Option<u16>, bytes: u64) -> StoreRecord {
+        StoreRecord {
+            route: Route::Inquire,
+            key: "k1".into(),
+            state,
+            held_reason: None,
+            status,
+            body_bytes: status.map(|_| bytes),
+            token: 2,
+        }
+    }
+
+    #[test]
+    fn property_12_the_lookups_answer_is_replayed() {
+        let (ops, executions, finals, _) = settled_by_the_lookup();
+        let completed = [inquire_record("completed", Some(200), 36)];
+        let v = verdict_records(&ops, &executions, &finals, &completed);
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        assert_eq!((v.keys_inquire, v.executions_inquire), (1, 1));
+        assert_eq!(v.inquire_settled_by_lookup, 1);
+        // On a route that does not inquire, nobody asked: no execution
+        // sent that answer.
+        let held: Vec<Op> = ops
+            .iter()
+            .cloned()
+            .map(|mut op| {
+                op.route = Route::Hold;
+                op
+            })
+            .collect();
+        assert_flags(&verdict(&held, &executions, &finals), "property 2");
+        // Another body than the lookup's (another execution named, say).
+        let mut other = ops.clone();
+        let wrong = response_digest(200, [("content-type", &b"application/json"[..])], b"{}");
+        other[2] = inquire(op(3, "A", 2_000, 5, replay(200, &wrong)));
+        assert_flags(&verdict(&other, &executions, &finals), "property 2");
+        // A record whose answer neither the lookup nor an execution gave.
+        let odd = [inquire_record("completed", Some(200), 37)];
+        assert_flags(
+            &verdict_records(&ops, &executions, &finals, &odd),
+            "no execution of it answered",
+        );
+    }
+
+    #[test]
+    fn property_12_a_a_second_execution_on_the_inquiring_route() {
+        // The lookup lied (404): the key was released and the retry
+        // executed again.
+        let ops = vec![
+            inquire(op(1, "A", 0, 50, answer(502, Some("upstream-failed"), "p"))),
+            inquire(op(
+                2,
+                "A",
+                2_000,
+                50,
+                answer(502, Some("upstream-failed"), "p"),
+            )),
+        ];
+        let executions = vec![execution(1, 1, "A", ""), execution(2, 2, "A", "")];
+        let v = verdict(&ops, &executions, &resolved());
+        assert_flags(&v, "property 12 (a)");
+        assert_eq!((v.duplicates_inquire, v.duplicates_hold), (1, 0));
+    }
+
+    #[test]
+    fn property_12_b_a_key_left_held_or_inquiring() {
+        let (ops, executions, finals, _) = settled_by_the_lookup();
+        for state in ["inquiring", "held"] {
+            let left = [inquire_record(state, None, 0)];
+            let v = verdict_records(&ops, &executions, &finals, &left);
+            assert_flags(&v, "property 12 (b)");
+            assert_eq!(v.inquire_unsettled, 1);
+        }
+    }
+
+    #[test]
+    fn property_12_c_a_final_2xx_that_is_not_a_replay() {
+        let (mut ops, executions, finals, digest) = settled_by_the_lookup();
+        ops[3] = inquire(op(4, "A", 9_000, 5, answer(200, None, &digest)));
+        ops[3].last_phase = true;
+        assert_flags(&verdict(&ops, &executions, &finals), "property 12 (c)");
+    }
+
+    #[test]
+    fn outcome_pending_promises_nothing_was_forwarded_nor_follows_a_2xx() {
+        // A 409 outcome-pending whose request the upstream executed.
+        let (mut ops, mut executions) = clean();
+        ops.push(op(
+            5,
+            "A",
+            400,
+            5,
+            answer(409, Some("outcome-pending"), "p"),
+        ));
+        executions.push(execution(2, 5, "A", "r2"));
+        assert_flags(
+            &verdict(&ops, &executions, &resolved()),
+            "nothing forwarded",
+        );
+        // After a 2xx reached a client, the key is never pending again (G5),
+        // and a pending answer is about the record's own body (property 4).
+        let (mut ops, executions) = clean();
+        ops.push(op(
+            5,
+            "A",
+            400,
+            5,
+            answer(409, Some("outcome-pending"), "p"),
+        ));
+        assert_flags(&verdict(&ops, &executions, &resolved()), "G5");
+        let (mut ops, executions) = clean();
+        ops.push(op(
+            5,
+            "B",
+            400,
+            5,
+            answer(409, Some("outcome-pending"), "p"),
+        ));
+        assert_flags(&verdict(&ops, &executions, &resolved()), "property 4");
     }
 }

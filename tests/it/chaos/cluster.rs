@@ -133,8 +133,9 @@ impl ChaosStore {
 pub const STORE_PREFIX: &str = "chaos:";
 
 /// The gateway's configuration for a chaos run: routes to the same
-/// upstream (through the fault proxy), one per `on_unknown_outcome`, both
-/// again with a lease shorter than the upstream takes ([`SLOW_LEASE`],
+/// upstream (through the fault proxy), one per `on_unknown_outcome`
+/// (`hold`, `release`, and `inquire` with its [`inquiry`] table), the first
+/// two again with a lease shorter than the upstream takes ([`SLOW_LEASE`],
 /// [`SLOW_TIMEOUT`]), so that leases live by renewal, a webhook route (key
 /// in the JSON body) and a `concurrent = "wait"` route.
 pub fn gateway_config(store_url: &str, upstream: &str, lease: Duration) -> TestConfig {
@@ -159,7 +160,14 @@ pub fn gateway_config(store_url: &str, upstream: &str, lease: Duration) -> TestC
                 .into_iter()
                 .map(|r| {
                     let mut route = Table::new();
-                    let policy = if r.holds() { "hold" } else { "release" };
+                    let policy = if r.inquires() {
+                        route.set("inquiry", inquiry(upstream));
+                        "inquire"
+                    } else if r.holds() {
+                        "hold"
+                    } else {
+                        "release"
+                    };
                     route
                         .set("name", r.name())
                         .set("match", format!("/{}/*", r.name()))
@@ -191,6 +199,41 @@ pub fn gateway_config(store_url: &str, upstream: &str, lease: Duration) -> TestC
                 .collect();
         })
 }
+
+/// The inquiring route's `[routes.inquiry]`: the recording upstream's
+/// lookup, `GET {upstream}/inquire/idempotency/{key}` (the key is the last
+/// path segment), reached through the fault proxy like the route's own
+/// requests (the proxy loses answers, it never alters one nor delivers a
+/// request late, so a faulted lookup is only asked again). The first
+/// question 200 ms after the outcome became unknown, then every second;
+/// giving up only after [`INQUIRY_GIVE_UP`], far beyond the final check,
+/// so that a key still held or inquiring at the end means the inquiry
+/// failed.
+///
+/// `after` is shorter than `upstream_timeout` (the gateways log a warning
+/// about it) on purpose: the upstream records an execution as soon as the
+/// whole request has arrived, so nothing it will act on is still on its
+/// way by then. One residual window remains: a gateway frozen (SIGSTOP)
+/// between its claim and its request's last byte (a millisecond or so)
+/// for longer than its lease and `after` (2.2 s at the very least; the
+/// nemesis freezes for 1–3.5 s) may send that request after the lookup
+/// said `404`; this upstream does not refuse such a late copy (the
+/// contract in docs/src/guide/status-inquiry.md asks the upstream to), so
+/// property 12 would report the second execution.
+fn inquiry(upstream: &str) -> Table {
+    let mut inquiry = Table::new();
+    inquiry
+        .set("url", format!("{upstream}/inquire/idempotency/{{key}}"))
+        .set("after", "200ms")
+        .set("every", "1s")
+        .set("give_up_after", format!("{}s", INQUIRY_GIVE_UP.as_secs()));
+    inquiry
+}
+
+/// The inquiring route's `give_up_after`: longer than the restarts, the
+/// wait and the final probes after the chaos (at most two leases and 20 s
+/// more) put together, several times over.
+const INQUIRY_GIVE_UP: Duration = Duration::from_secs(120);
 
 /// The kill windows: failpoints in the gateway's pipeline (test builds
 /// only; see `kill_window!` in src/handler/mod.rs) at which an armed gateway

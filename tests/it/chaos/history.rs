@@ -31,16 +31,25 @@ pub enum Route {
     /// `hold` with `concurrent = "wait"`: duplicates wait for the first
     /// attempt instead of getting `409`.
     Wait,
+    /// `on_unknown_outcome = "inquire"`: a key whose outcome is unknown
+    /// turns `inquiring`, and the gateway asks the upstream's lookup
+    /// (through the fault proxy, like every request) whether it acted: at
+    /// most one execution per key, and none left blocked once the lookup
+    /// answers. Its keys post to a path that makes the upstream act
+    /// normally, reset after acting, drop before acting or hang
+    /// ([`KeyInfo::path`](super::workload::KeyInfo::path)).
+    Inquire,
 }
 
 impl Route {
-    pub const ALL: [Route; 6] = [
+    pub const ALL: [Route; 7] = [
         Route::Hold,
         Route::Release,
         Route::SlowHold,
         Route::SlowRelease,
         Route::Webhook,
         Route::Wait,
+        Route::Inquire,
     ];
 
     pub fn path(self) -> &'static str {
@@ -51,6 +60,7 @@ impl Route {
             Route::SlowRelease => "/slow-release/orders",
             Route::Webhook => "/webhook/orders",
             Route::Wait => "/wait/orders",
+            Route::Inquire => "/inquire/orders",
         }
     }
 
@@ -62,6 +72,7 @@ impl Route {
             Route::SlowRelease => "slow-release",
             Route::Webhook => "webhook",
             Route::Wait => "wait",
+            Route::Inquire => "inquire",
         }
     }
 
@@ -72,6 +83,11 @@ impl Route {
             self,
             Route::Hold | Route::SlowHold | Route::Webhook | Route::Wait
         )
+    }
+
+    /// Whether the route asks the upstream about unknown outcomes.
+    pub fn inquires(self) -> bool {
+        self == Route::Inquire
     }
 
     /// Whether the upstream is slower than the route's lease.
@@ -158,6 +174,7 @@ impl Op {
                 // Refused before anything was forwarded.
                 Some(
                     "in-flight"
+                    | "outcome-pending"
                     | "key-reused"
                     | "store-unavailable"
                     | "upstream-unreachable"

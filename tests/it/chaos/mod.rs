@@ -15,6 +15,22 @@
 //! leases alive by renewal, and the checker reads the store's records at
 //! the end and reconciles them with the upstream's ledger.
 //!
+//! The `inquire` route (`on_unknown_outcome = "inquire"`,
+//! docs/src/guide/status-inquiry.md) asks the recording upstream's lookup,
+//! `GET …/inquire/idempotency/{key}` (answered from its ledger), through
+//! the same fault proxy as its requests: faulted like them (and then asked
+//! again), but never lying, since the proxy loses answers and never
+//! delivers a request late. Two clients send its keys to paths where the
+//! upstream acts, resets after acting (`/reset`), drops before acting
+//! (`/drop-once`) or hangs (`/hang`), and retry each until a 2xx; storms
+//! and the other clients' retries reach it too, and the nemesis kills its
+//! gateways mid-forward like any other. The checker's property 12: no key
+//! of the route executed twice, none left `held` or `inquiring` in the
+//! store at the end (the lookup answers again by then: the final probes
+//! retry `409 outcome-pending` until it has settled each key), and a key
+//! answered 2xx is replayed with the same bytes (its execution's answer,
+//! or the lookup's, which the gateway recorded).
+//!
 //! The front store (PostgreSQL with a Redis front, `[store.front]`) runs
 //! the same way, on the postgres run's private cluster behind the same
 //! store proxy, with a private redis-server as its front (no persistence,
@@ -34,11 +50,13 @@
 //! scraped from every gateway process), and `front-health.log` what the
 //! gateways logged about it (down, back up).
 //!
-//! Two negative controls run too: the same harness on a Redis without
+//! Three negative controls run too: the same harness on a Redis without
 //! persistence, restarted by SIGKILL, must be caught with duplicate
-//! executions; and with lease renewal disabled, retries on the slow
-//! `release` route must be caught executing beside a live attempt (a
-//! checker that cannot fail proves nothing).
+//! executions; with lease renewal disabled, retries on the slow `release`
+//! route must be caught executing beside a live attempt; and with the
+//! upstream's lookup lying (`404` for keys it acted on) until the final
+//! check, the inquiring route's retries must be caught executing keys a
+//! second time (a checker that cannot fail proves nothing).
 //!
 //! Durations, as docs/src/development/testing.md gives them:
 //! `CHAOS_SECONDS` (default 30) of chaos per store run and
@@ -74,7 +92,7 @@ use workload::{KeyInfo, Workload};
 
 use crate::support::serial;
 use crate::support::store::Backend;
-use crate::support::upstream::{Execution, Upstream};
+use crate::support::upstream::{Execution, Lookup, Upstream};
 
 /// The lease of the `hold` and `release` routes: short, so that lapses
 /// happen during the run (and the longest lease of any route).
@@ -96,6 +114,8 @@ struct Settings {
     clients: usize,
     /// Clients of the slow routes ([`Workload::slow_client`]).
     slow_clients: usize,
+    /// Clients of the inquiring route ([`Workload::inquiring_client`]).
+    inquiring_clients: usize,
     max_storm: usize,
     seed: u64,
 }
@@ -115,6 +135,7 @@ impl Settings {
             duration: Duration::from_secs(var("CHAOS_SECONDS").unwrap_or(30)),
             clients: 12,
             slow_clients: 2,
+            inquiring_clients: 2,
             max_storm: if requests.is_some() { 64 } else { 32 },
             seed,
         }
@@ -200,6 +221,30 @@ fn negative_control_renewal_disabled_is_caught() {
     });
 }
 
+/// The third negative control: the upstream's lookup lies
+/// ([`Lookup::Lying`]: `404`, "never acted", about keys it did act on),
+/// breaking the contract the inquiring route relies on
+/// (docs/src/guide/status-inquiry.md). Keys posted to `/reset` or `/hang`
+/// are released instead of replayed, and the inquiring clients' retries
+/// execute them again; the checker must report those duplicate executions
+/// (property 12 (a)). No faults: the paths alone make outcomes unknown.
+#[test]
+fn negative_control_lying_lookup_is_caught() {
+    serial::alone(|| async {
+        let run = chaos(Backend::Redis, Variant::LyingLookup).await;
+        assert!(
+            run.verdict.duplicates_inquire > 0
+                && run
+                    .verdict
+                    .violations
+                    .iter()
+                    .any(|v| v.starts_with("property 12 (a)")),
+            "the checker missed the executions a lying lookup let through:\n{}",
+            run.report
+        );
+    });
+}
+
 /// What a run is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Variant {
@@ -212,6 +257,9 @@ enum Variant {
     /// The negative control of lease renewal: no faults, renewal disabled,
     /// only the slow `release` route.
     RenewalDisabled,
+    /// The negative control of the status inquiry: no faults, a lookup
+    /// that lies until the final check, only the inquiring route.
+    LyingLookup,
 }
 
 /// `CHAOS_CONTROL_SECONDS`: how long a negative control runs.
@@ -273,12 +321,21 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
             settings.duration = control_duration();
             settings.clients = 0;
             settings.slow_clients = 3;
+            settings.inquiring_clients = 0;
             (
                 true,
                 None,
                 Failpoints::RenewalDisabled,
                 "renewal-control".to_string(),
             )
+        }
+        Variant::LyingLookup => {
+            settings.requests = None;
+            settings.duration = control_duration();
+            settings.clients = 0;
+            settings.slow_clients = 0;
+            settings.inquiring_clients = 3;
+            (true, None, Failpoints::Off, "inquiry-control".to_string())
         }
     };
     println!("chaos {label}: seed {}", settings.seed);
@@ -287,6 +344,9 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
     let store = ChaosStore::start(kind, durable).await;
     let store_url = store.url();
     let upstream = Upstream::start().await;
+    if variant == Variant::LyingLookup {
+        upstream.lookup(Lookup::Lying);
+    }
     let rates = Rates {
         reset_before: 0.003,
         reset_after: 0.003,
@@ -365,6 +425,12 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
             tokio::spawn(workload.clone().slow_client(1_000 + i, seed, slow_routes))
         })
         .collect();
+    let inquiring_clients: Vec<_> = (0..settings.inquiring_clients)
+        .map(|i| {
+            let seed = settings.seed.wrapping_add(2_000 + i as u64);
+            tokio::spawn(workload.clone().inquiring_client(2_000 + i, seed))
+        })
+        .collect();
     // The store lives as long as the run (the nemesis hands it back).
     let (nemesis, _calm_store) = match faults_drawn {
         Some(faults_drawn) => {
@@ -404,7 +470,11 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     workload.stop.store(true, Ordering::Relaxed);
-    for client in clients.into_iter().chain(slow_clients) {
+    for client in clients
+        .into_iter()
+        .chain(slow_clients)
+        .chain(inquiring_clients)
+    {
         client.await.unwrap();
     }
     let (faults, _store) = match nemesis {
@@ -422,9 +492,11 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
     gateways.windows.disarm();
     let chaos_time = started.elapsed();
 
-    // Faults cleared: every key must now answer as its policy says.
+    // Faults cleared: every key must now answer as its policy says (and
+    // the lookup tells the truth again: the inquiring route's keys settle).
     proxy.set_mode(Mode::Calm);
     calm_store();
+    upstream.lookup(Lookup::Truthful);
     // Fresh processes: no replay cache answers the final check.
     gateways.restart_all().await;
     let healed = workload.elapsed();
@@ -492,6 +564,18 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
                 .into(),
         );
     }
+    let lookups: u64 = workload
+        .keys()
+        .iter()
+        .filter(|info| info.route.inquires())
+        .map(|info| upstream.lookups(&info.key))
+        .sum();
+    if settings.inquiring_clients > 0 && lookups == 0 {
+        verdict.violations.push(
+            "the upstream's lookup was never asked: the run did not exercise the inquiring route"
+                .into(),
+        );
+    }
     for crash in gateways.windows.crashes.lock().unwrap().iter() {
         verdict
             .violations
@@ -525,6 +609,7 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         store_proxy.as_deref(),
         &gateways.windows,
         front_answers.as_ref(),
+        lookups,
     );
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("chaos");
     std::fs::create_dir_all(&dir).unwrap();
@@ -622,6 +707,7 @@ async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
             RecordState::InFlight,
             RecordState::Completed,
             RecordState::Held,
+            RecordState::Inquiring,
         ] {
             let listed = store
                 .list(route.name(), state, 10_000_000)
@@ -775,17 +861,43 @@ async fn read_front(url: &str) -> Result<Vec<checker::FrontRecord>, String> {
 
 /// Probe every key (16 at a time) until it answers as its policy says:
 /// `hold` keys a replay, a held problem, or 422 (a reused key whose record
-/// another body owns); `release` keys a 2xx. In flight, 503 and upstream
-/// errors are retried until the limit.
+/// another body owns); `release` and `inquire` keys a 2xx. In flight, 503,
+/// upstream errors and `409 outcome-pending` are retried until the limit.
+/// The inquiring route's keys are probed beside the others, 64 at a time:
+/// they mostly wait (a key never forwarded during the chaos, posted to
+/// `/reset` or `/hang`, now turns `inquiring` and waits a second or two
+/// for the lookup), which would hold up the others' turns.
 async fn final_probes(
     workload: &Arc<Workload>,
     executions: &std::collections::HashMap<String, Vec<Execution>>,
     healed: Duration,
 ) -> Vec<FinalProbe> {
-    use futures_util::StreamExt;
     let limit = healed + 2 * LEASE + Duration::from_secs(20);
-    let keys = workload.keys();
-    futures_util::stream::iter(keys.into_iter().enumerate().map(|(i, info)| {
+    let (inquiring, others): (Vec<_>, Vec<_>) = workload
+        .keys()
+        .into_iter()
+        .enumerate()
+        .partition(|(_, info)| info.route.inquires());
+    let (mut finals, inquired) = tokio::join!(
+        probe_keys(workload, executions, others, 16, healed, limit),
+        probe_keys(workload, executions, inquiring, 64, healed, limit),
+    );
+    finals.extend(inquired);
+    finals
+}
+
+/// Probe `keys` (numbered: the number picks the first instance),
+/// `at_once` at a time.
+async fn probe_keys(
+    workload: &Arc<Workload>,
+    executions: &std::collections::HashMap<String, Vec<Execution>>,
+    keys: Vec<(usize, KeyInfo)>,
+    at_once: usize,
+    healed: Duration,
+    limit: Duration,
+) -> Vec<FinalProbe> {
+    use futures_util::StreamExt;
+    futures_util::stream::iter(keys.into_iter().map(|(i, info)| {
         let workload = workload.clone();
         // The body the record must hold: what the upstream executed, else
         // the request's own body.
@@ -805,7 +917,7 @@ async fn final_probes(
             .await
         }
     }))
-    .buffer_unordered(16)
+    .buffer_unordered(at_once)
     .collect()
     .await
 }
@@ -877,6 +989,7 @@ fn report(
     store_proxy: Option<&FaultProxy>,
     windows: &cluster::Windows,
     front: Option<&FrontAnswers>,
+    lookups: u64,
 ) -> String {
     let mut out = String::new();
     let mode = match settings.requests {
@@ -892,10 +1005,11 @@ fn report(
         .collect();
     let _ = writeln!(
         out,
-        "- **{executions} upstream executions of {} keys** ({} on `hold` routes, {} on `release` routes); **duplicate executions on `hold`: {}**; re-executions on `release` (allowed by policy): {}; executions that began while another of their key ran: {} ({} unexplained: property 8)",
-        verdict.keys_hold + verdict.keys_release,
+        "- **{executions} upstream executions of {} keys** ({} on `hold` routes, {} on `release` routes, {} on `inquire`); **duplicate executions on `hold`: {}**; re-executions on `release` (allowed by policy): {}; executions that began while another of their key ran: {} ({} unexplained: property 8)",
+        verdict.keys_hold + verdict.keys_release + verdict.keys_inquire,
         verdict.keys_hold,
         verdict.keys_release,
+        verdict.keys_inquire,
         verdict.duplicates_hold,
         verdict.reexecutions_release,
         verdict.overlaps,
@@ -904,6 +1018,15 @@ fn report(
             .iter()
             .filter(|v| v.starts_with("property 8"))
             .count(),
+    );
+    let _ = writeln!(
+        out,
+        "- **inquiring route** (property 12): {} keys, {} upstream executions, **duplicate executions: {}**; the upstream's lookup asked {lookups} times; records at the end completed with the lookup's answer {}, still held or inquiring {}",
+        verdict.keys_inquire,
+        verdict.executions_inquire,
+        verdict.duplicates_inquire,
+        verdict.inquire_settled_by_lookup,
+        verdict.inquire_unsettled,
     );
     let _ = writeln!(
         out,

@@ -28,6 +28,9 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct KeyInfo {
     pub route: Route,
     pub key: String,
+    /// Where its requests go: the route's [`Route::path`], or on the
+    /// inquiring route one of [`INQUIRE_PATHS`].
+    pub path: &'static str,
     /// The request's body (about 512 bytes of JSON).
     pub canonical: Bytes,
     /// A different request reusing the key (a client bug: must get 422).
@@ -35,7 +38,7 @@ pub struct KeyInfo {
 }
 
 impl KeyInfo {
-    fn new(route: Route, key: String) -> Self {
+    fn new(route: Route, path: &'static str, key: String) -> Self {
         let body = |amount: u32| {
             let head = format!(r#"{{"key":"{key}","amount":{amount},"pad":""#);
             let pad = "x".repeat(512usize.saturating_sub(head.len() + 2));
@@ -43,6 +46,7 @@ impl KeyInfo {
         };
         Self {
             route,
+            path,
             canonical: body(100),
             mutant: body(999),
             key,
@@ -57,6 +61,23 @@ impl KeyInfo {
             .cloned()
     }
 }
+
+/// The paths of the inquiring route's keys, by what the upstream does
+/// (tests/it/support/upstream.rs): acts and answers 201 (or, with a delay
+/// past `upstream_timeout`, acts while the gateway times out); acts, then
+/// resets the connection; drops the first request with the key before
+/// acting (the lookup says 404, the retry is forwarded); acts and never
+/// answers (the gateway times out). Weights out of 100.
+pub const INQUIRE_PATHS: [(&str, u32); 4] = [
+    ("/inquire/orders", 40),
+    ("/inquire/reset", 25),
+    ("/inquire/drop-once", 20),
+    ("/inquire/hang", 15),
+];
+
+/// How often an inquiring client sends a key before it moves on (the
+/// first request and its retries), unless a 2xx settles it first.
+const INQUIRE_TRIES: u32 = 8;
 
 /// Shared state of the clients of one run.
 pub struct Workload {
@@ -106,8 +127,27 @@ impl Workload {
 
     /// A key never used before.
     pub fn new_key(&self, route: Route) -> KeyInfo {
+        self.new_key_at(route, route.path())
+    }
+
+    /// A new key of the inquiring route, on a path drawn from
+    /// [`INQUIRE_PATHS`].
+    fn new_inquiring_key(&self, rng: &mut fastrand::Rng) -> KeyInfo {
+        let mut roll = rng.u32(..100);
+        let path = INQUIRE_PATHS
+            .into_iter()
+            .find(|(_, weight)| {
+                let here = roll < *weight;
+                roll = roll.saturating_sub(*weight);
+                here
+            })
+            .map_or(Route::Inquire.path(), |(path, _)| path);
+        self.new_key_at(Route::Inquire, path)
+    }
+
+    fn new_key_at(&self, route: Route, path: &'static str) -> KeyInfo {
         let n = self.next_key.fetch_add(1, Ordering::Relaxed);
-        let info = KeyInfo::new(route, format!("{}-{n}", self.run));
+        let info = KeyInfo::new(route, path, format!("{}-{n}", self.run));
         self.keys.lock().unwrap().push(info.clone());
         let mut recent = self.recent.lock().unwrap();
         recent.push_back(info.clone());
@@ -139,7 +179,7 @@ impl Workload {
         let id = self.next_op.fetch_add(1, Ordering::Relaxed);
         self.issued.fetch_add(1, Ordering::Relaxed);
         let port = self.gateways.port(instance);
-        let mut request = Request::post(format!("http://127.0.0.1:{port}{}", info.route.path()));
+        let mut request = Request::post(format!("http://127.0.0.1:{port}{}", info.path));
         request = if info.route == Route::Webhook {
             // The key is in the body; each delivery is signed anew.
             request.header(KEY_LABEL_HEADER, &info.key).header(
@@ -281,6 +321,33 @@ impl Workload {
         }
     }
 
+    /// A client of the inquiring route: a new key (on a path drawn from
+    /// [`INQUIRE_PATHS`]), then, after an answer that settles nothing (an
+    /// unknown outcome, `409 outcome-pending` while the gateway asks the
+    /// upstream, `409 in-flight`), retries of it on either instance, 200–600
+    /// ms apart, until one gets a 2xx or [`INQUIRE_TRIES`] were sent. The
+    /// retries are what a lying lookup turns into second executions (the
+    /// inquiry's negative control).
+    pub async fn inquiring_client(self: Arc<Self>, process: usize, seed: u64) {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        while !self.stop.load(Ordering::Relaxed) {
+            let info = self.new_inquiring_key(&mut rng);
+            for tries in 1..=INQUIRE_TRIES {
+                let instance = rng.usize(..self.gateways.len());
+                let op = self
+                    .send(process, instance, &info, Self::delay(&mut rng))
+                    .await;
+                if op.is_2xx() || tries == INQUIRE_TRIES {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(rng.u64(200..600))).await;
+                if self.stop.load(Ordering::Relaxed) {
+                    break;
+                }
+            }
+        }
+    }
+
     /// One client task: loop over actions until told to stop.
     pub async fn client(self: Arc<Self>, process: usize, seed: u64) {
         let mut rng = fastrand::Rng::with_seed(seed);
@@ -322,12 +389,13 @@ impl Workload {
                 // A same-key storm on a new key, or on a recent one.
                 _ => {
                     let info = if roll < 92 {
-                        self.new_key(match rng.u32(..4) {
-                            0 => Route::Hold,
-                            1 => Route::Release,
-                            2 => Route::Webhook,
-                            _ => Route::Wait,
-                        })
+                        match rng.u32(..5) {
+                            0 => self.new_key(Route::Hold),
+                            1 => self.new_key(Route::Release),
+                            2 => self.new_key(Route::Webhook),
+                            3 => self.new_key(Route::Wait),
+                            _ => self.new_inquiring_key(&mut rng),
+                        }
                     } else {
                         match self.recent_key(&mut rng, None) {
                             Some(info) => info,
