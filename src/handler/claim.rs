@@ -158,6 +158,8 @@ impl Gateway {
             after_waiting,
         } = claim;
         let attempt = store::new_attempt_id();
+        // The lease begins when the claim commits, after this instant.
+        let claim_sent = Instant::now();
         let claimed = self
             .store
             .claim(&ClaimRequest {
@@ -205,6 +207,11 @@ impl Gateway {
             Claim::Claimed { token, takeover } => {
                 // Window (a): the claim has committed, nothing was sent.
                 kill_window!("after-claim");
+                // (Tests stall here: a gateway starved before it forwards.)
+                fail::fail_point!("before-forward");
+                if claim_sent.elapsed() + route.lease / 4 >= route.lease {
+                    return Err(self.too_late_to_forward(&route, &record_key, token).await);
+                }
                 if takeover {
                     tracing::warn!(route = %route.name, token, "took over a key whose lease lapsed");
                     self.metrics_of(Some(&route.name)).lease_takeovers.inc();
@@ -225,6 +232,30 @@ impl Gateway {
                 Ok(Answered::forwarded(response, token))
             }
         }
+    }
+}
+
+impl Gateway {
+    /// The claim's lease is (nearly) spent and nothing was sent: this
+    /// gateway stalled between the claim and the forward (an overloaded
+    /// machine, a paused process). Another instance may already have taken
+    /// the key over or asked the upstream about it, so forwarding now could
+    /// execute it twice: the request is not sent, and the key is released
+    /// (a compare-and-set on this attempt's token, so a newer attempt or
+    /// inquiry is untouched).
+    async fn too_late_to_forward(
+        &self,
+        route: &Route,
+        key: &RecordKey,
+        token: store::Token,
+    ) -> GatewayError {
+        tracing::warn!(route = %route.name, token, "the claim's lease ran out before the request was forwarded: not sent, key released");
+        if let Err(error) = self.store.release(key, token).await {
+            tracing::warn!(route = %route.name, token, %error, "could not release the key; it follows its lease");
+        }
+        GatewayError::Overloaded(
+            "time to forward within the lease (the gateway stalled after the claim)",
+        )
     }
 }
 

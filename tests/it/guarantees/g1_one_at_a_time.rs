@@ -124,6 +124,41 @@ async fn two_gateway_processes_never_forward_one_key_twice() {
     assert_eq!(upstream.count(key), 1);
 }
 
+/// A gateway that stalls between its claim and its forward for longer than
+/// the lease (an overloaded machine, a paused process) must not forward:
+/// by then another instance may have taken the key over, or an inquiry may
+/// have found it never acted. The stall is a failpoint (a 1.5 s sleep,
+/// once) against a 1 s lease; the request is not sent, the key is released
+/// and the retry is forwarded, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_lease_ran_out_before_the_forward_is_not_sent() {
+    let db = TestDb::new().await;
+    let upstream = Upstream::start().await;
+    let config = process_config(&db, &upstream, "1s", "5s");
+    let stalled = GatewayProcess::try_start_with_env(
+        "stalled",
+        &config,
+        &[("FAILPOINTS", "before-forward=1*sleep(1500)")],
+    )
+    .await
+    .expect("the gateway starts");
+    let http = client();
+    let url = stalled.url("/v1/pay");
+    let first = post(&http, &url, "stalled", "{}").await;
+    assert_eq!(first.status, StatusCode::SERVICE_UNAVAILABLE, "{first:?}");
+    assert_eq!(first.problem_type(), "urn:idemgate:problem:overloaded");
+    assert_eq!(upstream.count("stalled"), 0, "a stale claim was forwarded");
+    let retry = post(&http, &url, "stalled", "{}").await;
+    assert_eq!(retry.status, StatusCode::CREATED, "{retry:?}");
+    assert!(!retry.is_replay());
+    assert_eq!(upstream.count("stalled"), 1);
+    assert!(
+        stalled
+            .stderr()
+            .contains("lease ran out before the request was forwarded")
+    );
+}
+
 /// Across instances: the shared stores only.
 mod across_instances {
     use super::*;
