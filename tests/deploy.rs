@@ -758,12 +758,7 @@ mod controls {
                 "terminationGracePeriodSeconds: 36",
                 "terminationGracePeriodSeconds 36",
             ),
-            (
-                d,
-                "command: [\"/bin/sleep\", \"5\"]",
-                "command: [\"/bin/sleep\", \"15\"]",
-                "preStop sleep 15s",
-            ),
+            (d, "seconds: 5", "seconds: 15", "preStop sleep 15s"),
             (
                 d,
                 "containerPort: 9090",
