@@ -377,7 +377,8 @@ async fn live_names() -> BTreeSet<String> {
 /// Every name the gateway's registry ([`Metrics`]) can write. A family
 /// with no label set yet is not written at all, not even its `# TYPE`, and
 /// some get one only on a rare event (a lost claim, a fenced renewal, a
-/// shadow route, a Redis front): here each labelled family is given one.
+/// shadow route, a Redis front, a status inquiry): here each labelled
+/// family is given one.
 fn registry_names() -> BTreeSet<String> {
     let m = Metrics::new();
     m.for_route("api", &["forwarded"]).request(0);
@@ -404,6 +405,7 @@ fn registry_names() -> BTreeSet<String> {
         })
         .inc();
     m.front.scrape(&FrontStats::default());
+    m.inquiries.count("api", "gave_up");
     exported_names(&m.encode())
 }
 
