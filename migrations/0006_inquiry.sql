@@ -10,8 +10,8 @@
 --
 -- Nothing here scans or rewrites the table (a rolling upgrade must not stop
 -- claims): the CHECK is replaced NOT VALID (0007 validates it without
--- blocking writes), the columns have constant defaults, and the index
--- comes concurrently in 0008.
+-- blocking writes) and the columns have constant defaults. The index comes
+-- in 0008, which says how to build it ahead on a large table.
 ALTER TABLE idemgate_records DROP CONSTRAINT idemgate_records_state_check;
 ALTER TABLE idemgate_records ADD CONSTRAINT idemgate_records_state_check
     CHECK (state IN ('in_flight', 'completed', 'held', 'inquiring')) NOT VALID;

@@ -1,7 +1,7 @@
 //! A PostgreSQL database of the release before the status inquiry (schema
 //! 5) is upgraded in place by `migrate`: the state's CHECK is replaced, the
 //! new columns come with their defaults, and the open-records index is
-//! built concurrently (migration 0008 runs outside a transaction), with
+//! built (migration 0008, which an operator may build ahead), with
 //! every record kept and claims answered as before.
 
 use sqlx::Connection;
