@@ -210,7 +210,7 @@ impl Gateway {
                 // (Tests stall here: a gateway starved before it forwards.)
                 fail::fail_point!("before-forward");
                 if claim_sent.elapsed() + route.lease / 4 >= route.lease {
-                    return Err(self.too_late_to_forward(&route, &record_key, token).await);
+                    return Err(self.too_late_to_forward(&route, record_key, attempt).await);
                 }
                 if takeover {
                     tracing::warn!(route = %route.name, token, "took over a key whose lease lapsed");
@@ -240,18 +240,22 @@ impl Gateway {
     /// gateway stalled between the claim and the forward (an overloaded
     /// machine, a paused process). Another instance may already have taken
     /// the key over or asked the upstream about it, so forwarding now could
-    /// execute it twice: the request is not sent, and the key is released
-    /// (a compare-and-set on this attempt's token, so a newer attempt or
-    /// inquiry is untouched).
+    /// execute it twice: the request is not sent, and the attempt's record
+    /// is abandoned as a lost claim's is (by attempt id, so a newer attempt
+    /// or inquiry is untouched; at once, or by the lost-claims worker if
+    /// the store does not answer, so the key never turns held for want of
+    /// it).
     async fn too_late_to_forward(
         &self,
         route: &Route,
-        key: &RecordKey,
-        token: store::Token,
+        key: RecordKey,
+        attempt: store::AttemptId,
     ) -> GatewayError {
-        tracing::warn!(route = %route.name, token, "the claim's lease ran out before the request was forwarded: not sent, key released");
-        if let Err(error) = self.store.release(key, token).await {
-            tracing::warn!(route = %route.name, token, %error, "could not release the key; it follows its lease");
+        tracing::warn!(route = %route.name, attempt, "the claim's lease ran out before the request was forwarded: not sent, the attempt abandoned");
+        if let Err(error) = self.store.abandon(&key, attempt).await {
+            tracing::warn!(route = %route.name, attempt, %error, "could not abandon the attempt yet; the lost-claims worker pursues it");
+            self.lost_claims
+                .report(&route.name, key, attempt, route.lease);
         }
         GatewayError::Overloaded(
             "time to forward within the lease (the gateway stalled after the claim)",

@@ -128,8 +128,8 @@ async fn two_gateway_processes_never_forward_one_key_twice() {
 /// the lease (an overloaded machine, a paused process) must not forward:
 /// by then another instance may have taken the key over, or an inquiry may
 /// have found it never acted. The stall is a failpoint (a 1.5 s sleep,
-/// once) against a 1 s lease; the request is not sent, the key is released
-/// and the retry is forwarded, once.
+/// once) against a 1 s lease; the request is not sent, its attempt is
+/// abandoned and the retry is forwarded, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_whose_lease_ran_out_before_the_forward_is_not_sent() {
     let db = TestDb::new().await;
