@@ -29,7 +29,7 @@ use tokio::time::Instant;
 use http::{Method, Request, StatusCode, header};
 use tokio::task::JoinSet;
 
-use crate::config::{INQUIRY_LEASE_MARGIN, Route};
+use crate::config::{INQUIRY_LEASE_MARGIN, Inquiry as InquirySpec, Route};
 use crate::handler::{key_digest, replayable, to_client};
 use crate::metrics::Metrics;
 use crate::request::body::{Collected, collect_up_to, empty};
@@ -183,7 +183,7 @@ impl Inquirer {
             return;
         }
         let started = Instant::now();
-        let asked = self.ask(route, &inquiry).await;
+        let asked = self.ask(route, spec, &inquiry).await;
         // How long the outcome has been unknown, now that this answer is in.
         let unknown_for = inquiry.inquiring_for + started.elapsed();
         let (answer, written) = match asked {
@@ -245,11 +245,12 @@ impl Inquirer {
     }
 
     /// `GET` the route's inquiry URL for the key, within `upstream_timeout`.
-    async fn ask(&self, route: &Route, inquiry: &Inquiry) -> Result<Asked, Unsettled> {
-        let spec = route
-            .inquiry
-            .as_ref()
-            .ok_or(Unsettled("no inquiry".into()))?;
+    async fn ask(
+        &self,
+        route: &Route,
+        spec: &InquirySpec,
+        inquiry: &Inquiry,
+    ) -> Result<Asked, Unsettled> {
         let uri = spec
             .url_for(&inquiry.key.key, &inquiry.key.scope)
             .map_err(|e| Unsettled(format!("the inquiry URL is invalid for this key: {e}")))?;
@@ -267,10 +268,14 @@ impl Inquirer {
                 .send(route.upstream_ca.as_ref(), request)
                 .await?;
             let (parts, incoming) = response.into_parts();
+            if !parts.status.is_success() {
+                // Only an answer to record is read; any other is dropped.
+                return Ok((parts, None));
+            }
             let body = collect_up_to(incoming, route.max_recorded_response, |_| {})
                 .await
                 .map_err(|e| UpstreamError::Failed(format!("reading the answer: {e}")))?;
-            Ok::<_, UpstreamError>((parts, body))
+            Ok::<_, UpstreamError>((parts, Some(body)))
         })
         .await
         .map_err(|_| Unsettled(format!("no answer within {:?}", route.upstream_timeout)))?;
@@ -278,15 +283,13 @@ impl Inquirer {
         to_client(&mut parts);
         Ok(match (parts.status, body) {
             (StatusCode::NOT_FOUND | StatusCode::GONE, _) => Asked::NotActed,
-            (status, Collected::Complete(body)) if status.is_success() => {
-                Asked::Acted(StoredResponse {
-                    status,
-                    headers: replayable(&parts.headers, &route.replay_headers_deny),
-                    body,
-                })
-            }
-            (status, Collected::Over { .. }) if status.is_success() => Asked::TooLarge,
-            (status, _) => return Err(Unsettled(format!("the upstream answered {status}"))),
+            (status, Some(Collected::Complete(body))) => Asked::Acted(StoredResponse {
+                status,
+                headers: replayable(&parts.headers, &route.replay_headers_deny),
+                body,
+            }),
+            (_, Some(Collected::Over { .. })) => Asked::TooLarge,
+            (status, None) => return Err(Unsettled(format!("the upstream answered {status}"))),
         })
     }
 }

@@ -220,6 +220,13 @@ pub struct InquiringRoute {
     pub retention: Duration,
 }
 
+impl InquiringRoute {
+    /// The retention of the route named `name` among `routes`, if it is one.
+    pub fn retention_of(routes: &[Self], name: &str) -> Option<Duration> {
+        routes.iter().find(|r| r.name == name).map(|r| r.retention)
+    }
+}
+
 /// Whether a compare-and-set on a token took effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cas {

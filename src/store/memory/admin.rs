@@ -22,12 +22,7 @@ impl StoreAdmin for MemoryStore {
     ) -> Result<Vec<Inquiry>, StoreError> {
         let now = Instant::now();
         let mut inner = self.lock();
-        let retention = |key: &RecordKey| {
-            routes
-                .iter()
-                .find(|r| r.name == key.route)
-                .map(|r| r.retention)
-        };
+        let retention = |key: &RecordKey| InquiringRoute::retention_of(routes, &key.route);
         let due: Vec<(RecordKey, Duration)> = inner
             .records
             .iter()

@@ -51,7 +51,8 @@ use crate::clock::Instant;
 use super::pool::{PgPool, RunError};
 use crate::store::batch_queue::take_batch;
 use crate::store::{
-    BatchStats, Cas, Claim, HeldReason, RecordKey, StoreError, StoredResponse, decode_headers,
+    BatchStats, Cas, Claim, HeldReason, RecordKey, StoreError, StoredResponse, UnknownOutcome,
+    decode_headers,
 };
 
 /// Most operations in one batch.
@@ -71,9 +72,8 @@ pub(super) enum Op {
         attempt: i64,
         lease_ms: i64,
         retention_ms: i64,
-        /// What a lapsed lease turns into: taken over (`true`), held
-        /// (`false`), inquiring (`None`).
-        release_lapsed: Option<bool>,
+        /// What a lapsed lease turns into.
+        on_unknown: UnknownOutcome,
     },
     /// The compare-and-set completion of one attempt.
     Complete {
@@ -332,14 +332,20 @@ async fn call(pool: &PgPool, timeout: Duration, batch: &[Job]) -> Result<Vec<Bat
                 attempt,
                 lease_ms,
                 retention_ms,
-                release_lapsed,
+                on_unknown,
                 ..
             } => {
                 kinds.push("claim");
                 fingerprints.push(Some(&fingerprint[..]));
                 attempts.push(Some(*attempt));
                 leases.push(Some(*lease_ms));
-                release.push(*release_lapsed);
+                // idemgate_claim's p_release_lapsed: true takes over,
+                // false holds, NULL inquires.
+                release.push(match on_unknown {
+                    UnknownOutcome::Release => Some(true),
+                    UnknownOutcome::Hold => Some(false),
+                    UnknownOutcome::Inquire => None,
+                });
                 retentions.push(*retention_ms);
                 tokens.push(None);
                 statuses.push(None);

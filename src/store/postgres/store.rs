@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::{PgStore, batch, cas, millis, settle_query};
 use crate::store::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse,
-    Token, UnknownOutcome, encode_headers,
+    Token, encode_headers,
 };
 
 #[async_trait::async_trait]
@@ -22,11 +22,7 @@ impl Store for PgStore {
             attempt: req.attempt,
             lease_ms: millis(req.lease),
             retention_ms: millis(req.retention),
-            release_lapsed: match req.on_unknown_outcome {
-                UnknownOutcome::Release => Some(true),
-                UnknownOutcome::Hold => Some(false),
-                UnknownOutcome::Inquire => None,
-            },
+            on_unknown: req.on_unknown_outcome,
         };
         match self.batcher.submit(op).await? {
             batch::Reply::Claim(claim) => Ok(claim),

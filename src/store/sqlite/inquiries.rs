@@ -45,10 +45,8 @@ pub(super) async fn take(
         select.fetch_all(&mut *conn).await.map_err(unavailable)?;
     let mut taken = Vec::with_capacity(due.len());
     for (route, scope, key, state) in due {
-        let retention = routes
-            .iter()
-            .find(|r| r.name == route)
-            .map_or(Duration::ZERO, |r| r.retention);
+        // Selected by these routes' names: always one of them.
+        let retention = InquiringRoute::retention_of(routes, &route).unwrap_or_default();
         let key = RecordKey { route, scope, key };
         let token = next_token(conn).await?;
         let sql = format!(
