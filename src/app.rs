@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::handler::Gateway;
 use crate::inquirer::{self, Inquirer};
 use crate::metrics::{Metrics, plain_result};
+use crate::reload::{Reloader, hangup};
 use crate::store::metered::InstrumentedStore;
 use crate::store::{self, Backend, Store, StoreAdmin, StoreError};
 use crate::waiters::Waiters;
@@ -85,18 +86,6 @@ pub async fn run_with(
     let relay = start_relay(backend.clone(), waiters.clone());
     let path: Arc<dyn Store> = Arc::new(InstrumentedStore::new(backend, metrics.clone()));
     let path = store::with_replay_cache(path, &config.store, metrics.replay_cache_hits.clone());
-    let stop_admin = CancellationToken::new();
-    let endpoints = Arc::new(admin::Admin {
-        store: path.clone(),
-        records: records.clone(),
-        metrics: metrics.clone(),
-        config: Arc::new(config.clone()),
-    });
-    let admin_task = tokio::spawn(admin::serve(
-        admin,
-        endpoints,
-        stop_admin.clone().cancelled_owned(),
-    ));
     let sweeper = tokio::spawn(sweep_forever(
         records.clone(),
         metrics.clone(),
@@ -115,21 +104,49 @@ pub async fn run_with(
             })
             .await;
     }
-    let inquirer = inquirer::start(Inquirer::new(
+    let inquirer = Arc::new(Inquirer::new(
         &config.routes,
         records.clone(),
         path.clone(),
         metrics.clone(),
-        crate::handler::connect_timeout(&config),
+        crate::handler::connect_timeout(&config.routes),
     ));
-    let gateway = Arc::new(Gateway::new(&config, path, metrics, waiters));
+    let inquiring = inquirer::start(inquirer.clone());
+    let gateway = Arc::new(Gateway::new(
+        &config,
+        path.clone(),
+        metrics.clone(),
+        waiters,
+    ));
+    let reloader = Arc::new(Reloader::new(
+        config.clone(),
+        gateway.clone(),
+        inquirer,
+        metrics.clone(),
+        tls.clone(),
+    ));
+    let hangups =
+        hangup::listen().map(|signal| tokio::spawn(hangup::answer(signal, reloader.clone())));
+    let stop_admin = CancellationToken::new();
+    let endpoints = Arc::new(admin::Admin {
+        store: path,
+        records: records.clone(),
+        metrics,
+        settings: config.clone(),
+        reloader,
+    });
+    let admin_task = tokio::spawn(admin::serve(
+        admin,
+        endpoints,
+        stop_admin.clone().cancelled_owned(),
+    ));
     server::serve(listener, gateway, threads, &config, tls, shutdown).await;
-    sweeper.abort();
-    if let Some(inquirer) = inquirer {
-        inquirer.abort();
-    }
-    if let Some(relay) = relay {
-        relay.abort();
+    // The SIGHUP handler stays installed: a SIGHUP while draining is ignored.
+    for task in [Some(sweeper), Some(inquiring), hangups, relay]
+        .into_iter()
+        .flatten()
+    {
+        task.abort();
     }
     stop_admin.cancel();
     let _ = admin_task.await;

@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use tokio::time::Instant;
 
 use http::{Method, Request, StatusCode, header};
@@ -68,42 +69,19 @@ impl Answer {
     }
 }
 
-/// The routes that inquire, and what asking needs.
-pub struct Inquirer {
+/// The routes that inquire, and the clients that ask their upstreams.
+struct Asking {
     routes: HashMap<String, Arc<Route>>,
-    records: Arc<dyn StoreAdmin>,
-    store: Arc<dyn Store>,
     upstream: Upstream,
-    metrics: Arc<Metrics>,
 }
 
-impl std::fmt::Debug for Inquirer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Inquirer")
-            .field("routes", &self.routes.len())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Inquirer {
-    /// An inquirer for the routes of `routes` that inquire; `None` if none
-    /// does. Questions are settled through `store` (the request path's,
-    /// so caches and metrics see them) and taken from `records`.
-    pub fn new(
-        routes: &[Route],
-        records: Arc<dyn StoreAdmin>,
-        store: Arc<dyn Store>,
-        metrics: Arc<Metrics>,
-        connect_timeout: Duration,
-    ) -> Option<Self> {
+impl Asking {
+    fn new(routes: &[Route], connect_timeout: Duration) -> Self {
         let routes: HashMap<String, Arc<Route>> = routes
             .iter()
             .filter(|r| r.inquiry.is_some())
             .map(|r| (r.name.clone(), Arc::new(r.clone())))
             .collect();
-        if routes.is_empty() {
-            return None;
-        }
         let https = routes
             .values()
             .filter(|r| {
@@ -113,61 +91,102 @@ impl Inquirer {
             })
             .map(|r| r.upstream_ca.as_ref());
         let upstream = Upstream::new(connect_timeout, https);
-        Some(Self {
-            routes,
+        Self { routes, upstream }
+    }
+}
+
+/// The status inquiry of one instance: the routes that inquire (replaced
+/// by a reload, [`Inquirer::set_routes`]), and where answers are settled.
+pub struct Inquirer {
+    asking: ArcSwap<Asking>,
+    records: Arc<dyn StoreAdmin>,
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Inquirer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inquirer")
+            .field("routes", &self.asking.load().routes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Inquirer {
+    /// An inquirer for the routes of `routes` that inquire (it idles while
+    /// none does). Questions are settled through `store` (the request
+    /// path's, so caches and metrics see them) and taken from `records`.
+    pub fn new(
+        routes: &[Route],
+        records: Arc<dyn StoreAdmin>,
+        store: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+        connect_timeout: Duration,
+    ) -> Self {
+        Self {
+            asking: ArcSwap::from_pointee(Asking::new(routes, connect_timeout)),
             records,
             store,
-            upstream,
             metrics,
-        })
+        }
+    }
+
+    /// Ask for `routes` from the next tick on; questions already being
+    /// asked finish under the routes they were taken for.
+    pub fn set_routes(&self, routes: &[Route], connect_timeout: Duration) {
+        self.asking
+            .store(Arc::new(Asking::new(routes, connect_timeout)));
     }
 
     /// Ask about due keys every [`TICK`], forever.
-    pub async fn run(self) {
-        let this = Arc::new(self);
-        let names: Vec<InquiringRoute> = this
-            .routes
-            .values()
-            .map(|r| InquiringRoute {
-                name: r.name.clone(),
-                retention: r.retention,
-            })
-            .collect();
-        let lease = this
-            .routes
-            .values()
-            .map(|r| r.upstream_timeout)
-            .max()
-            .unwrap_or_default()
-            + INQUIRY_LEASE_MARGIN;
+    pub async fn run(self: Arc<Self>) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let taken = match this.records.take_inquiries(&names, lease, BATCH).await {
+            let asking = self.asking.load_full();
+            if asking.routes.is_empty() {
+                continue;
+            }
+            let names: Vec<InquiringRoute> = asking
+                .routes
+                .values()
+                .map(|r| InquiringRoute {
+                    name: r.name.clone(),
+                    retention: r.retention,
+                })
+                .collect();
+            let lease = asking
+                .routes
+                .values()
+                .map(|r| r.upstream_timeout)
+                .max()
+                .unwrap_or_default()
+                + INQUIRY_LEASE_MARGIN;
+            let taken = match self.records.take_inquiries(&names, lease, BATCH).await {
                 Ok(taken) => taken,
                 Err(error) => {
                     tracing::warn!(%error, "cannot look for due status inquiries; will retry");
                     continue;
                 }
             };
-            let mut asking = JoinSet::new();
+            let mut questions = JoinSet::new();
             for inquiry in taken {
-                let this = this.clone();
+                let (this, asking) = (self.clone(), asking.clone());
                 this.metrics.inquiries.pending.inc();
-                asking.spawn(async move {
-                    this.settle(inquiry).await;
+                questions.spawn(async move {
+                    this.settle(&asking, inquiry).await;
                     this.metrics.inquiries.pending.dec();
                 });
             }
             // One batch at a time: at most BATCH questions in flight.
-            while asking.join_next().await.is_some() {}
+            while questions.join_next().await.is_some() {}
         }
     }
 
     /// Ask about one taken key (or put the question off) and settle it.
-    async fn settle(&self, inquiry: Inquiry) {
-        let Some(route) = self.routes.get(&inquiry.key.route) else {
+    async fn settle(&self, asking: &Asking, inquiry: Inquiry) {
+        let Some(route) = asking.routes.get(&inquiry.key.route) else {
             return;
         };
         let Some(spec) = &route.inquiry else {
@@ -183,7 +202,7 @@ impl Inquirer {
             return;
         }
         let started = Instant::now();
-        let asked = self.ask(route, spec, &inquiry).await;
+        let asked = ask(&asking.upstream, route, spec, &inquiry).await;
         // How long the outcome has been unknown, now that this answer is in.
         let unknown_for = inquiry.inquiring_for + started.elapsed();
         let (answer, written) = match asked {
@@ -243,55 +262,52 @@ impl Inquirer {
             }
         }
     }
+}
 
-    /// `GET` the route's inquiry URL for the key, within `upstream_timeout`.
-    async fn ask(
-        &self,
-        route: &Route,
-        spec: &InquirySpec,
-        inquiry: &Inquiry,
-    ) -> Result<Asked, Unsettled> {
-        let uri = spec
-            .url_for(&inquiry.key.key, &inquiry.key.scope)
-            .map_err(|e| Unsettled(format!("the inquiry URL is invalid for this key: {e}")))?;
-        let mut request = Request::builder().method(Method::GET).uri(uri);
-        for (name, value) in &spec.headers {
-            request = request.header(name, value);
-        }
-        let request = request
-            .header(header::ACCEPT, "*/*")
-            .body(empty())
-            .map_err(|e| Unsettled(e.to_string()))?;
-        let exchange = tokio::time::timeout(route.upstream_timeout, async {
-            let response = self
-                .upstream
-                .send(route.upstream_ca.as_ref(), request)
-                .await?;
-            let (parts, incoming) = response.into_parts();
-            if !parts.status.is_success() {
-                // Only an answer to record is read; any other is dropped.
-                return Ok((parts, None));
-            }
-            let body = collect_up_to(incoming, route.max_recorded_response, |_| {})
-                .await
-                .map_err(|e| UpstreamError::Failed(format!("reading the answer: {e}")))?;
-            Ok::<_, UpstreamError>((parts, Some(body)))
-        })
-        .await
-        .map_err(|_| Unsettled(format!("no answer within {:?}", route.upstream_timeout)))?;
-        let (mut parts, body) = exchange.map_err(|e| Unsettled(e.to_string()))?;
-        to_client(&mut parts);
-        Ok(match (parts.status, body) {
-            (StatusCode::NOT_FOUND | StatusCode::GONE, _) => Asked::NotActed,
-            (status, Some(Collected::Complete(body))) => Asked::Acted(StoredResponse {
-                status,
-                headers: replayable(&parts.headers, &route.replay_headers_deny),
-                body,
-            }),
-            (_, Some(Collected::Over { .. })) => Asked::TooLarge,
-            (status, None) => return Err(Unsettled(format!("the upstream answered {status}"))),
-        })
+/// `GET` the route's inquiry URL for the key, within `upstream_timeout`.
+async fn ask(
+    upstream: &Upstream,
+    route: &Route,
+    spec: &InquirySpec,
+    inquiry: &Inquiry,
+) -> Result<Asked, Unsettled> {
+    let uri = spec
+        .url_for(&inquiry.key.key, &inquiry.key.scope)
+        .map_err(|e| Unsettled(format!("the inquiry URL is invalid for this key: {e}")))?;
+    let mut request = Request::builder().method(Method::GET).uri(uri);
+    for (name, value) in &spec.headers {
+        request = request.header(name, value);
     }
+    let request = request
+        .header(header::ACCEPT, "*/*")
+        .body(empty())
+        .map_err(|e| Unsettled(e.to_string()))?;
+    let exchange = tokio::time::timeout(route.upstream_timeout, async {
+        let response = upstream.send(route.upstream_ca.as_ref(), request).await?;
+        let (parts, incoming) = response.into_parts();
+        if !parts.status.is_success() {
+            // Only an answer to record is read; any other is dropped.
+            return Ok((parts, None));
+        }
+        let body = collect_up_to(incoming, route.max_recorded_response, |_| {})
+            .await
+            .map_err(|e| UpstreamError::Failed(format!("reading the answer: {e}")))?;
+        Ok::<_, UpstreamError>((parts, Some(body)))
+    })
+    .await
+    .map_err(|_| Unsettled(format!("no answer within {:?}", route.upstream_timeout)))?;
+    let (mut parts, body) = exchange.map_err(|e| Unsettled(e.to_string()))?;
+    to_client(&mut parts);
+    Ok(match (parts.status, body) {
+        (StatusCode::NOT_FOUND | StatusCode::GONE, _) => Asked::NotActed,
+        (status, Some(Collected::Complete(body))) => Asked::Acted(StoredResponse {
+            status,
+            headers: replayable(&parts.headers, &route.replay_headers_deny),
+            body,
+        }),
+        (_, Some(Collected::Over { .. })) => Asked::TooLarge,
+        (status, None) => return Err(Unsettled(format!("the upstream answered {status}"))),
+    })
 }
 
 /// What a question found out.
@@ -307,10 +323,7 @@ enum Asked {
 /// Why a question settled nothing.
 struct Unsettled(String);
 
-/// The inquirer as a task, if any route inquires.
-pub type Task = Option<tokio::task::JoinHandle<()>>;
-
-/// Start the inquirer for `routes`, if any inquires.
-pub fn start(inquirer: Option<Inquirer>) -> Task {
-    inquirer.map(|inquirer| tokio::spawn(inquirer.run()))
+/// Start the inquirer's task.
+pub fn start(inquirer: Arc<Inquirer>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(inquirer.run())
 }

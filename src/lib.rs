@@ -40,6 +40,7 @@ pub mod inquirer;
 pub mod logging;
 pub mod metrics;
 pub mod problem;
+pub mod reload;
 pub mod request;
 pub mod server;
 pub mod store;

@@ -2,8 +2,10 @@
 //! `/metrics` (Prometheus text format), `/healthz` (the process answers),
 //! `/readyz` (the store answers and is migrated), and `POST /keys`, which
 //! runs an `idemgate keys` command on this gateway's store (how the CLI
-//! reaches a `memory://` store) for a caller with the `admin_token`, and is
-//! refused when no token is configured. Health and metrics stay open.
+//! reaches a `memory://` store), and `POST /config/reload`, which reloads
+//! the configuration ([`crate::reload`]). Both are for a caller with the
+//! `admin_token`, and are refused when no token is configured. Health and
+//! metrics stay open.
 
 pub mod keys;
 
@@ -21,6 +23,7 @@ use tokio::net::TcpListener;
 use crate::clock::Instant;
 use crate::config::Config;
 use crate::metrics::{Metrics, plain_result};
+use crate::reload::Reloader;
 use crate::request::body::{Body, RequestBody, full};
 use crate::server;
 use crate::store::{Store, StoreAdmin};
@@ -37,8 +40,12 @@ pub struct Admin {
     pub records: Arc<dyn StoreAdmin>,
     /// Its metrics.
     pub metrics: Arc<Metrics>,
-    /// Its configuration (routes, for key administration).
-    pub config: Arc<Config>,
+    /// The configuration it started with (the admin listener's own
+    /// settings and token change only on restart).
+    pub settings: Config,
+    /// Reloads, and the configuration in force (routes, for key
+    /// administration).
+    pub reloader: Arc<Reloader>,
 }
 
 impl std::fmt::Debug for Admin {
@@ -51,8 +58,8 @@ impl std::fmt::Debug for Admin {
 /// `admin_max_connections` at once, with the proxy's connection deadlines
 /// and protocol limits, and accept errors backed off.
 pub async fn serve(listener: TcpListener, admin: Arc<Admin>, shutdown: impl Future<Output = ()>) {
-    let settings = Arc::new(server::Settings::of(&admin.config));
-    let cap = admin.config.admin_max_connections;
+    let settings = Arc::new(server::Settings::of(&admin.settings));
+    let cap = admin.settings.admin_max_connections;
     let open = server::accept_until(listener, cap, None, shutdown, move |stream, _, stop| {
         let (admin, settings) = (admin.clone(), settings.clone());
         let handle = move |request| {
@@ -109,7 +116,16 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 async fn answer(request: Request<RequestBody>, admin: &Admin) -> Response<Body> {
     let (store, metrics) = (admin.records.as_ref(), &admin.metrics);
     match (request.method().clone(), request.uri().path()) {
-        (Method::POST, "/keys") => keys(request, admin).await,
+        (Method::POST, "/keys") => match refusal(&request, admin, "key administration") {
+            None => keys(request, admin).await,
+            Some(refused) => refused,
+        },
+        (Method::POST, "/config/reload") => {
+            match refusal(&request, admin, "configuration reload") {
+                None => reload(admin).await,
+                Some(refused) => refused,
+            }
+        }
         (Method::GET | Method::HEAD, "/metrics") => {
             metrics.scrape(store);
             text(StatusCode::OK, OPENMETRICS, metrics.encode())
@@ -126,7 +142,7 @@ async fn answer(request: Request<RequestBody>, admin: &Admin) -> Response<Body> 
         _ => text(
             StatusCode::NOT_FOUND,
             PLAIN,
-            "admin endpoints: GET /metrics, /healthz, /readyz; POST /keys\n".into(),
+            "admin endpoints: GET /metrics, /healthz, /readyz; POST /keys, /config/reload\n".into(),
         ),
     }
 }
@@ -139,32 +155,62 @@ async fn ping(store: &dyn StoreAdmin, metrics: &Metrics) -> Result<(), crate::st
     result
 }
 
-/// Run the `idemgate keys` command in the body on this gateway's store,
-/// for a caller with the admin token.
-async fn keys(request: Request<RequestBody>, admin: &Admin) -> Response<Body> {
-    let Some(token) = &admin.config.admin_token else {
-        return text(
+/// `None` if the caller sent the admin token; else the refusal: 403
+/// when no token is configured (`what` is then off), 401 otherwise.
+fn refusal(request: &Request<RequestBody>, admin: &Admin, what: &str) -> Option<Response<Body>> {
+    let Some(token) = &admin.settings.admin_token else {
+        return Some(text(
             StatusCode::FORBIDDEN,
             PLAIN,
-            "key administration over HTTP is off: set admin_token in the gateway's config \
-             (for example admin_token = \"${IDEMGATE_ADMIN_TOKEN}\") and send it as \
-             Authorization: Bearer <token>; `idemgate keys` does so from the same config\n"
-                .into(),
-        );
+            format!(
+                "{what} over HTTP is off: set admin_token in the gateway's config \
+                 (for example admin_token = \"${{IDEMGATE_ADMIN_TOKEN}}\") and send it as \
+                 Authorization: Bearer <token>; `idemgate keys` does so from the same config\n"
+            ),
+        ));
     };
     let authorization = request.headers().get(header::AUTHORIZATION);
-    if !token.authorizes(authorization.map(|v| v.as_bytes())) {
-        let mut refused = text(
-            StatusCode::UNAUTHORIZED,
-            PLAIN,
-            "POST /keys needs Authorization: Bearer <admin_token>\n".into(),
-        );
-        refused.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            header::HeaderValue::from_static("Bearer realm=\"idemgate-admin\""),
-        );
-        return refused;
+    if token.authorizes(authorization.map(|v| v.as_bytes())) {
+        return None;
     }
+    let mut refused = text(
+        StatusCode::UNAUTHORIZED,
+        PLAIN,
+        format!(
+            "{} needs Authorization: Bearer <admin_token>\n",
+            request.uri().path()
+        ),
+    );
+    refused.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer realm=\"idemgate-admin\""),
+    );
+    Some(refused)
+}
+
+/// Reload the configuration: 200 with what was applied and what waits for
+/// a restart, or 422 with why nothing changed (as JSON either way).
+async fn reload(admin: &Admin) -> Response<Body> {
+    let (status, body) = match admin.reloader.reload("POST /config/reload").await {
+        Ok(reloaded) => (
+            StatusCode::OK,
+            serde_json::json!({
+                "reloaded": true,
+                "routes": reloaded.routes,
+                "restart_required": reloaded.restart_required,
+            }),
+        ),
+        Err(error) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            serde_json::json!({ "reloaded": false, "error": error.to_string() }),
+        ),
+    };
+    text(status, "application/json", format!("{body}\n"))
+}
+
+/// Run the `idemgate keys` command in the body on this gateway's store
+/// (the caller sent the token, [`refusal`]).
+async fn keys(request: Request<RequestBody>, admin: &Admin) -> Response<Body> {
     use http_body_util::BodyExt;
     let body = match http_body_util::Limited::new(request.into_body(), MAX_COMMAND)
         .collect()
@@ -190,7 +236,8 @@ async fn keys(request: Request<RequestBody>, admin: &Admin) -> Response<Body> {
         }
     };
     let (records, path) = (admin.records.as_ref(), admin.store.as_ref());
-    match keys::execute(&admin.config, records, path, command).await {
+    let config = admin.reloader.current();
+    match keys::execute(&config, records, path, command).await {
         Ok(output) => text(StatusCode::OK, PLAIN, output),
         Err(error) => {
             let mut answer = text(error.status(), PLAIN, format!("{error}\n"));

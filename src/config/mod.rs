@@ -19,6 +19,7 @@ pub mod defaults;
 mod env;
 mod inquiry;
 mod raw;
+mod reload;
 mod route;
 mod secret;
 mod tls;
@@ -32,6 +33,7 @@ use std::time::Duration;
 pub use crate::store::{StoreConfig, UnknownOutcome};
 pub use defaults::*;
 pub use inquiry::Inquiry;
+pub use reload::Reload;
 pub use route::{Concurrent, LogFormat, OnStoreError, PathMatch, RecordPolicy, Route, RouteMode};
 pub use secret::AdminToken;
 pub use tls::{ListenerTls, UpstreamCa};
@@ -155,6 +157,10 @@ pub struct Config {
     pub store: StoreConfig,
     /// Routes, in file order.
     pub routes: Vec<Route>,
+    /// The file this configuration was read from ([`Config::load`]),
+    /// which a reload reads again; `None`: it came from text, and there is
+    /// nothing to reload.
+    pub source: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -176,7 +182,9 @@ impl Config {
             },
             reason,
         })?;
-        Self::parse(&text)
+        let mut config = Self::parse(&text)?;
+        config.source = Some(path.to_path_buf());
+        Ok(config)
     }
 
     /// Expand and validate config text, reading `${VAR}` from the process environment.

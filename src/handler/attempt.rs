@@ -43,9 +43,8 @@ impl Gateway {
             Ok::<_, UpstreamError>((parts, collected))
         })
         .await;
-        self.metrics_of(Some(&route.name))
-            .upstream_seconds
-            .observe(started.elapsed().as_secs_f64());
+        let elapsed = started.elapsed().as_secs_f64();
+        self.with_metrics_of(Some(&route.name), |m| m.upstream_seconds.observe(elapsed));
 
         let (mut parts, collected) = match exchange {
             Err(_elapsed) => {

@@ -214,7 +214,7 @@ impl Gateway {
                 }
                 if takeover {
                     tracing::warn!(route = %route.name, token, "took over a key whose lease lapsed");
-                    self.metrics_of(Some(&route.name)).lease_takeovers.inc();
+                    self.with_metrics_of(Some(&route.name), |m| m.lease_takeovers.inc());
                 }
                 let mut request = upstream::prepare(
                     Request::from_parts(parts, body::full(body)),

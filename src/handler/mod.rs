@@ -37,13 +37,14 @@ mod lost_claims;
 mod outcome;
 mod passthrough;
 mod renew;
+mod routes;
 mod shadow;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use http::{Request, Response};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
@@ -65,6 +66,7 @@ use lost_claims::LostClaims;
 use outcome::Answered;
 pub use outcome::Outcome;
 pub(crate) use passthrough::{connect_timeout, to_client};
+use routes::RouteTable;
 
 /// The header marking a replayed response.
 pub const REPLAYED: &str = "idempotent-replayed";
@@ -79,12 +81,9 @@ struct Trace {
 
 /// The gateway: routes, store, upstream client and the forward tasks in flight.
 pub struct Gateway {
-    routes: Vec<Arc<Route>>,
+    /// The routes in force, swapped whole by a reload ([`routes`]).
+    table: ArcSwap<RouteTable>,
     store: Arc<dyn Store>,
-    /// One upstream pool per serving thread (`server_threads`), and a last
-    /// one for every other thread (the only one when connections are
-    /// served on the shared runtime): [`Gateway::upstream`].
-    upstreams: Vec<Upstream>,
     tasks: TaskTracker,
     docs_url: Option<String>,
     body_read_timeout: Duration,
@@ -93,8 +92,6 @@ pub struct Gateway {
     /// Claimed forwards at once.
     forward_slots: Arc<Semaphore>,
     metrics: Arc<Metrics>,
-    /// Each route's metric handles, by route name.
-    route_metrics: HashMap<String, RouteMetrics>,
     /// The handles of requests no route matched (`route="-"`).
     unrouted: RouteMetrics,
     lost_claims: LostClaims,
@@ -111,7 +108,7 @@ pub struct Gateway {
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Gateway")
-            .field("routes", &self.routes.len())
+            .field("routes", &self.table.load().len())
             .finish_non_exhaustive()
     }
 }
@@ -126,25 +123,18 @@ impl Gateway {
         waiters: Arc<Waiters>,
     ) -> Self {
         let tasks = TaskTracker::new();
-        let outcomes = Outcome::ALL.map(Outcome::as_str);
-        let route_metrics = config
-            .routes
-            .iter()
-            .map(|r| (r.name.clone(), metrics.for_route(&r.name, &outcomes)))
-            .collect();
-        let unrouted = metrics.for_route("-", &outcomes);
+        let unrouted = metrics.for_route("-", &Outcome::ALL.map(Outcome::as_str));
+        let pools = config.server_threads + 1;
         Self {
-            routes: config.routes.iter().cloned().map(Arc::new).collect(),
+            table: ArcSwap::from_pointee(RouteTable::new(&config.routes, pools, &metrics)),
             lost_claims: LostClaims::start(store.clone(), metrics.clone(), &tasks),
             store,
-            upstreams: passthrough::upstream_pools(config),
             tasks,
             docs_url: config.docs_url.clone(),
             body_read_timeout: config.body_read_timeout,
             body_budget: Arc::new(Semaphore::new(config.max_buffered_request_bytes)),
             forward_slots: Arc::new(Semaphore::new(config.max_forwards_in_flight)),
             metrics,
-            route_metrics,
             unrouted,
             waiters,
             wait_slots: Arc::new(Semaphore::new(config.max_waiting)),
@@ -152,22 +142,33 @@ impl Gateway {
         }
     }
 
+    /// Serve `routes` from now on: requests already routed finish under
+    /// the routes they started with (a reload, [`crate::reload`]).
+    pub fn set_routes(&self, routes: &[Route]) {
+        let next = self.table.load().next(routes, &self.metrics);
+        self.table.store(Arc::new(next));
+    }
+
     /// The upstream pool of the serving thread this runs on: a request's
     /// upstream connections stay on the thread that serves its client.
     /// Work on any other thread (the shared runtime) has a pool of its own,
     /// so it never uses connections a serving thread's runtime drives (and
     /// drops when that thread ends).
-    fn upstream(&self) -> &Upstream {
-        let last = self.upstreams.len() - 1;
+    fn upstream(&self) -> Arc<Upstream> {
+        let table = self.table.load();
+        let last = table.upstreams.len() - 1;
         let pool = crate::server::serving_threads::current().map_or(last, |t| t.min(last));
-        &self.upstreams[pool]
+        table.upstreams[pool].clone()
     }
 
-    /// A route's metric handles (`None`: no route matched).
-    fn metrics_of(&self, route: Option<&str>) -> &RouteMetrics {
-        route
-            .and_then(|name| self.route_metrics.get(name))
-            .unwrap_or(&self.unrouted)
+    /// Count with a route's metric handles (`None`: no route matched).
+    fn with_metrics_of<T>(&self, route: Option<&str>, count: impl FnOnce(&RouteMetrics) -> T) -> T {
+        let table = self.table.load();
+        count(
+            route
+                .and_then(|name| table.metrics_of(name))
+                .unwrap_or(&self.unrouted),
+        )
     }
 
     /// The forward tasks (and the lost-claim worker); graceful shutdown
@@ -179,14 +180,6 @@ impl Gateway {
     /// Shutting down: background work ends once it has nothing pending.
     pub fn finish(&self) {
         self.lost_claims.finish();
-    }
-
-    fn route_for(&self, path: &str) -> Option<&Arc<Route>> {
-        self.routes
-            .iter()
-            .filter_map(|r| r.path.matches(path).map(|score| (score, r)))
-            .max_by_key(|(score, _)| *score)
-            .map(|(_, r)| r)
     }
 
     /// Answer one request; never fails (errors become problem responses).
@@ -214,7 +207,7 @@ impl Gateway {
             }
         };
         let route = trace.route.as_deref().map(|r| r.name.as_str());
-        self.metrics_of(route).request(outcome.index());
+        self.with_metrics_of(route, |m| m.request(outcome.index()));
         tracing::info!(
             target: "idemgate::request",
             method = %method,
@@ -239,12 +232,14 @@ impl Gateway {
     ) -> Result<Answered, GatewayError> {
         // 1. Route.
         let path = request.uri().path();
-        let route = self
-            .route_for(path)
-            .cloned()
-            .ok_or_else(|| GatewayError::NoRoute {
-                path: path.to_string(),
-            })?;
+        let route =
+            self.table
+                .load()
+                .route_for(path)
+                .cloned()
+                .ok_or_else(|| GatewayError::NoRoute {
+                    path: path.to_string(),
+                })?;
         trace.route = Some(route.clone());
 
         // 2. Unprotected methods pass through untouched.
@@ -293,13 +288,14 @@ mod tests {
             Arc::new(Metrics::new()),
             Waiters::new(),
         ));
-        assert_eq!(gateway.upstreams.len(), 3);
+        assert_eq!(gateway.table.load().upstreams.len(), 3);
         let pool_of = |gateway: &Gateway| {
             let used = gateway.upstream();
-            gateway
+            let table = gateway.table.load();
+            table
                 .upstreams
                 .iter()
-                .position(|pool| std::ptr::eq(pool, used))
+                .position(|pool| Arc::ptr_eq(pool, &used))
         };
         let elsewhere = gateway.clone();
         let off_threads = std::thread::spawn(move || pool_of(&elsewhere))

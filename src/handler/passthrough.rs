@@ -12,11 +12,11 @@ use http::request::Parts;
 use http::{Request, Response};
 
 use super::{Answered, Gateway, Outcome};
-use crate::config::{Config, OnStoreError, Route};
+use crate::config::{OnStoreError, Route};
 use crate::problem::{GatewayError, KeyAfter};
 use crate::request::body::{self, Body};
 use crate::store::StoreError;
-use crate::upstream::{self, Upstream, UpstreamError, strip_hop_by_hop};
+use crate::upstream::{self, UpstreamError, strip_hop_by_hop};
 
 impl Gateway {
     /// Forward `request` without idempotency: a pass-through.
@@ -67,7 +67,8 @@ impl Gateway {
             // an upstream that trusts the header (it could fence real ones).
             request.headers_mut().remove(super::IDEMPOTENCY_ATTEMPT);
         }
-        let sent = self.upstream().send(route.upstream_ca.as_ref(), request);
+        let upstream = self.upstream();
+        let sent = upstream.send(route.upstream_ca.as_ref(), request);
         let response = tokio::time::timeout(route.upstream_timeout, sent)
             .await
             .map_err(|_| GatewayError::UpstreamTimeout {
@@ -87,27 +88,10 @@ impl Gateway {
     }
 }
 
-/// One upstream pool per serving thread, and a last one for every other
-/// thread ([`Gateway::upstream`] picks).
-pub(super) fn upstream_pools(config: &Config) -> Vec<Upstream> {
-    (0..=config.server_threads)
-        .map(|_| {
-            Upstream::new(
-                connect_timeout(config),
-                config
-                    .routes
-                    .iter()
-                    .filter(|r| r.upstream.scheme_str() == Some("https"))
-                    .map(|r| r.upstream_ca.as_ref()),
-            )
-        })
-        .collect()
-}
-
 /// At most 5 s, and half of the shortest `upstream_timeout`: connecting must
 /// fail (nothing sent) before the exchange times out (outcome unknown).
-pub(crate) fn connect_timeout(config: &Config) -> Duration {
-    let shortest = config.routes.iter().map(|r| r.upstream_timeout).min();
+pub(crate) fn connect_timeout(routes: &[Route]) -> Duration {
+    let shortest = routes.iter().map(|r| r.upstream_timeout).min();
     shortest.map_or(Duration::from_secs(5), |t| {
         (t / 2).min(Duration::from_secs(5))
     })

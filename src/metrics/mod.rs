@@ -16,9 +16,11 @@ use prometheus_client::registry::Registry;
 use crate::store::{StoreAdmin, StoreError};
 
 mod inquiries;
+mod reloads;
 mod scraped;
 
 pub use inquiries::{InquiryLabels, InquiryMetrics};
+pub use reloads::{ReloadLabels, ReloadMetrics};
 
 pub use scraped::{FrontMetrics, ScrapedCounter, StoreFigures};
 
@@ -123,6 +125,8 @@ pub struct Metrics {
     pub front: FrontMetrics,
     /// Status inquiries.
     pub inquiries: InquiryMetrics,
+    /// Configuration reloads.
+    pub reloads: ReloadMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -135,6 +139,23 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// `idemgate_records_swept` and `idemgate_replay_cache_hits`, registered.
+fn register_store_counters(registry: &mut Registry) -> (Counter, Counter) {
+    let records_swept = Counter::default();
+    registry.register(
+        "records_swept",
+        "Expired records deleted by the sweeper",
+        records_swept.clone(),
+    );
+    let replay_cache_hits = Counter::default();
+    registry.register(
+        "replay_cache_hits",
+        "Claims answered from this instance's replay cache, without a store round trip",
+        replay_cache_hits.clone(),
+    );
+    (records_swept, replay_cache_hits)
 }
 
 impl Metrics {
@@ -202,24 +223,15 @@ impl Metrics {
             shadow.clone(),
         );
         scraped::register_dropped_log_lines(&mut registry);
-        let records_swept = Counter::default();
-        registry.register(
-            "records_swept",
-            "Expired records deleted by the sweeper",
-            records_swept.clone(),
-        );
-        let replay_cache_hits = Counter::default();
-        registry.register(
-            "replay_cache_hits",
-            "Claims answered from this instance's replay cache, without a store round trip",
-            replay_cache_hits.clone(),
-        );
+        let (records_swept, replay_cache_hits) = register_store_counters(&mut registry);
         let store = StoreFigures::default();
         store.register(&mut registry);
         let front = FrontMetrics::default();
         front.register(&mut registry);
         let inquiries = InquiryMetrics::default();
         inquiries.register(&mut registry);
+        let reloads = ReloadMetrics::default();
+        reloads.register(&mut registry);
         Self {
             registry,
             requests,
@@ -237,6 +249,7 @@ impl Metrics {
             store,
             front,
             inquiries,
+            reloads,
         }
     }
 

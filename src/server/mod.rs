@@ -30,7 +30,6 @@
 
 mod h1;
 mod h2;
-mod hangup;
 mod preface;
 mod prefixed;
 pub(crate) mod serving_threads;
@@ -56,8 +55,8 @@ use crate::upstream::ClientOverTls;
 use serving_threads::ServingThreads;
 
 /// Serve `gateway` on `listener` until `shutdown` resolves, then drain.
-/// With `tls`, the listener speaks TLS with that certificate (reloaded on
-/// SIGHUP while serving); with `threads`, connections are served on those
+/// With `tls`, the listener speaks TLS with that certificate (reloaded
+/// with the configuration, [`crate::reload`]); with `threads`, connections are served on those
 /// threads ([`serving_threads`]), which end once everything is drained.
 pub(crate) async fn serve(
     listener: TcpListener,
@@ -69,7 +68,6 @@ pub(crate) async fn serve(
 ) {
     let mut settings = Settings::of(config);
     settings.tls = tls.as_ref().map(tls::Certificate::acceptor);
-    let hangups = hangup::listen().map(|hangups| tokio::spawn(hangup::answer(hangups, tls)));
     let settings = Arc::new(settings);
     let open = accept_until(
         listener,
@@ -90,10 +88,6 @@ pub(crate) async fn serve(
     )
     .await;
 
-    // The handler stays installed: a SIGHUP while draining is ignored.
-    if let Some(hangups) = hangups {
-        hangups.abort();
-    }
     tracing::info!("shutting down: finishing open requests and forwards");
     // One deadline for both phases: `shutdown_timeout` is the longest wait.
     let deadline = Instant::now() + config.shutdown_timeout;

@@ -6,8 +6,10 @@
 //! Nothing here imports `crate::config`: the config module builds a
 //! `StoreConfig` and asks [`StoreConfig::validate`] whether it is usable.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use serde::Deserialize;
 
 use super::redact_url;
@@ -47,9 +49,44 @@ pub struct StoreConfig {
     /// waiters (`NOTIFY`, `PUBLISH`), the ones with `concurrent = "wait"`;
     /// taken from the routes, not a key of `[store]`. A notifying commit is
     /// serialised with every other one, so no other route pays for it.
-    pub wait_routes: Vec<String>,
+    pub wait_routes: WaitRoutes,
     /// PostgreSQL only: a Redis front (`[store.front]`, src/store/front/).
     pub front: Option<FrontConfig>,
+}
+
+/// The routes whose settled records are announced to waiters. A store
+/// keeps the handle it was opened with, and a configuration reload
+/// ([`WaitRoutes::follow`]) changes what every holder sees: a route that
+/// starts waiting is announced from the next settled record on.
+#[derive(Debug, Clone, Default)]
+pub struct WaitRoutes(Arc<ArcSwap<Vec<String>>>);
+
+impl WaitRoutes {
+    /// A handle of its own on `names`.
+    pub fn new(names: Vec<String>) -> Self {
+        Self(Arc::new(ArcSwap::from_pointee(names)))
+    }
+
+    /// Whether `route`'s settled records are announced.
+    pub fn contains(&self, route: &str) -> bool {
+        self.0.load().iter().any(|name| name == route)
+    }
+
+    /// Whether no route waits.
+    pub fn is_empty(&self) -> bool {
+        self.0.load().is_empty()
+    }
+
+    /// Take `other`'s routes (a reloaded configuration's): every clone of
+    /// this handle sees them from now on.
+    pub fn follow(&self, other: &WaitRoutes) {
+        self.0.store(other.0.load_full());
+    }
+
+    /// The routes, as a list.
+    pub fn names(&self) -> Vec<String> {
+        self.0.load().as_ref().clone()
+    }
 }
 
 /// `[store.front]`: a Redis server in front of the PostgreSQL store, which
@@ -207,7 +244,7 @@ impl StoreConfig {
             sweep_batch: 1,
             replay_cache_ttl: Duration::ZERO,
             replay_cache_size: 0,
-            wait_routes: Vec::new(),
+            wait_routes: WaitRoutes::default(),
             front: None,
         }
     }

@@ -30,7 +30,7 @@ use http::{HeaderMap, StatusCode};
 
 use crate::request::fingerprint::Fingerprint;
 
-pub use config::{FrontConfig, InvalidStoreSetting, StoreConfig, UnknownOutcome};
+pub use config::{FrontConfig, InvalidStoreSetting, StoreConfig, UnknownOutcome, WaitRoutes};
 pub use front::FrontStats;
 pub use headers::{decode_headers, encode_headers};
 pub use info::{RecordInfo, RecordState};

@@ -7,7 +7,6 @@
 mod connector;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -82,9 +81,10 @@ pub enum UpstreamError {
 /// the system's roots alone), each with its own connection pool.
 #[derive(Clone)]
 pub struct Upstream {
+    connect_timeout: Duration,
     cleartext: Client<HttpConnector, Body>,
-    /// By `upstream_ca` path; `None`: the system's roots only.
-    tls: Vec<(Option<PathBuf>, Client<connector::TlsConnector, Body>)>,
+    /// By `upstream_ca` (its path names it); `None`: the system's roots only.
+    tls: Vec<(Option<UpstreamCa>, Client<connector::TlsConnector, Body>)>,
 }
 
 impl std::fmt::Debug for Upstream {
@@ -92,6 +92,28 @@ impl std::fmt::Debug for Upstream {
         f.debug_struct("Upstream").finish_non_exhaustive()
     }
 }
+
+/// A connector with `TCP_NODELAY` and a connect timeout.
+fn tcp(connect_timeout: Duration) -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(connect_timeout));
+    connector
+}
+
+/// A pooled client over TLS, trusting `ca` besides the system's roots.
+fn tls_client(
+    connect_timeout: Duration,
+    ca: Option<&UpstreamCa>,
+) -> Client<connector::TlsConnector, Body> {
+    let extra = ca.map_or(&[][..], |ca| &ca.certs);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(POOL_IDLE)
+        .build(connector::https(connect_timeout, extra))
+}
+
+/// How long an idle pooled connection is kept.
+const POOL_IDLE: Duration = Duration::from_secs(60);
 
 impl Upstream {
     /// Clients with connection pooling, `TCP_NODELAY` and a connect
@@ -106,25 +128,51 @@ impl Upstream {
         connect_timeout: Duration,
         https: impl IntoIterator<Item = Option<&'a UpstreamCa>>,
     ) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(connect_timeout));
-        let cleartext = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build(connector);
-        let mut tls = Vec::new();
-        for ca in https {
-            let path = ca.map(|ca| ca.path.clone());
-            if tls.iter().any(|(p, _)| *p == path) {
+        let empty = Self {
+            connect_timeout,
+            cleartext: Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(POOL_IDLE)
+                .build(tcp(connect_timeout)),
+            tls: Vec::new(),
+        };
+        empty.reconfigured(connect_timeout, https)
+    }
+
+    /// The clients for reloaded routes, as [`Upstream::new`] makes them,
+    /// keeping this one's pooled connections wherever the settings are
+    /// the same (the connect timeout, and each `upstream_ca`'s roots).
+    /// Clients for roots the new routes no longer name are kept as well: a
+    /// request still working under the previous routes finds its own.
+    pub fn reconfigured<'a>(
+        &self,
+        connect_timeout: Duration,
+        https: impl IntoIterator<Item = Option<&'a UpstreamCa>>,
+    ) -> Self {
+        let same = connect_timeout == self.connect_timeout;
+        let mut next = Self {
+            connect_timeout,
+            cleartext: if same {
+                self.cleartext.clone()
+            } else {
+                Self::new(connect_timeout, []).cleartext
+            },
+            tls: Vec::new(),
+        };
+        let path = |ca: &Option<UpstreamCa>| ca.as_ref().map(|ca| ca.path.clone());
+        let wanted = https.into_iter().map(Option::<&UpstreamCa>::cloned);
+        let previous = self.tls.iter().map(|(ca, _)| ca.clone());
+        for ca in wanted.chain(previous) {
+            if next.tls.iter().any(|(known, _)| path(known) == path(&ca)) {
                 continue;
             }
-            let extra = ca.map_or(&[][..], |ca| &ca.certs);
-            let client = Client::builder(TokioExecutor::new())
-                .pool_idle_timeout(Duration::from_secs(60))
-                .build(connector::https(connect_timeout, extra));
-            tls.push((path, client));
+            let kept = self.tls.iter().find(|(known, _)| same && *known == ca);
+            let client = kept.map_or_else(
+                || tls_client(connect_timeout, ca.as_ref()),
+                |(_, client)| client.clone(),
+            );
+            next.tls.push((ca, client));
         }
-        Self { cleartext, tls }
+        next
     }
 
     /// Send a prepared request (over TLS if its URI is `https://`, trusting
@@ -141,7 +189,7 @@ impl Upstream {
             let (_, client) = self
                 .tls
                 .iter()
-                .find(|(p, _)| p.as_deref() == path)
+                .find(|(known, _)| known.as_ref().map(|ca| ca.path.as_path()) == path)
                 .ok_or_else(|| UpstreamError::NotSent("no TLS client for this route".into()))?;
             client.request(request).await
         } else {

@@ -11,7 +11,7 @@ mod inquiry;
 mod keys;
 mod record;
 mod route;
-mod store;
+pub(in crate::config) mod store;
 mod target;
 mod timing;
 mod tls;
@@ -46,11 +46,13 @@ pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
     }
     let mut store = store::store(std::mem::take(&mut raw.store))?;
     let routes = routes(&raw.routes, &raw.defaults)?;
-    store.wait_routes = routes
-        .iter()
-        .filter(|r| r.concurrent == crate::config::Concurrent::Wait)
-        .map(|r| r.name.clone())
-        .collect();
+    store.wait_routes = crate::store::WaitRoutes::new(
+        routes
+            .iter()
+            .filter(|r| r.concurrent == crate::config::Concurrent::Wait)
+            .map(|r| r.name.clone())
+            .collect(),
+    );
     if let Some(front) = &mut store.front {
         let longest = routes.iter().map(|r| r.lease).max().unwrap_or_default();
         front.fence_life = store::fence_life(longest);
@@ -118,18 +120,7 @@ fn limits(raw: &RawConfig, routes: &[Route]) -> Result<Limits, ConfigError> {
         raw.max_buffered_request_bytes.as_deref(),
         DEFAULT_MAX_BUFFERED_REQUEST_BYTES,
     )?;
-    if let Some(route) = routes
-        .iter()
-        .find(|r| r.max_request_body > max_buffered_request_bytes)
-    {
-        return Err(invalid(
-            "max_buffered_request_bytes",
-            format!(
-                "{max_buffered_request_bytes} bytes is less than route {:?}'s max_request_body ({} bytes): no request could be buffered",
-                route.name, route.max_request_body
-            ),
-        ));
-    }
+    buffers_fit(max_buffered_request_bytes, routes)?;
     Ok(Limits {
         max_connections,
         server_threads,
@@ -139,6 +130,26 @@ fn limits(raw: &RawConfig, routes: &[Route]) -> Result<Limits, ConfigError> {
         admin_max_connections,
         max_buffered_request_bytes,
     })
+}
+
+/// Every route's largest body fits in `max_buffered_request_bytes`.
+pub(in crate::config) fn buffers_fit(
+    max_buffered_request_bytes: usize,
+    routes: &[Route],
+) -> Result<(), ConfigError> {
+    match routes
+        .iter()
+        .find(|r| r.max_request_body > max_buffered_request_bytes)
+    {
+        Some(route) => Err(invalid(
+            "max_buffered_request_bytes",
+            format!(
+                "{max_buffered_request_bytes} bytes is less than route {:?}'s max_request_body ({} bytes): no request could be buffered",
+                route.name, route.max_request_body
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// An HTTP/2 flow-control window.
@@ -252,6 +263,7 @@ fn process(
         log_format: raw.log_format.unwrap_or(DEFAULT_LOG_FORMAT),
         store,
         routes,
+        source: None,
     })
 }
 

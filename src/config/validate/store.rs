@@ -50,7 +50,7 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
             DEFAULT_REPLAY_CACHE_SIZE as usize,
         )? as u64,
         // Filled in once the routes are known.
-        wait_routes: Vec::new(),
+        wait_routes: crate::store::WaitRoutes::default(),
         front: raw.front.map(front).transpose()?,
     };
     store
@@ -91,7 +91,7 @@ fn front(raw: RawFront) -> Result<FrontConfig, ConfigError> {
 }
 
 /// The front's fence life: the longest lease of any route, plus a minute.
-pub(super) fn fence_life(longest_lease: Duration) -> Duration {
+pub(in crate::config) fn fence_life(longest_lease: Duration) -> Duration {
     longest_lease + Duration::from_secs(60)
 }
 

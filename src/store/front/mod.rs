@@ -122,7 +122,7 @@ struct Inner {
     fence_life: Duration,
     /// Routes with `concurrent = "wait"`: their in-flight duplicates wait
     /// on PostgreSQL's announcements, so the front does not answer them.
-    wait_routes: Vec<String>,
+    wait_routes: crate::store::WaitRoutes,
     /// Keys waiting for or under read-repair.
     repairing: Mutex<HashSet<RecordKey>>,
     /// Read-repairs that may read PostgreSQL now.

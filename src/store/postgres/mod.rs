@@ -31,7 +31,7 @@ pub struct PgStore {
     /// For the wake-up listener's own connection.
     options: PgConnectOptions,
     /// The routes whose settled records are announced.
-    wait_routes: Vec<String>,
+    wait_routes: crate::store::WaitRoutes,
     /// Claims and completions go through it.
     batcher: Batcher,
 }

@@ -64,7 +64,7 @@ pub struct RedisStore {
     /// that a restarted server is never used before it has been checked.
     expected_run_id: Mutex<Option<String>>,
     /// The routes whose settled records are announced.
-    wait_routes: Vec<String>,
+    wait_routes: crate::store::WaitRoutes,
     timeout: Duration,
     /// Where lanes are connected (and their driver tasks run), whoever asks.
     runtime: StoreRuntime,

@@ -61,15 +61,17 @@ impl StoreAdmin for SqliteStore {
 
     async fn relay_wakeups(&self, waiters: Arc<Waiters>) {
         let _ = self.waiters.set(waiters.clone());
-        if self.wait_routes.is_empty() {
-            // Nobody waits: nothing to read.
-            return;
-        }
         let mut last = None;
         let mut poll = tokio::time::interval(WAKE_POLL);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             poll.tick().await;
+            if self.wait_routes.is_empty() {
+                // Nobody waits (a reload may change that): nothing to
+                // read, and announcements read later start afresh.
+                last = None;
+                continue;
+            }
             let Some(after) = last else {
                 // Start after the newest announcement; anything before is
                 // unknown to this relay, so wake everyone once.

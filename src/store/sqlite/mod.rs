@@ -65,7 +65,7 @@ pub struct SqliteStore {
     readers: SqlitePool,
     timeout: Duration,
     /// The routes whose settled records are announced to other processes.
-    wait_routes: Vec<String>,
+    wait_routes: crate::store::WaitRoutes,
     /// This process's waiters, woken where records settle.
     waiters: OnceLock<Arc<Waiters>>,
 }

@@ -170,7 +170,7 @@ pub(super) async fn at_key(
 #[derive(Debug, Clone)]
 pub(super) struct Context {
     /// The routes whose settled records are announced to other processes.
-    pub(super) wait_routes: Vec<String>,
+    pub(super) wait_routes: crate::store::WaitRoutes,
 }
 
 /// How long an announcement is kept for relays that have not read it.

@@ -695,7 +695,7 @@ async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
         sweep_batch: 1000,
         replay_cache_ttl: Duration::ZERO,
         replay_cache_size: 0,
-        wait_routes: Vec::new(),
+        wait_routes: idemgate::store::WaitRoutes::default(),
         front: None,
     };
     let store = idemgate::store::open(&config)

@@ -132,34 +132,3 @@ async fn a_missing_config_file_says_why_once() {
     assert_eq!(stderr.matches("os error 2").count(), 1, "{stderr}");
     assert!(stderr.contains("--config"), "{stderr}");
 }
-
-/// SIGHUP (log rotation, an operator's habit) on a gateway without
-/// `[tls]`: nothing to reload, and the process goes on serving, where the
-/// signal's default action would have ended it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sighup_without_tls_is_logged_and_changes_nothing() {
-    let store = TestStore::new(Backend::Sqlite).await;
-    let mut gateway = GatewayProcess::start("sighup", &store.config(NO_UPSTREAM)).await;
-    let pid = gateway.pid().to_string();
-    let sent = std::process::Command::new("kill")
-        .args(["-HUP", &pid])
-        .status()
-        .expect("kill(1) runs");
-    assert!(sent.success(), "kill -HUP {pid} failed");
-    let logged = crate::support::eventually(Duration::from_secs(10), || {
-        let stderr = gateway.stderr();
-        async move { stderr.contains("SIGHUP: nothing to reload").then_some(()) }
-    })
-    .await;
-    assert!(logged.is_some(), "no SIGHUP line: {}", gateway.stderr());
-    assert!(
-        gateway.try_status().is_none(),
-        "SIGHUP ended the gateway: {:?}\n{}",
-        gateway.exit_status(),
-        gateway.stderr()
-    );
-    let health =
-        crate::support::http::get_status(&crate::support::client(), &gateway.admin_url("/healthz"))
-            .await;
-    assert_eq!(health, Some(http::StatusCode::OK));
-}

@@ -66,7 +66,7 @@ async fn open_marking(
         sweep_batch: 100,
         replay_cache_ttl: Duration::ZERO,
         replay_cache_size: 0,
-        wait_routes: Vec::new(),
+        wait_routes: idemgate::store::WaitRoutes::default(),
         front: Some(FrontConfig {
             url: redis.to_string(),
             timeout,

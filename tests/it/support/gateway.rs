@@ -16,13 +16,23 @@ use super::{HttpClient, TestConfig, TestStore, Upstream, client, send};
 pub struct Gateway {
     pub addr: SocketAddr,
     pub admin: SocketAddr,
+    /// The config file it was loaded from, which a reload reads again.
+    file: tempfile::NamedTempFile,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<Result<(), idemgate::RunError>>>,
 }
 
 impl Gateway {
+    /// Start it with `config`, loaded from a file of its own (so
+    /// `POST /config/reload` reads it again: [`Gateway::rewrite`]).
     pub async fn start(config: &TestConfig) -> Self {
-        let config = idemgate::Config::parse(&config.to_string()).expect("test config is valid");
+        let file = tempfile::Builder::new()
+            .prefix("idemgate-")
+            .suffix(".toml")
+            .tempfile()
+            .unwrap();
+        std::fs::write(file.path(), config.to_string()).unwrap();
+        let config = idemgate::Config::load(file.path()).expect("test config is valid");
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let store = idemgate::store::open(&config.store)
@@ -43,6 +53,7 @@ impl Gateway {
         Self {
             addr,
             admin: admin_addr,
+            file,
             stop: Some(stop),
             task: Some(task),
         }
@@ -64,6 +75,25 @@ impl Gateway {
         let reply = send(&client(), "GET", &url, &[], "").await;
         assert_eq!(reply.status, StatusCode::OK);
         String::from_utf8(reply.body.to_vec()).unwrap()
+    }
+
+    /// Replace its config file's text (nothing is reloaded yet).
+    pub fn rewrite(&self, text: &str) {
+        std::fs::write(self.file.path(), text).unwrap();
+    }
+
+    /// `POST /config/reload` with `token` as the bearer token: the status
+    /// and the JSON answer.
+    pub async fn reload(&self, token: Option<&str>) -> (StatusCode, serde_json::Value) {
+        let url = format!("http://{}/config/reload", self.admin);
+        let bearer = token.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> = bearer
+            .as_deref()
+            .map(|b| vec![("authorization", b)])
+            .unwrap_or_default();
+        let reply = send(&client(), "POST", &url, &headers, "").await;
+        let body = serde_json::from_slice(&reply.body).unwrap_or(serde_json::Value::Null);
+        (reply.status, body)
     }
 
     /// Graceful shutdown; returns when the gateway has drained.

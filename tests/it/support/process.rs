@@ -199,14 +199,34 @@ impl GatewayProcess {
         }
     }
 
+    /// Replace its config file with `config` (its ports kept); nothing is
+    /// reloaded until [`GatewayProcess::hangup`].
+    pub fn rewrite(&self, config: &TestConfig) {
+        let text = config
+            .clone()
+            .with_ports(self.port, self.admin_port)
+            .to_string();
+        std::fs::write(self.dir.path().join("gateway.toml"), text).unwrap();
+    }
+
+    /// SIGHUP; does not wait.
+    pub fn hangup(&self) {
+        self.signal("-HUP");
+    }
+
     /// SIGTERM (graceful shutdown); does not wait.
     pub fn terminate(&mut self) {
+        self.signal("-TERM");
+    }
+
+    /// `kill SIGNAL pid`.
+    fn signal(&self, signal: &str) {
         let pid = self.pid().to_string();
         let status = Command::new("kill")
-            .args(["-TERM", &pid])
+            .args([signal, &pid])
             .status()
             .expect("kill(1) runs");
-        assert!(status.success(), "kill -TERM {pid} failed");
+        assert!(status.success(), "kill {signal} {pid} failed");
     }
 
     /// The exit status if the process has ended (reaping it), else `None`.

@@ -262,7 +262,7 @@ impl TestStore {
             sweep_batch: 100,
             replay_cache_ttl: Duration::ZERO,
             replay_cache_size: 0,
-            wait_routes: Vec::new(),
+            wait_routes: idemgate::store::WaitRoutes::default(),
             front: (self.backend == Backend::Front).then(|| FrontConfig {
                 url: redis_url(),
                 timeout: Duration::from_secs(5),

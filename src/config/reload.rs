@@ -1,0 +1,277 @@
+//! What a reload may change while the gateway serves, and what only a
+//! restart applies (docs/src/operations/reload.md).
+//!
+//! A reload applies the routes (with `[defaults]`, which are folded into
+//! them) and nothing else. Every other setting is fixed at start: the
+//! listeners and their limits, the store, thread counts, buffers. A
+//! reloaded file that changes one is not refused; the change is reported
+//! by its key and ignored until the next start, never half-applied.
+//!
+//! The new routes must also fit what stays: a route body larger than the
+//! running `max_buffered_request_bytes`, or a lease longer than the store
+//! front's fences were sized for at start, refuses the reload as a whole.
+
+use super::validate::{buffers_fit, store::fence_life};
+use super::{Config, ConfigError, invalid};
+use crate::store::{FrontConfig, StoreConfig};
+
+/// A reloaded file, checked against the configuration in force.
+#[derive(Debug)]
+pub struct Reload {
+    /// The configuration in force from now on: the running one with the
+    /// new routes.
+    pub config: Config,
+    /// Keys the file changes that only a restart applies, in file order.
+    pub restart_required: Vec<&'static str>,
+}
+
+impl Config {
+    /// Check `next` (the file read again) against this configuration,
+    /// which is in force: the configuration to apply and what it leaves for
+    /// a restart, or why it cannot be applied at all.
+    pub fn reload(&self, next: Config) -> Result<Reload, ConfigError> {
+        buffers_fit(self.max_buffered_request_bytes, &next.routes)?;
+        if let Some(front) = &self.store.front {
+            let longest = next.routes.iter().map(|r| r.lease).max();
+            let needed = fence_life(longest.unwrap_or_default());
+            if needed > front.fence_life {
+                return Err(invalid(
+                    "routes",
+                    format!(
+                        "a lease of {:?} is longer than the store front's fences were sized for \
+                         at start ({:?} with a minute's margin); restart to apply it",
+                        longest.unwrap_or_default(),
+                        front.fence_life
+                    ),
+                ));
+            }
+        }
+        let restart_required = restart_only(self, &next);
+        let mut config = self.clone();
+        config.routes = next.routes;
+        Ok(Reload {
+            config,
+            restart_required,
+        })
+    }
+}
+
+/// The keys whose values differ between `running` and `next` and which
+/// only a restart applies. Every field is named, so a new setting cannot
+/// be added without deciding which kind it is.
+fn restart_only(running: &Config, next: &Config) -> Vec<&'static str> {
+    let Config {
+        listen,
+        tls,
+        admin_listen,
+        admin_token,
+        max_connections,
+        server_threads,
+        header_read_timeout,
+        idle_timeout,
+        body_read_timeout,
+        http2_keep_alive_interval,
+        http2_keep_alive_timeout,
+        http2_max_concurrent_streams,
+        http2_stream_window,
+        http2_connection_window,
+        max_buffered_request_bytes,
+        max_forwards_in_flight,
+        max_waiting,
+        admin_max_connections,
+        max_header_bytes,
+        shutdown_timeout,
+        docs_url,
+        log_format,
+        store,
+        // Applied by a reload.
+        routes: _,
+        // Where both came from.
+        source: _,
+    } = running;
+    let same = [
+        ("listen", *listen == next.listen),
+        ("tls", *tls == next.tls),
+        ("admin_listen", *admin_listen == next.admin_listen),
+        ("admin_token", *admin_token == next.admin_token),
+        ("max_connections", *max_connections == next.max_connections),
+        ("server_threads", *server_threads == next.server_threads),
+        (
+            "header_read_timeout",
+            *header_read_timeout == next.header_read_timeout,
+        ),
+        ("idle_timeout", *idle_timeout == next.idle_timeout),
+        (
+            "body_read_timeout",
+            *body_read_timeout == next.body_read_timeout,
+        ),
+        (
+            "http2_keep_alive_interval",
+            *http2_keep_alive_interval == next.http2_keep_alive_interval,
+        ),
+        (
+            "http2_keep_alive_timeout",
+            *http2_keep_alive_timeout == next.http2_keep_alive_timeout,
+        ),
+        (
+            "http2_max_concurrent_streams",
+            *http2_max_concurrent_streams == next.http2_max_concurrent_streams,
+        ),
+        (
+            "http2_stream_window",
+            *http2_stream_window == next.http2_stream_window,
+        ),
+        (
+            "http2_connection_window",
+            *http2_connection_window == next.http2_connection_window,
+        ),
+        (
+            "max_buffered_request_bytes",
+            *max_buffered_request_bytes == next.max_buffered_request_bytes,
+        ),
+        (
+            "max_forwards_in_flight",
+            *max_forwards_in_flight == next.max_forwards_in_flight,
+        ),
+        ("max_waiting", *max_waiting == next.max_waiting),
+        (
+            "admin_max_connections",
+            *admin_max_connections == next.admin_max_connections,
+        ),
+        (
+            "max_header_bytes",
+            *max_header_bytes == next.max_header_bytes,
+        ),
+        (
+            "shutdown_timeout",
+            *shutdown_timeout == next.shutdown_timeout,
+        ),
+        ("docs_url", *docs_url == next.docs_url),
+        ("log_format", *log_format == next.log_format),
+    ];
+    let mut changed: Vec<&'static str> = same
+        .into_iter()
+        .filter_map(|(key, same)| (!same).then_some(key))
+        .collect();
+    changed.extend(store_changes(store, &next.store));
+    changed
+}
+
+/// The `[store]` keys that differ (all of them need a restart).
+fn store_changes(running: &StoreConfig, next: &StoreConfig) -> Vec<&'static str> {
+    let StoreConfig {
+        url,
+        migrate,
+        pool_size,
+        timeout,
+        batches_in_flight,
+        prefix,
+        cluster,
+        max_records,
+        sweep_interval,
+        sweep_batch,
+        replay_cache_ttl,
+        replay_cache_size,
+        // Taken from the routes: follows them on a reload.
+        wait_routes: _,
+        front,
+    } = running;
+    let same_front = match (front, &next.front) {
+        (None, None) => true,
+        (Some(a), Some(b)) => {
+            // `fence_life` is taken from the routes' leases (checked above).
+            let FrontConfig {
+                url,
+                timeout,
+                mark_after,
+                fence_life: _,
+            } = a;
+            *url == b.url && *timeout == b.timeout && *mark_after == b.mark_after
+        }
+        _ => false,
+    };
+    [
+        ("store.url", *url == next.url),
+        ("store.migrate", *migrate == next.migrate),
+        ("store.pool_size", *pool_size == next.pool_size),
+        ("store.timeout", *timeout == next.timeout),
+        (
+            "store.batches_in_flight",
+            *batches_in_flight == next.batches_in_flight,
+        ),
+        ("store.prefix", *prefix == next.prefix),
+        ("store.cluster", *cluster == next.cluster),
+        ("store.max_records", *max_records == next.max_records),
+        (
+            "store.sweep_interval",
+            *sweep_interval == next.sweep_interval,
+        ),
+        ("store.sweep_batch", *sweep_batch == next.sweep_batch),
+        (
+            "store.replay_cache_ttl",
+            *replay_cache_ttl == next.replay_cache_ttl,
+        ),
+        (
+            "store.replay_cache_size",
+            *replay_cache_size == next.replay_cache_size,
+        ),
+        ("store.front", same_front),
+    ]
+    .into_iter()
+    .filter_map(|(key, same)| (!same).then_some(key))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::tests::{MINIMAL, parse};
+
+    /// A file that only changes routes leaves nothing for a restart, and
+    /// the routes it brings are the ones in force.
+    #[test]
+    fn routes_apply_and_nothing_waits_for_a_restart() {
+        let running = parse(MINIMAL).unwrap();
+        let next = parse(&MINIMAL.replace("name = \"payments\"", "name = \"orders\"")).unwrap();
+        let reload = running.reload(next).unwrap();
+        assert_eq!(reload.restart_required, Vec::<&str>::new());
+        assert_eq!(reload.config.routes[0].name, "orders");
+        assert_eq!(reload.config.listen, running.listen);
+    }
+
+    /// A listener, a limit and a store setting changed: each is named,
+    /// none is applied.
+    #[test]
+    fn restart_only_changes_are_named_and_not_applied() {
+        let running = parse(MINIMAL).unwrap();
+        let text = format!(
+            "listen = \"127.0.0.1:9999\"\nmax_waiting = 7\n{MINIMAL}\n[store]\npool_size = 3\n"
+        );
+        let reload = running.reload(parse(&text).unwrap()).unwrap();
+        assert_eq!(
+            reload.restart_required,
+            ["listen", "max_waiting", "store.pool_size"]
+        );
+        assert_eq!(reload.config.listen, running.listen);
+        assert_eq!(reload.config.max_waiting, running.max_waiting);
+        assert_eq!(reload.config.store.pool_size, running.store.pool_size);
+    }
+
+    /// A route body larger than the buffers in force refuses the reload,
+    /// naming the key that is fixed until restart.
+    #[test]
+    fn a_route_that_does_not_fit_the_running_buffers_is_refused() {
+        let running = parse(&format!("max_buffered_request_bytes = \"2MiB\"\n{MINIMAL}")).unwrap();
+        let text = format!(
+            "max_buffered_request_bytes = \"64MiB\"\n{}",
+            MINIMAL.replace(
+                "name = \"payments\"",
+                "name = \"payments\"\nmax_request_body = \"32MiB\""
+            )
+        );
+        let error = running.reload(parse(&text).unwrap()).unwrap_err();
+        assert!(
+            error.to_string().contains("max_buffered_request_bytes"),
+            "{error}"
+        );
+    }
+}
