@@ -44,6 +44,7 @@ pub mod reload;
 pub mod request;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod tls;
 pub mod upstream;
 pub mod waiters;

@@ -20,10 +20,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::FilterExt;
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::config::LogFormat;
+use crate::telemetry::Tracing;
 
 /// Bytes of formatted lines the buffer holds before it drops (at 100–300
 /// bytes a request line, 7,000–20,000 lines).
@@ -184,21 +186,48 @@ pub const SERVE_FILTER: &str = "info,sqlx=warn";
 pub const COMMAND_FILTER: &str = "warn";
 
 /// Install the process's logger: `RUST_LOG` filters, else `default` (one
-/// of [`SERVE_FILTER`] and [`COMMAND_FILTER`]). A second call installs
-/// nothing and returns an empty guard.
-pub fn init(format: LogFormat, default: &str) -> LogGuard {
+/// of [`SERVE_FILTER`] and [`COMMAND_FILTER`]). With `tracing`, its layer
+/// is installed beside the log lines, which never show its spans. A
+/// second call installs nothing and returns an empty guard.
+pub fn init(format: LogFormat, default: &str, tracing: Option<&Tracing>) -> LogGuard {
     if SHARED.get().is_some() {
         return LogGuard { writer: None };
     }
     let shared = Arc::new(Shared::default());
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(Appender(shared.clone()));
-    let installed = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let installed = match tracing {
+        None => {
+            let builder = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_writer(Appender(shared.clone()));
+            match format {
+                LogFormat::Text => builder.try_init(),
+                LogFormat::Json => builder.json().flatten_event(true).try_init(),
+            }
+        }
+        Some(tracing) => {
+            use tracing_subscriber::layer::SubscriberExt;
+            use tracing_subscriber::util::SubscriberInitExt;
+            // Per-layer filters: the log lines never see the exported
+            // spans (they would prefix every line), the exporter sees
+            // nothing else.
+            let filter = filter.and(tracing_subscriber::filter::filter_fn(|meta| {
+                !meta.target().starts_with(crate::telemetry::TARGET)
+            }));
+            let lines = tracing_subscriber::fmt::layer()
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_writer(Appender(shared.clone()));
+            let lines = match format {
+                LogFormat::Text => lines.with_filter(filter).boxed(),
+                LogFormat::Json => lines.json().flatten_event(true).with_filter(filter).boxed(),
+            };
+            tracing_subscriber::registry()
+                .with(lines)
+                .with(tracing.layer())
+                .try_init()
+                .map_err(Into::into)
+        }
     };
     if installed.is_err() || SHARED.set(shared.clone()).is_err() {
         return LogGuard { writer: None };

@@ -12,7 +12,7 @@ use idemgate::admin::keys::KeysError;
 use idemgate::cli::{Cli, Command};
 use idemgate::config::{ConfigError, LogFormat};
 use idemgate::store::StoreAdmin;
-use idemgate::{Config, logging, store};
+use idemgate::{Config, logging, store, telemetry};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -47,6 +47,45 @@ fn exit_status(error: &anyhow::Error) -> u8 {
     }
 }
 
+/// `idemgate serve`: bind, serve until SIGTERM or Ctrl-C, then send the
+/// last traces (bounded, off the runtime's threads).
+async fn serve(config: Config, tracing: Option<telemetry::Tracing>) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let served = idemgate::app::run(listener, config, shutdown_signal()).await;
+    if let Some(tracing) = tracing {
+        let _ = tokio::task::spawn_blocking(move || tracing.shutdown()).await;
+    }
+    Ok(served?)
+}
+
+/// `idemgate migrate`: apply the schema of a PostgreSQL or SQLite store.
+async fn migrate(config: &Config) -> anyhow::Result<()> {
+    let shown = store::redact_url(&config.store.url);
+    if config.store.url.starts_with("postgres") {
+        store::postgres::PgStore::connect(&config.store)
+            .await?
+            .migrate()
+            .await?;
+        println!("migrations applied to {shown}");
+    } else if config.store.url.starts_with("sqlite:") {
+        // Opened without applying the schema, so this count says what this
+        // command applied.
+        let opening = store::StoreConfig {
+            migrate: false,
+            ..config.store.clone()
+        };
+        let sqlite = store::sqlite::SqliteStore::connect(&opening).await?;
+        let applied = sqlite.migrate().await;
+        sqlite.close().await;
+        println!("{} schema scripts applied to {shown}", applied?);
+    } else {
+        println!("{shown}: nothing to migrate (only PostgreSQL and SQLite have schemas)");
+    }
+    Ok(())
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     // Logging starts with the config, whose `log_format` the flag overrides;
     // its guard lives until `run` returns, so queued lines are written.
@@ -58,19 +97,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         _ => logging::COMMAND_FILTER,
     };
     let mut log_guard = None;
+    // Only `serve` exports traces.
+    let serving = matches!(command, Command::Serve);
+    let mut tracing = None;
     let mut load = || -> anyhow::Result<Config> {
         let config = Config::load(&cli.config)?;
         let format = cli.log_format.map_or(config.log_format, LogFormat::from);
-        log_guard = Some(logging::init(format, default_filter));
+        if serving {
+            tracing = telemetry::start(config.telemetry.as_ref())?;
+        }
+        log_guard = Some(logging::init(format, default_filter, tracing.as_ref()));
         Ok(config)
     };
     match command {
         Command::Serve => {
             let config = load()?;
-            let listener = tokio::net::TcpListener::bind(config.listen)
-                .await
-                .with_context(|| format!("cannot listen on {}", config.listen))?;
-            idemgate::app::run(listener, config, shutdown_signal()).await?;
+            serve(config, tracing.take()).await?;
         }
         Command::Check => {
             let config = load()?;
@@ -85,30 +127,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 cli.config.display()
             );
         }
-        Command::Migrate => {
-            let config = load()?;
-            let shown = store::redact_url(&config.store.url);
-            if config.store.url.starts_with("postgres") {
-                store::postgres::PgStore::connect(&config.store)
-                    .await?
-                    .migrate()
-                    .await?;
-                println!("migrations applied to {shown}");
-            } else if config.store.url.starts_with("sqlite:") {
-                // Opened without applying the schema, so this count says
-                // what this command applied.
-                let opening = store::StoreConfig {
-                    migrate: false,
-                    ..config.store.clone()
-                };
-                let sqlite = store::sqlite::SqliteStore::connect(&opening).await?;
-                let applied = sqlite.migrate().await;
-                sqlite.close().await;
-                println!("{} schema scripts applied to {shown}", applied?);
-            } else {
-                println!("{shown}: nothing to migrate (only PostgreSQL and SQLite have schemas)");
-            }
-        }
+        Command::Migrate => migrate(&load()?).await?,
         Command::Sweep => {
             let config = load()?;
             let store = store::open(&config.store).await?;
@@ -131,7 +150,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let format = cli.log_format.map(LogFormat::from);
             let format = format.unwrap_or(idemgate::config::DEFAULT_LOG_FORMAT);
-            let _health_log = logging::init(format, default_filter);
+            let _health_log = logging::init(format, default_filter, None);
             let addr = idemgate::admin::probe_address(addr);
             let status = idemgate::admin::probe(addr, "/healthz", Duration::from_secs(3))
                 .await

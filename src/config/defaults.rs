@@ -82,6 +82,9 @@ pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(60);
 /// `log_format`.
 pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Text;
+/// `[telemetry] queue`: finished spans waiting for export at most (the
+/// OpenTelemetry batch processor's usual 2,048).
+pub const DEFAULT_TRACE_QUEUE: usize = 2048;
 
 // ---------------------------------------------------------------------------
 // The `[store]` table.

@@ -22,6 +22,7 @@ mod raw;
 mod reload;
 mod route;
 mod secret;
+mod telemetry;
 mod tls;
 mod validate;
 mod values;
@@ -36,6 +37,7 @@ pub use inquiry::Inquiry;
 pub use reload::Reload;
 pub use route::{Concurrent, LogFormat, OnStoreError, PathMatch, RecordPolicy, Route, RouteMode};
 pub use secret::AdminToken;
+pub use telemetry::Telemetry;
 pub use tls::{ListenerTls, UpstreamCa};
 
 /// A configuration problem, with the key it concerns.
@@ -153,6 +155,9 @@ pub struct Config {
     pub docs_url: Option<String>,
     /// How logs are written (the command line's `--log-format` wins).
     pub log_format: LogFormat,
+    /// Where traces go (`[telemetry]`); the `OTEL_*` variables also turn
+    /// tracing on (src/telemetry/).
+    pub telemetry: Option<Telemetry>,
     /// The record store.
     pub store: StoreConfig,
     /// Routes, in file order.

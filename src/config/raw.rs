@@ -35,6 +35,7 @@ pub(super) struct RawConfig {
     pub(super) docs_url: Option<String>,
     pub(super) log_format: Option<LogFormat>,
     pub(super) tls: Option<RawTls>,
+    pub(super) telemetry: Option<RawTelemetry>,
     #[serde(default)]
     pub(super) store: RawStore,
     #[serde(default)]
@@ -77,6 +78,16 @@ pub(super) struct RawFront {
 pub(super) struct RawTls {
     pub(super) cert: Option<String>,
     pub(super) key: Option<String>,
+}
+
+/// The `[telemetry]` table: where traces go.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTelemetry {
+    pub(super) endpoint: Option<String>,
+    pub(super) service_name: Option<String>,
+    pub(super) sample_ratio: Option<f64>,
+    pub(super) queue: Option<usize>,
 }
 
 /// One `[[routes]]` table, or the `[defaults]` table.

@@ -83,6 +83,7 @@ fn restart_only(running: &Config, next: &Config) -> Vec<&'static str> {
         shutdown_timeout,
         docs_url,
         log_format,
+        telemetry,
         store,
         // Applied by a reload.
         routes: _,
@@ -148,6 +149,7 @@ fn restart_only(running: &Config, next: &Config) -> Vec<&'static str> {
         ),
         ("docs_url", *docs_url == next.docs_url),
         ("log_format", *log_format == next.log_format),
+        ("telemetry", *telemetry == next.telemetry),
     ];
     let mut changed: Vec<&'static str> = same
         .into_iter()

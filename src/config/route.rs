@@ -23,6 +23,16 @@ pub enum PathMatch {
     Prefix(String),
 }
 
+impl std::fmt::Display for PathMatch {
+    /// As the route's `match` was written: `/exact` or `/prefix/*`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Exact(path) => f.write_str(path),
+            Self::Prefix(prefix) => write!(f, "{prefix}*"),
+        }
+    }
+}
+
 impl PathMatch {
     /// `"/exact"` or `"/prefix/*"`; anything else is `None`.
     pub(super) fn parse(s: &str) -> Option<Self> {

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{HeaderMap, Request, Response};
+use tokio::time::error::Elapsed;
+use tracing::Instrument;
 
 use super::Gateway;
 use super::passthrough::to_client;
@@ -17,20 +19,22 @@ use crate::metrics::Metrics;
 use crate::problem::{GatewayError, KeyAfter};
 use crate::request::body::{self, Body, Collected, Prefixed, collect_up_to};
 use crate::store::{Cas, HeldReason, RecordKey, StoreError, StoredResponse, Token, UnknownOutcome};
+use crate::telemetry::spans;
 use crate::upstream::UpstreamError;
 
+/// What the upstream answered within `upstream_timeout` (head and body up
+/// to the route's cap), why it did not, or `Err` when time ran out.
+type Exchange = Result<
+    Result<(http::response::Parts, Collected<hyper::body::Incoming>), UpstreamError>,
+    Elapsed,
+>;
+
 impl Gateway {
-    /// One claimed attempt: forward, capture, decide, persist, answer.
-    pub(super) async fn attempt(
-        self: &Arc<Self>,
-        route: &Route,
-        key: &RecordKey,
-        token: Token,
-        request: Request<Body>,
-    ) -> Result<Response<Body>, GatewayError> {
-        let _renewer = self.renew_while_working(route, key, token);
-        let _in_flight = InFlightGuard::new(&self.metrics);
+    /// Send the claimed request and read the answer up to the route's cap,
+    /// within `upstream_timeout`; timed, and in a span of its own.
+    async fn exchange(&self, route: &Route, mut request: Request<Body>) -> Exchange {
         let started = Instant::now();
+        let span = spans::upstream(&mut request);
         let exchange = tokio::time::timeout(route.upstream_timeout, async {
             let response = self
                 .upstream()
@@ -42,11 +46,26 @@ impl Gateway {
                 .map_err(|e| UpstreamError::Failed(format!("reading the response body: {e}")))?;
             Ok::<_, UpstreamError>((parts, collected))
         })
+        .instrument(span.clone())
         .await;
+        let answered = exchange.as_ref().ok().and_then(|r| r.as_ref().ok());
+        spans::upstream_done(&span, answered.map(|(parts, _)| parts.status.as_u16()));
         let elapsed = started.elapsed().as_secs_f64();
         self.with_metrics_of(Some(&route.name), |m| m.upstream_seconds.observe(elapsed));
+        exchange
+    }
 
-        let (mut parts, collected) = match exchange {
+    /// One claimed attempt: forward, capture, decide, persist, answer.
+    pub(super) async fn attempt(
+        self: &Arc<Self>,
+        route: &Route,
+        key: &RecordKey,
+        token: Token,
+        request: Request<Body>,
+    ) -> Result<Response<Body>, GatewayError> {
+        let _renewer = self.renew_while_working(route, key, token);
+        let _in_flight = InFlightGuard::new(&self.metrics);
+        let (mut parts, collected) = match self.exchange(route, request).await {
             Err(_elapsed) => {
                 let after = self
                     .settle_unknown(route, key, token, HeldReason::UpstreamTimeout)

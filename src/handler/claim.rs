@@ -20,6 +20,7 @@ use crate::problem::GatewayError;
 use crate::request::body::{self, Body, Reservation};
 use crate::request::fingerprint::Fingerprint;
 use crate::store::{self, Claim, ClaimRequest, RecordKey, StoreError, StoredResponse};
+use crate::telemetry::spans;
 use crate::upstream;
 
 /// The longest a waiting request goes without claiming again when the store
@@ -72,13 +73,13 @@ impl Gateway {
             })?;
         let (reply, answer) = oneshot::channel();
         let gateway = self.clone();
-        self.tasks.spawn(async move {
+        self.tasks.spawn(spans::carried(async move {
             // The claim's body reservation ends with it.
             let result = gateway.claim_and_forward(claim).await;
             // The response is no longer buffered here.
             drop(forward_slot);
             let _ = reply.send(result);
-        });
+        }));
         answer.await.map_err(|_| {
             GatewayError::Internal("the forward task ended without an answer".into())
         })?

@@ -49,6 +49,7 @@ use http::{Request, Response};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::clock::Instant;
 use crate::config::{Config, Route};
@@ -56,6 +57,7 @@ use crate::metrics::{Metrics, RouteMetrics};
 use crate::problem::GatewayError;
 use crate::request::body::{self, Body, RequestBody};
 use crate::store::{Store, Token};
+use crate::telemetry::spans;
 use crate::upstream::Upstream;
 use crate::waiters::Waiters;
 
@@ -191,9 +193,14 @@ impl Gateway {
         let started = Instant::now();
         let method = request.method().clone();
         let uri = request.uri().clone();
+        // 1. Route (here, so the request's span is named after it).
+        let route = self.table.load().route_for(uri.path()).cloned();
+        let span = spans::server(&method, uri.path(), request.headers(), route.as_deref());
         let mut trace = Trace::default();
-        let (response, outcome) = match self.clone().handle_inner(request, client, &mut trace).await
-        {
+        let inner = self
+            .clone()
+            .handle_inner(request, client, route, &mut trace);
+        let (response, outcome) = match inner.instrument(span.clone()).await {
             Ok(answered) => {
                 trace.token = answered.token;
                 (answered.response, answered.outcome)
@@ -208,38 +215,37 @@ impl Gateway {
         };
         let route = trace.route.as_deref().map(|r| r.name.as_str());
         self.with_metrics_of(route, |m| m.request(outcome.index()));
+        let status = response.status().as_u16();
+        let key = trace.key_digest.as_deref();
+        spans::finish(&span, status, outcome.as_str(), key, trace.token);
+        let trace_id = spans::trace_id(&span);
         tracing::info!(
             target: "idemgate::request",
             method = %method,
             path = %uri.path(),
             route = route.unwrap_or("-"),
             outcome = outcome.as_str(),
-            status = response.status().as_u16(),
+            status,
             latency_ms = started.elapsed().as_secs_f64() * 1000.0,
-            key = trace.key_digest.as_deref().unwrap_or("-"),
+            key = key.unwrap_or("-"),
             token = trace.token,
+            trace_id = trace_id.as_deref(),
             "request"
         );
         response
     }
 
-    /// The pipeline's steps, in order.
+    /// The pipeline's steps, in order, from the route (step 1) on.
     async fn handle_inner(
         self: Arc<Self>,
         request: Request<RequestBody>,
         client: SocketAddr,
+        route: Option<Arc<Route>>,
         trace: &mut Trace,
     ) -> Result<Answered, GatewayError> {
-        // 1. Route.
-        let path = request.uri().path();
-        let route =
-            self.table
-                .load()
-                .route_for(path)
-                .cloned()
-                .ok_or_else(|| GatewayError::NoRoute {
-                    path: path.to_string(),
-                })?;
+        let route = route.ok_or_else(|| GatewayError::NoRoute {
+            path: request.uri().path().to_string(),
+        })?;
         trace.route = Some(route.clone());
 
         // 2. Unprotected methods pass through untouched.

@@ -10,12 +10,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
+use tracing::Instrument;
 
 use super::{Answered, Gateway, Outcome};
 use crate::config::{OnStoreError, Route};
 use crate::problem::{GatewayError, KeyAfter};
 use crate::request::body::{self, Body};
 use crate::store::StoreError;
+use crate::telemetry::spans;
 use crate::upstream::{self, UpstreamError, strip_hop_by_hop};
 
 impl Gateway {
@@ -68,9 +70,14 @@ impl Gateway {
             request.headers_mut().remove(super::IDEMPOTENCY_ATTEMPT);
         }
         let upstream = self.upstream();
+        let span = spans::upstream(&mut request);
         let sent = upstream.send(route.upstream_ca.as_ref(), request);
         let response = tokio::time::timeout(route.upstream_timeout, sent)
-            .await
+            .instrument(span.clone())
+            .await;
+        let answered = response.as_ref().ok().and_then(|r| r.as_ref().ok());
+        spans::upstream_done(&span, answered.map(|r| r.status().as_u16()));
+        let response = response
             .map_err(|_| GatewayError::UpstreamTimeout {
                 timeout: route.upstream_timeout,
                 key: KeyAfter::Unkeyed,

@@ -223,6 +223,7 @@ impl Metrics {
             shadow.clone(),
         );
         scraped::register_dropped_log_lines(&mut registry);
+        scraped::register_dropped_spans(&mut registry);
         let (records_swept, replay_cache_hits) = register_store_counters(&mut registry);
         let store = StoreFigures::default();
         store.register(&mut registry);

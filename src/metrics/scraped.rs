@@ -1,5 +1,6 @@
 //! Figures kept elsewhere (the store pool, its batches, the Redis front's
-//! tallies, the logger's dropped lines), read when `/metrics` is scraped.
+//! tallies, the logger's dropped lines, the trace exporter's dropped
+//! spans), read when `/metrics` is scraped.
 
 use std::sync::Arc;
 
@@ -50,6 +51,36 @@ impl EncodeMetric for DroppedLogLines {
     fn metric_type(&self) -> MetricType {
         MetricType::Counter
     }
+}
+
+/// `idemgate_trace_spans_dropped_total{reason}`, read from the span
+/// exporter at scrape time.
+#[derive(Debug)]
+struct DroppedSpans;
+
+impl EncodeMetric for DroppedSpans {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let (queue_full, export_failed) = crate::telemetry::export::dropped();
+        for (reason, value) in [("queue_full", queue_full), ("export_failed", export_failed)] {
+            encoder
+                .encode_family(&[("reason", reason)])?
+                .encode_counter::<NoLabelSet, _, u64>(&value, None)?;
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
+/// Register `idemgate_trace_spans_dropped_total`.
+pub(super) fn register_dropped_spans(registry: &mut Registry) {
+    registry.register(
+        "trace_spans_dropped",
+        "Finished trace spans not delivered to the OTLP collector, by reason: queue_full (dropped, never waited for) or export_failed (the collector refused or did not answer)",
+        DroppedSpans,
+    );
 }
 
 /// Register `idemgate_log_lines_dropped_total`.

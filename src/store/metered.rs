@@ -2,8 +2,11 @@
 //! store it wraps (`idemgate_store_duration_seconds{op, result}`), so no
 //! backend carries metrics code.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+
+use tracing::Instrument;
 
 use crate::clock::Instant;
 use crate::metrics::{Metrics, plain_result};
@@ -11,6 +14,7 @@ use crate::store::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse,
     Token,
 };
+use crate::telemetry::spans;
 
 /// A [`Store`] that measures every operation of the store it wraps.
 pub struct InstrumentedStore {
@@ -29,6 +33,24 @@ impl InstrumentedStore {
     pub fn new(inner: Arc<dyn Store>, metrics: Arc<Metrics>) -> Self {
         Self { inner, metrics }
     }
+
+    /// Run one operation: timed and counted by `result`, and in a span of
+    /// its own (a child of the request's) when tracing is on.
+    async fn measured<T>(
+        &self,
+        op: &'static str,
+        work: impl Future<Output = Result<T, StoreError>>,
+        result: fn(&Result<T, StoreError>) -> &'static str,
+    ) -> Result<T, StoreError> {
+        let span = spans::store(op);
+        let started = Instant::now();
+        let r = work.instrument(span.clone()).await;
+        if r.is_err() {
+            spans::store_failed(&span);
+        }
+        self.metrics.store_op(op, result(&r), started.elapsed());
+        r
+    }
 }
 
 fn cas_result(r: &Result<Cas, StoreError>) -> &'static str {
@@ -42,11 +64,8 @@ fn cas_result(r: &Result<Cas, StoreError>) -> &'static str {
 #[async_trait::async_trait]
 impl Store for InstrumentedStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let started = Instant::now();
-        let r = self.inner.claim(request).await;
-        self.metrics
-            .store_op("claim", plain_result(&r), started.elapsed());
-        r
+        let work = self.inner.claim(request);
+        self.measured("claim", work, plain_result).await
     }
 
     async fn renew(
@@ -55,11 +74,8 @@ impl Store for InstrumentedStore {
         token: Token,
         lease: Duration,
     ) -> Result<Cas, StoreError> {
-        let started = Instant::now();
-        let r = self.inner.renew(key, token, lease).await;
-        self.metrics
-            .store_op("renew", cas_result(&r), started.elapsed());
-        r
+        let work = self.inner.renew(key, token, lease);
+        self.measured("renew", work, cas_result).await
     }
 
     async fn complete(
@@ -69,19 +85,13 @@ impl Store for InstrumentedStore {
         response: &StoredResponse,
         retention: Duration,
     ) -> Result<Cas, StoreError> {
-        let started = Instant::now();
-        let r = self.inner.complete(key, token, response, retention).await;
-        self.metrics
-            .store_op("complete", cas_result(&r), started.elapsed());
-        r
+        let work = self.inner.complete(key, token, response, retention);
+        self.measured("complete", work, cas_result).await
     }
 
     async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
-        let started = Instant::now();
-        let r = self.inner.release(key, token).await;
-        self.metrics
-            .store_op("release", cas_result(&r), started.elapsed());
-        r
+        let work = self.inner.release(key, token);
+        self.measured("release", work, cas_result).await
     }
 
     async fn hold(
@@ -91,11 +101,8 @@ impl Store for InstrumentedStore {
         reason: HeldReason,
         retention: Duration,
     ) -> Result<Cas, StoreError> {
-        let started = Instant::now();
-        let r = self.inner.hold(key, token, reason, retention).await;
-        self.metrics
-            .store_op("hold", cas_result(&r), started.elapsed());
-        r
+        let work = self.inner.hold(key, token, reason, retention);
+        self.measured("hold", work, cas_result).await
     }
 
     async fn inquire(
@@ -106,19 +113,13 @@ impl Store for InstrumentedStore {
         asked: bool,
         retention: Duration,
     ) -> Result<Cas, StoreError> {
-        let started = Instant::now();
-        let r = self.inner.inquire(key, token, next, asked, retention).await;
-        self.metrics
-            .store_op("inquire", cas_result(&r), started.elapsed());
-        r
+        let work = self.inner.inquire(key, token, next, asked, retention);
+        self.measured("inquire", work, cas_result).await
     }
 
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
-        let started = Instant::now();
-        let r = self.inner.abandon(key, attempt).await;
-        self.metrics
-            .store_op("abandon", cas_result(&r), started.elapsed());
-        r
+        let work = self.inner.abandon(key, attempt);
+        self.measured("abandon", work, cas_result).await
     }
 
     fn forget(&self, key: &RecordKey) {

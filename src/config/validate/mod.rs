@@ -13,6 +13,7 @@ mod record;
 mod route;
 pub(in crate::config) mod store;
 mod target;
+mod telemetry;
 mod timing;
 mod tls;
 
@@ -261,6 +262,7 @@ fn process(
         )?,
         docs_url: raw.docs_url.filter(|u| !u.is_empty()),
         log_format: raw.log_format.unwrap_or(DEFAULT_LOG_FORMAT),
+        telemetry: telemetry::telemetry(raw.telemetry)?,
         store,
         routes,
         source: None,

@@ -1,6 +1,6 @@
 //! Running the gateway: the command line (`cli`), its logs (`logs`), its
 //! metrics (`metrics`), readiness (`readiness`), live configuration
-//! (`reload`) and graceful shutdown (`shutdown`).
+//! (`reload`), graceful shutdown (`shutdown`) and traces (`tracing`).
 
 mod cli;
 mod dashboards;
@@ -9,3 +9,4 @@ mod metrics;
 mod readiness;
 mod reload;
 mod shutdown;
+mod tracing;

@@ -11,6 +11,7 @@
 pub mod config;
 pub mod gateway;
 pub mod http;
+pub mod otlp;
 pub mod pki;
 pub mod process;
 pub mod provision;

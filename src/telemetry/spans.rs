@@ -1,0 +1,182 @@
+//! The spans of one request: the server span ([`server`], continuing the
+//! client's W3C `traceparent`/`tracestate`, or starting a trace), one
+//! child per store operation ([`store`]) and one for the upstream call
+//! ([`upstream`], whose request carries the trace on). A replay answered
+//! from the record has no upstream span. With tracing off, each of these
+//! is [`Span::none`] and no header is read or written.
+//!
+//! Attribute names follow OpenTelemetry's HTTP semantic conventions, plus
+//! `idemgate.route`, `idemgate.outcome` (the log line's words),
+//! `idemgate.key_digest` (never the raw key) and `idemgate.token` (the
+//! fencing token of the attempt that answered).
+
+use std::future::Future;
+
+use http::{HeaderMap, Method, Request};
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry_http::{HeaderExtractor, HeaderInjector};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing::instrument::{Instrument, Instrumented};
+use tracing::{Span, field::Empty};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use super::{TARGET, enabled};
+use crate::config::Route;
+use crate::store::Token;
+
+/// The server span of a request to `route` (named `POST /v1/payments/*`,
+/// or `POST` when no route matched), its parent the client's trace
+/// context if the request carries one.
+pub fn server(method: &Method, path: &str, headers: &HeaderMap, route: Option<&Route>) -> Span {
+    if !enabled() {
+        return Span::none();
+    }
+    let span = match route {
+        Some(route) => tracing::info_span!(
+            target: TARGET,
+            "request",
+            otel.name = %format_args!("{method} {}", route.path),
+            otel.kind = "server",
+            otel.status_code = Empty,
+            http.request.method = %method,
+            url.path = path,
+            http.route = %route.path,
+            http.response.status_code = Empty,
+            idemgate.route = route.name.as_str(),
+            idemgate.outcome = Empty,
+            idemgate.key_digest = Empty,
+            idemgate.token = Empty,
+        ),
+        None => tracing::info_span!(
+            target: TARGET,
+            "request",
+            otel.name = %method,
+            otel.kind = "server",
+            otel.status_code = Empty,
+            http.request.method = %method,
+            url.path = path,
+            http.response.status_code = Empty,
+            idemgate.route = "-",
+            idemgate.outcome = Empty,
+        ),
+    };
+    // Before the span is entered: then it starts under this parent.
+    let parent = TraceContextPropagator::new().extract(&HeaderExtractor(headers));
+    let _ = span.set_parent(parent);
+    span
+}
+
+/// What the request came to, on its server span.
+pub fn finish(
+    span: &Span,
+    status: u16,
+    outcome: &str,
+    key_digest: Option<&str>,
+    token: Option<Token>,
+) {
+    if span.is_none() {
+        return;
+    }
+    span.record("http.response.status_code", status);
+    span.record("idemgate.outcome", outcome);
+    if let Some(digest) = key_digest {
+        span.record("idemgate.key_digest", digest);
+    }
+    if let Some(token) = token {
+        span.record("idemgate.token", token);
+    }
+    if status >= 500 {
+        span.record("otel.status_code", "error");
+    }
+}
+
+/// The trace id (32 hex digits) of `span`, for the log line; `None` when
+/// tracing is off.
+pub fn trace_id(span: &Span) -> Option<String> {
+    if span.is_none() {
+        return None;
+    }
+    let context = span.context();
+    let span_context = context.span().span_context().clone();
+    span_context
+        .is_valid()
+        .then(|| span_context.trace_id().to_string())
+}
+
+/// The span of one store operation (`claim`, `complete`, …), a child of
+/// the request's; none outside a request.
+pub fn store(operation: &'static str) -> Span {
+    // Background work (lease renewals, the inquirer, the sweeper) is not
+    // part of a request: no trace of its own for each operation.
+    if !enabled() || Span::current().is_none() {
+        return Span::none();
+    }
+    tracing::info_span!(
+        target: TARGET,
+        "store",
+        otel.name = operation,
+        otel.kind = "client",
+        otel.status_code = Empty,
+        db.operation.name = operation,
+    )
+}
+
+/// Mark a store operation's span failed.
+pub fn store_failed(span: &Span) {
+    if !span.is_none() {
+        span.record("otel.status_code", "error");
+    }
+}
+
+/// The span of the call to the upstream, a child of the request's; the
+/// request to the upstream gets its `traceparent` (and the client's
+/// `tracestate`), so the upstream's own spans join the trace under it.
+pub fn upstream<B>(request: &mut Request<B>) -> Span {
+    if !enabled() {
+        return Span::none();
+    }
+    let span = tracing::info_span!(
+        target: TARGET,
+        "upstream",
+        otel.name = %request.method(),
+        otel.kind = "client",
+        otel.status_code = Empty,
+        http.request.method = %request.method(),
+        url.full = %request.uri(),
+        http.response.status_code = Empty,
+    );
+    let context = span.context();
+    TraceContextPropagator::new()
+        .inject_context(&context, &mut HeaderInjector(request.headers_mut()));
+    span
+}
+
+/// What the upstream answered (`None`: no answer), on its span.
+pub fn upstream_done(span: &Span, status: Option<u16>) {
+    if span.is_none() {
+        return;
+    }
+    match status {
+        Some(status) => {
+            span.record("http.response.status_code", status);
+            if status >= 500 {
+                span.record("otel.status_code", "error");
+            }
+        }
+        None => {
+            span.record("otel.status_code", "error");
+        }
+    }
+}
+
+/// `work`, in the current span if tracing is on: for work moved to a task
+/// of its own, whose spans belong to the request that started it.
+pub fn carried<F: Future>(work: F) -> Instrumented<F> {
+    let span = if enabled() {
+        Span::current()
+    } else {
+        Span::none()
+    };
+    work.instrument(span)
+}
