@@ -25,6 +25,9 @@
 #      pg_stat_statements (its own PostgreSQL server), a Redis PING for scale
 #   log  pass-through and replay with idemgate's default log level (info)
 #      next to the same with RUST_LOG=warn
+#   trace  new keys (PostgreSQL) and replays (Redis) with OpenTelemetry
+#      tracing on (every request sampled, exported over OTLP/HTTP to a local
+#      sink that answers 200) next to the same gateways with tracing off
 #   memory  10,000 idle HTTP/1.1 connections (bench/memory.py, idle-h1)
 #   ceilings: pgbench running idemgate's own claim + complete statements and
 #   its replay claim; redis-benchmark running idemgate's own claim, complete
@@ -46,7 +49,7 @@ HOT=100
 STORMS="${STORMS:-2 8 32 64}"
 STORM_C="${STORM_C:-64}"
 RESULTS="${RESULTS:-bench/results/$(date -u +%Y-%m-%d).md}"
-ONLY="${ONLY:-A B C D F peer log memory ceil}"
+ONLY="${ONLY:-A B C D F peer log trace memory ceil}"
 F_STORMS="${F_STORMS:-8 16 32 64}"
 BASELINE="${BASELINE:-}"
 BENCH_CACHE="${BENCH_CACHE:-$HOME/.cache/idemgate-bench}"
@@ -57,7 +60,7 @@ log() { printf '==> %s\n' "$*" >&2; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 want() { case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for part in $ONLY; do
-    case "$part" in A|B|C|D|F|peer|log|memory|ceil) ;; *) log "ONLY: unknown part '$part' (A B C D F peer log memory ceil)"; exit 2 ;; esac
+    case "$part" in A|B|C|D|F|peer|log|trace|memory|ceil) ;; *) log "ONLY: unknown part '$part' (A B C D F peer log trace memory ceil)"; exit 2 ;; esac
 done
 
 # ---- tools ---------------------------------------------------------------------
@@ -218,8 +221,8 @@ counts() { curl -sf "http://127.0.0.1:$CNT/__stats"; }
 # the replay cache, the listeners and part F's [store.front] differ by
 # gateway): route "api" to the nginx upstream, "storm" and "storm-wait"
 # (concurrent = "wait") to the counting upstream.
-start_gateway() { # name store_url [replay_cache_ttl] [binary] [log: warn|default] [front_url] -> sets GW_PORT, GW_PID, GW_ADMIN
-    local name="$1" url="$2" cache="${3:-}" bin="${4:-$BIN}" level="${5:-warn}" front="${6:-}" admin
+start_gateway() { # name store_url [replay_cache_ttl] [binary] [log: warn|default] [front_url] [otlp_endpoint] -> sets GW_PORT, GW_PID, GW_ADMIN
+    local name="$1" url="$2" cache="${3:-}" bin="${4:-$BIN}" level="${5:-warn}" front="${6:-}" otlp="${7:-}" admin
     GW_PORT="$(free_port)"; admin="$(free_port)"; GW_ADMIN="$admin"
     {
         echo "listen = \"127.0.0.1:$GW_PORT\""
@@ -253,9 +256,9 @@ concurrent = "wait"
 EOF
     } > "$WORK/$name.toml"
     if [ "$level" = warn ]; then
-        RUST_LOG=warn "$bin" serve --config "$WORK/$name.toml" 2>"$WORK/$name.log" &
+        env ${otlp:+OTEL_EXPORTER_OTLP_ENDPOINT=$otlp} RUST_LOG=warn "$bin" serve --config "$WORK/$name.toml" 2>"$WORK/$name.log" &
     else
-        env -u RUST_LOG "$bin" serve --config "$WORK/$name.toml" 2>"$WORK/$name.log" &
+        env -u RUST_LOG ${otlp:+OTEL_EXPORTER_OTLP_ENDPOINT=$otlp} "$bin" serve --config "$WORK/$name.toml" 2>"$WORK/$name.log" &
     fi
     GW_PID=$!
     PIDS+=("$GW_PID")
@@ -377,6 +380,38 @@ fi
 if want log; then
     start_gateway redis-info "redis://127.0.0.1:$REDISPORT/" 5s "$BIN" default; RI_PORT="$GW_PORT"; RI_PID="$GW_PID"
 fi
+if want trace; then
+    # An OTLP/HTTP sink: takes every export, answers 200 with an empty
+    # ExportTraceServiceResponse, counts requests and bytes.
+    SINK="$(free_port)"
+    cat > "$WORK/otlp_sink.py" <<'PYSINK'
+import sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+seen = {"requests": 0, "bytes": 0}
+lock = threading.Lock()
+class Sink(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        n = int(self.headers.get("content-length", 0))
+        self.rfile.read(n)
+        with lock:
+            seen["requests"] += 1; seen["bytes"] += n
+        self.send_response(200); self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", "0"); self.end_headers()
+    def do_GET(self):
+        body = f'{seen["requests"]} {seen["bytes"]}'.encode()
+        self.send_response(200); self.send_header("content-length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Sink).serve_forever()
+PYSINK
+    python3 "$WORK/otlp_sink.py" "$SINK" 2>"$WORK/otlp_sink.log" &
+    PIDS+=("$!")
+    log "OTLP sink on :$SINK"
+    start_gateway pg-traced "$PGURL" 5s "$BIN" warn "" "http://127.0.0.1:$SINK"; PT_PORT="$GW_PORT"; PT_PID="$GW_PID"; PT_ADMIN="$GW_ADMIN"
+    start_gateway redis-traced "redis://127.0.0.1:$REDISPORT/" 5s "$BIN" warn "" "http://127.0.0.1:$SINK"; RT_PORT="$GW_PORT"; RT_PID="$GW_PID"; RT_ADMIN="$GW_ADMIN"
+fi
 if [ -n "$PEER_BIN" ]; then
     start_peer
     echo "peer $PEER_PID" >> "$WORK/rss.pids"
@@ -411,7 +446,7 @@ fi
 # ---- C: replays of a hot set ----------------------------------------------------------
 # idemgate-redis and idemgate-redis-nocache share one Redis, prefix and
 # route: one preload serves both (and the log rows).
-if want C || want peer || want log; then
+if want C || want peer || want log || want trace; then
     preload "$RD_PORT"
 fi
 if want C || want peer; then
@@ -434,6 +469,19 @@ if want log; then
     measure "log-A-warn $RD_PORT none $RD_PID" "log-A-info $RI_PORT none $RI_PID" \
             "log-C-warn $RD_PORT hot $RD_PID" "log-C-info $RI_PORT hot $RI_PID"
     echo "$(wc -l < "$WORK/redis-info.log") $(wc -c < "$WORK/redis-info.log")" > "$WORK/loglines"
+fi
+
+# ---- trace: OpenTelemetry on (every request sampled) vs off ---------------------------
+# The same configs on the same stores; the traced gateways export to the
+# sink. Their dropped-span counters and what the sink took are recorded.
+if want trace; then
+    measure "trace-B-off $PG_PORT new $PG_PID" "trace-B-on $PT_PORT new $PT_PID" \
+            "trace-C-off $RD_PORT hot $RD_PID" "trace-C-on $RT_PORT hot $RT_PID"
+    sleep 6 # the last scheduled export
+    for admin in "$PT_ADMIN" "$RT_ADMIN"; do
+        curl -sf "http://127.0.0.1:$admin/metrics" | grep '^idemgate_trace_spans_dropped_total' | awk '{s += $2} END {printf "%d ", s}'
+    done > "$WORK/traces"
+    curl -sf "http://127.0.0.1:$SINK/" >> "$WORK/traces"
 fi
 
 # ---- D: same-key storms ------------------------------------------------------------
@@ -762,7 +810,8 @@ for c in {c for _, c in rows}:
 names = ["A-direct", "A-nginx", "A-idemgate", "A-idemgate-before",
          "B-postgres", "B-postgres-before", "B-redis", "B-redis-before", "B-peer", "B-sqlite",
          "C-postgres", "C-postgres-before", "C-redis", "C-redis-nocache", "C-peer", "C-sqlite",
-         "log-A-warn", "log-A-info", "log-C-warn", "log-C-info"] + storms + [
+         "log-A-warn", "log-A-info", "log-C-warn", "log-C-info",
+         "trace-B-off", "trace-B-on", "trace-C-off", "trace-C-on"] + storms + [
          "ceil-pg-claim-complete", "ceil-pg-replay", "ceil-redis-claim", "ceil-redis-complete",
          "ceil-redis-claim+complete", "ceil-redis-replay", "ceil-sqlite-insert-update", "ceil-sqlite-serial"]
 measured = [n for n in names if not n.startswith("ceil-")]
@@ -844,6 +893,8 @@ for label, a, b, target in [
     ("before→after: C postgres", "C-postgres", "C-postgres-before", "—"),
     ("log info ÷ warn: pass-through", "log-A-info", "log-A-warn", "—"),
     ("log info ÷ warn: replay", "log-C-info", "log-C-warn", "—"),
+    ("tracing on ÷ off: new keys (PostgreSQL)", "trace-B-on", "trace-B-off", "—"),
+    ("tracing on ÷ off: replays (Redis)", "trace-C-on", "trace-C-off", "—"),
 ]:
     if any(med(a, c) and med(b, c) for c in cs):
         L.append(f"| {label} | " + " | ".join(ratio(a, b, c) for c in cs) + f" | {target} |")
@@ -864,13 +915,23 @@ if any(("log-A-info", c) in rows for c in cs):
         parts = [f"c={c}: {med(a,c,4):.1f} − {med(b,c,4):.1f} = {med(a,c,4) - med(b,c,4):+.1f}" for c in cs
                  if med(a, c, 4) is not None and med(b, c, 4) is not None]
         L.append(f"- {kind}: " + "; ".join(parts))
+if any(("trace-B-on", c) in rows for c in cs):
+    L += ["", "Tracing on (every request sampled, exported) vs off, gateway CPU µs per request, on − off:", ""]
+    for kind, a, b in [("new keys (PostgreSQL)", "trace-B-on", "trace-B-off"), ("replays (Redis)", "trace-C-on", "trace-C-off")]:
+        parts = [f"c={c}: {med(a,c,4):.1f} − {med(b,c,4):.1f} = {med(a,c,4) - med(b,c,4):+.1f}" for c in cs
+                 if med(a, c, 4) is not None and med(b, c, 4) is not None]
+        L.append(f"- {kind}: " + "; ".join(parts))
+if os.path.exists(f"{work}/traces"):
+    pg_dropped, redis_dropped, posts, size = open(f"{work}/traces").read().split()
+    L.append(f"- spans dropped (idemgate_trace_spans_dropped_total): {int(pg_dropped):,} on PostgreSQL, {int(redis_dropped):,} on Redis; "
+             f"the sink took {int(posts):,} exports, {int(size) / 2**20:.1f} MiB.")
 if os.path.exists(f"{work}/loglines"):
     lines, size = open(f"{work}/loglines").read().split()
     L.append(f"- the info gateway's log file: {int(lines):,} lines, {int(size) / 2**20:.1f} MiB (one line per request).")
 if any(("A-direct", c) in rows for c in cs):
     L += ["", "Added latency vs direct (p50 / p99, ms):", ""]
     for n in measured:
-        if n == "A-direct" or n.startswith("D-") or n.startswith("log-"):
+        if n == "A-direct" or n.startswith("D-") or n.startswith("log-") or n.startswith("trace-"):
             continue
         parts = []
         for c in cs:
