@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::handler::Gateway;
 use crate::inquirer::{self, Inquirer};
 use crate::metrics::{Metrics, plain_result};
-use crate::reload::{Reloader, hangup};
+use crate::reload::{Reloader, hangup, watch};
 use crate::store::metered::InstrumentedStore;
 use crate::store::{self, Backend, Store, StoreAdmin, StoreError};
 use crate::waiters::Waiters;
@@ -92,18 +92,7 @@ pub async fn run_with(
         config.store.sweep_interval,
         config.store.sweep_batch,
     ));
-    let threads = (config.server_threads > 0)
-        .then(|| server::serving_threads::ServingThreads::start(config.server_threads))
-        .transpose()
-        .map_err(RunError::Threads)?;
-    if let Some(threads) = &threads {
-        threads
-            .on_each(|| {
-                let records = records.clone();
-                async move { records.open_serving_thread().await }
-            })
-            .await;
-    }
+    let threads = start_threads(&config, &records).await?;
     let inquirer = Arc::new(Inquirer::new(
         &config.routes,
         records.clone(),
@@ -125,6 +114,9 @@ pub async fn run_with(
         metrics.clone(),
         tls.clone(),
     ));
+    let watching = config
+        .watch_config
+        .map(|every| tokio::spawn(watch::watch(reloader.clone(), every)));
     let hangups =
         hangup::listen().map(|signal| tokio::spawn(hangup::answer(signal, reloader.clone())));
     let stop_admin = CancellationToken::new();
@@ -142,10 +134,8 @@ pub async fn run_with(
     ));
     server::serve(listener, gateway, threads, &config, tls, shutdown).await;
     // The SIGHUP handler stays installed: a SIGHUP while draining is ignored.
-    for task in [Some(sweeper), Some(inquiring), hangups, relay]
-        .into_iter()
-        .flatten()
-    {
+    let background = [Some(sweeper), Some(inquiring), hangups, watching, relay];
+    for task in background.into_iter().flatten() {
         task.abort();
     }
     stop_admin.cancel();
@@ -161,6 +151,27 @@ pub async fn run_with(
     }
     tracing::info!("idemgate stopped");
     Ok(())
+}
+
+/// The serving threads (`server_threads`), each with the store's
+/// connections opened on it; `None` for 0 (the shared runtime serves).
+async fn start_threads(
+    config: &Config,
+    records: &Arc<dyn StoreAdmin>,
+) -> Result<Option<server::serving_threads::ServingThreads>, RunError> {
+    let threads = (config.server_threads > 0)
+        .then(|| server::serving_threads::ServingThreads::start(config.server_threads))
+        .transpose()
+        .map_err(RunError::Threads)?;
+    if let Some(threads) = &threads {
+        threads
+            .on_each(|| {
+                let records = records.clone();
+                async move { records.open_serving_thread().await }
+            })
+            .await;
+    }
+    Ok(threads)
 }
 
 /// Start the store's wake-up relay. Its first steps run here, before any

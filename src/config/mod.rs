@@ -31,6 +31,8 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use sha2::Digest;
+
 pub use crate::store::{StoreConfig, UnknownOutcome};
 pub use defaults::*;
 pub use inquiry::Inquiry;
@@ -151,6 +153,9 @@ pub struct Config {
     /// The longest a graceful shutdown waits, in all, for open connections
     /// and in-flight forwards.
     pub shutdown_timeout: Duration,
+    /// How often the config file is read to reload it when it changed
+    /// (`crate::reload`); `None`: on SIGHUP and `POST /config/reload` only.
+    pub watch_config: Option<Duration>,
     /// Base URL of the error documentation, sent as `Link: rel="describedby"`.
     pub docs_url: Option<String>,
     /// How logs are written (the command line's `--log-format` wins).
@@ -165,7 +170,16 @@ pub struct Config {
     /// The file this configuration was read from ([`Config::load`]),
     /// which a reload reads again; `None`: it came from text, and there is
     /// nothing to reload.
-    pub source: Option<std::path::PathBuf>,
+    pub source: Option<Source>,
+}
+
+/// The file a configuration was read from, and what it held then.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Source {
+    /// The path, as given.
+    pub path: std::path::PathBuf,
+    /// SHA-256 of the bytes read.
+    pub digest: [u8; 32],
 }
 
 impl Config {
@@ -188,7 +202,10 @@ impl Config {
             reason,
         })?;
         let mut config = Self::parse(&text)?;
-        config.source = Some(path.to_path_buf());
+        config.source = Some(Source {
+            path: path.to_path_buf(),
+            digest: sha2::Sha256::digest(text.as_bytes()).into(),
+        });
         Ok(config)
     }
 

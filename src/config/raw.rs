@@ -32,6 +32,7 @@ pub(super) struct RawConfig {
     pub(super) admin_max_connections: Option<usize>,
     pub(super) max_header_bytes: Option<String>,
     pub(super) shutdown_timeout: Option<String>,
+    pub(super) watch_config: Option<String>,
     pub(super) docs_url: Option<String>,
     pub(super) log_format: Option<LogFormat>,
     pub(super) tls: Option<RawTls>,

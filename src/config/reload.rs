@@ -49,6 +49,7 @@ impl Config {
         let restart_required = restart_only(self, &next);
         let mut config = self.clone();
         config.routes = next.routes;
+        config.source = next.source;
         Ok(Reload {
             config,
             restart_required,
@@ -81,6 +82,7 @@ fn restart_only(running: &Config, next: &Config) -> Vec<&'static str> {
         admin_max_connections,
         max_header_bytes,
         shutdown_timeout,
+        watch_config,
         docs_url,
         log_format,
         telemetry,
@@ -90,66 +92,37 @@ fn restart_only(running: &Config, next: &Config) -> Vec<&'static str> {
         // Where both came from.
         source: _,
     } = running;
-    let same = [
-        ("listen", *listen == next.listen),
-        ("tls", *tls == next.tls),
-        ("admin_listen", *admin_listen == next.admin_listen),
-        ("admin_token", *admin_token == next.admin_token),
-        ("max_connections", *max_connections == next.max_connections),
-        ("server_threads", *server_threads == next.server_threads),
-        (
-            "header_read_timeout",
-            *header_read_timeout == next.header_read_timeout,
-        ),
-        ("idle_timeout", *idle_timeout == next.idle_timeout),
-        (
-            "body_read_timeout",
-            *body_read_timeout == next.body_read_timeout,
-        ),
-        (
-            "http2_keep_alive_interval",
-            *http2_keep_alive_interval == next.http2_keep_alive_interval,
-        ),
-        (
-            "http2_keep_alive_timeout",
-            *http2_keep_alive_timeout == next.http2_keep_alive_timeout,
-        ),
-        (
-            "http2_max_concurrent_streams",
-            *http2_max_concurrent_streams == next.http2_max_concurrent_streams,
-        ),
-        (
-            "http2_stream_window",
-            *http2_stream_window == next.http2_stream_window,
-        ),
-        (
-            "http2_connection_window",
-            *http2_connection_window == next.http2_connection_window,
-        ),
-        (
-            "max_buffered_request_bytes",
-            *max_buffered_request_bytes == next.max_buffered_request_bytes,
-        ),
-        (
-            "max_forwards_in_flight",
-            *max_forwards_in_flight == next.max_forwards_in_flight,
-        ),
-        ("max_waiting", *max_waiting == next.max_waiting),
-        (
-            "admin_max_connections",
-            *admin_max_connections == next.admin_max_connections,
-        ),
-        (
-            "max_header_bytes",
-            *max_header_bytes == next.max_header_bytes,
-        ),
-        (
-            "shutdown_timeout",
-            *shutdown_timeout == next.shutdown_timeout,
-        ),
-        ("docs_url", *docs_url == next.docs_url),
-        ("log_format", *log_format == next.log_format),
-        ("telemetry", *telemetry == next.telemetry),
+    // `("key", unchanged)` for each named field.
+    macro_rules! compare {
+        ($($field:ident),* $(,)?) => {
+            [$((stringify!($field), *$field == next.$field)),*]
+        };
+    }
+    let same = compare![
+        listen,
+        tls,
+        admin_listen,
+        admin_token,
+        max_connections,
+        server_threads,
+        header_read_timeout,
+        idle_timeout,
+        body_read_timeout,
+        http2_keep_alive_interval,
+        http2_keep_alive_timeout,
+        http2_max_concurrent_streams,
+        http2_stream_window,
+        http2_connection_window,
+        max_buffered_request_bytes,
+        max_forwards_in_flight,
+        max_waiting,
+        admin_max_connections,
+        max_header_bytes,
+        shutdown_timeout,
+        watch_config,
+        docs_url,
+        log_format,
+        telemetry,
     ];
     let mut changed: Vec<&'static str> = same
         .into_iter()
@@ -192,36 +165,29 @@ fn store_changes(running: &StoreConfig, next: &StoreConfig) -> Vec<&'static str>
         }
         _ => false,
     };
-    [
-        ("store.url", *url == next.url),
-        ("store.migrate", *migrate == next.migrate),
-        ("store.pool_size", *pool_size == next.pool_size),
-        ("store.timeout", *timeout == next.timeout),
-        (
-            "store.batches_in_flight",
-            *batches_in_flight == next.batches_in_flight,
-        ),
-        ("store.prefix", *prefix == next.prefix),
-        ("store.cluster", *cluster == next.cluster),
-        ("store.max_records", *max_records == next.max_records),
-        (
-            "store.sweep_interval",
-            *sweep_interval == next.sweep_interval,
-        ),
-        ("store.sweep_batch", *sweep_batch == next.sweep_batch),
-        (
-            "store.replay_cache_ttl",
-            *replay_cache_ttl == next.replay_cache_ttl,
-        ),
-        (
-            "store.replay_cache_size",
-            *replay_cache_size == next.replay_cache_size,
-        ),
-        ("store.front", same_front),
-    ]
-    .into_iter()
-    .filter_map(|(key, same)| (!same).then_some(key))
-    .collect()
+    macro_rules! compare {
+        ($($field:ident),* $(,)?) => {
+            [$((concat!("store.", stringify!($field)), *$field == next.$field)),*]
+        };
+    }
+    let same = compare![
+        url,
+        migrate,
+        pool_size,
+        timeout,
+        batches_in_flight,
+        prefix,
+        cluster,
+        max_records,
+        sweep_interval,
+        sweep_batch,
+        replay_cache_ttl,
+        replay_cache_size,
+    ];
+    same.into_iter()
+        .chain([("store.front", same_front)])
+        .filter_map(|(key, same)| (!same).then_some(key))
+        .collect()
 }
 
 #[cfg(test)]

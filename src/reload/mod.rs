@@ -12,10 +12,12 @@
 //! a restart applies are logged by key, counted in
 //! `idemgate_config_restart_pending`, and left as they are.
 //!
-//! The same reload reads the `[tls]` certificate's files again, as it
-//! always has on SIGHUP.
+//! With `watch_config`, a change of the file's bytes reloads too
+//! ([`watch`]). The same reload reads the `[tls]` certificate's files
+//! again, as it always has on SIGHUP.
 
 pub(crate) mod hangup;
+pub(crate) mod watch;
 
 use std::sync::Arc;
 
@@ -130,7 +132,8 @@ impl Reloader {
 
     async fn apply(&self) -> Result<Reloaded, ReloadError> {
         let running = self.current.load_full();
-        let path = running.source.clone().ok_or(ReloadError::NoFile)?;
+        let source = running.source.as_ref().ok_or(ReloadError::NoFile)?;
+        let path = source.path.clone();
         let next = tokio::task::spawn_blocking(move || Config::load(&path))
             .await
             .map_err(|join| {

@@ -260,6 +260,7 @@ fn process(
             raw.shutdown_timeout.as_deref(),
             DEFAULT_SHUTDOWN_TIMEOUT,
         )?,
+        watch_config: watch_config(raw.watch_config.as_deref())?,
         docs_url: raw.docs_url.filter(|u| !u.is_empty()),
         log_format: raw.log_format.unwrap_or(DEFAULT_LOG_FORMAT),
         telemetry: telemetry::telemetry(raw.telemetry)?,
@@ -267,6 +268,21 @@ fn process(
         routes,
         source: None,
     })
+}
+
+/// `watch_config`: off, or at least a second between looks.
+fn watch_config(value: Option<&str>) -> Result<Option<std::time::Duration>, ConfigError> {
+    let Some(text) = value else {
+        return Ok(None);
+    };
+    let every = duration("watch_config", Some(text), std::time::Duration::ZERO)?;
+    if every < std::time::Duration::from_secs(1) {
+        return Err(invalid(
+            "watch_config",
+            "must be at least 1s (how often the file is read); leave it out to reload on SIGHUP only",
+        ));
+    }
+    Ok(Some(every))
 }
 
 /// Every route, each merged with `[defaults]`: at least one, names unique,
@@ -417,6 +433,17 @@ mod tests {
         }
         let e = error(&format!("http2_stream_window = \"1KiB\"\n{MINIMAL}"));
         assert!(e.contains("http2_stream_window"), "{e}");
+    }
+
+    /// `watch_config` is off unless set, and never looks more than once a
+    /// second.
+    #[test]
+    fn watch_config_is_off_or_at_least_a_second() {
+        assert_eq!(parse(MINIMAL).unwrap().watch_config, None);
+        let every = parse(&format!("watch_config = \"5s\"\n{MINIMAL}")).unwrap();
+        assert_eq!(every.watch_config, Some(std::time::Duration::from_secs(5)));
+        let e = error(&format!("watch_config = \"100ms\"\n{MINIMAL}"));
+        assert!(e.contains("`watch_config`") && e.contains("at least 1s"), "{e}");
     }
 
     #[test]

@@ -247,3 +247,57 @@ async fn a_sighup_adds_a_route_and_never_ends_the_process() {
         "SIGHUP never ends the process"
     );
 }
+
+/// `watch_config`: a change of the file reloads without a signal; a
+/// refused change is tried once, not at every look.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_file_reloads_when_it_changes() {
+    let (upstream, orders) = (Upstream::start().await, Upstream::start().await);
+    let base = config(&upstream).top(|t| {
+        t.set("watch_config", "1s");
+    });
+    let gateway = Gateway::start(&base).await;
+    gateway.rewrite(&with_orders(base.clone(), &orders).to_string());
+    let http = client();
+    let url = gateway.url("/v2/orders");
+    let tries = std::sync::atomic::AtomicU32::new(0);
+    let served = crate::support::eventually(Duration::from_secs(30), || {
+        let n = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            let reply = post(&http, &url, &format!("w-{n}"), "{}").await;
+            (reply.status == StatusCode::CREATED).then_some(())
+        }
+    })
+    .await;
+    assert!(served.is_some(), "the changed file was never applied");
+
+    let broken = with_orders(base, &orders).route(|r| {
+        r.set("lease", "forever");
+    });
+    gateway.rewrite(&broken.to_string());
+    let count = |metrics: &str, result: &str| {
+        let series = format!("idemgate_config_reloads_total{{result=\"{result}\"}}");
+        sample(metrics, &series)
+    };
+    let refused = crate::support::eventually(Duration::from_secs(30), || async {
+        let metrics = gateway.metrics().await;
+        (count(&metrics, "error") >= 1.0).then_some(())
+    })
+    .await;
+    assert!(refused.is_some(), "the broken file was never looked at");
+    // Several more looks at the same broken bytes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let metrics = gateway.metrics().await;
+    assert_eq!(
+        (count(&metrics, "ok"), count(&metrics, "error")),
+        (1.0, 1.0)
+    );
+    let still = post(&http, &url, "still", "{}").await;
+    assert_eq!(
+        still.status,
+        StatusCode::CREATED,
+        "the last good routes serve on"
+    );
+    gateway.shutdown().await;
+}
