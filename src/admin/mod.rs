@@ -198,6 +198,7 @@ async fn reload(admin: &Admin) -> Response<Body> {
                 "reloaded": true,
                 "routes": reloaded.routes,
                 "restart_required": reloaded.restart_required,
+                "key_changes": reloaded.key_changes,
             }),
         ),
         Err(error) => (

@@ -12,7 +12,7 @@
 //! front's fences were sized for at start, refuses the reload as a whole.
 
 use super::validate::{buffers_fit, store::fence_life};
-use super::{Config, ConfigError, invalid};
+use super::{Config, ConfigError, Route, invalid};
 use crate::store::{FrontConfig, StoreConfig};
 
 /// A reloaded file, checked against the configuration in force.
@@ -23,6 +23,10 @@ pub struct Reload {
     pub config: Config,
     /// Keys the file changes that only a restart applies, in file order.
     pub restart_required: Vec<&'static str>,
+    /// Changes that are applied but change which record a request finds,
+    /// one sentence each: a key in flight or recorded before the reload
+    /// is not found after it, so its retry executes again.
+    pub key_changes: Vec<String>,
 }
 
 impl Config {
@@ -32,29 +36,65 @@ impl Config {
     pub fn reload(&self, next: Config) -> Result<Reload, ConfigError> {
         buffers_fit(self.max_buffered_request_bytes, &next.routes)?;
         if let Some(front) = &self.store.front {
-            let longest = next.routes.iter().map(|r| r.lease).max();
-            let needed = fence_life(longest.unwrap_or_default());
-            if needed > front.fence_life {
+            let too_long = next
+                .routes
+                .iter()
+                .enumerate()
+                .find(|(_, r)| fence_life(r.lease) > front.fence_life);
+            if let Some((i, route)) = too_long {
                 return Err(invalid(
-                    "routes",
+                    format!("routes[{i}].lease"),
                     format!(
-                        "a lease of {:?} is longer than the store front's fences were sized for \
-                         at start ({:?} with a minute's margin); restart to apply it",
-                        longest.unwrap_or_default(),
-                        front.fence_life
+                        "{:?} is longer than the store front's fences were sized for at start \
+                         ({:?}, a minute more than the longest lease then); restart to apply it",
+                        route.lease, front.fence_life
                     ),
                 ));
             }
         }
         let restart_required = restart_only(self, &next);
+        let key_changes = key_changes(&self.routes, &next.routes);
         let mut config = self.clone();
         config.routes = next.routes;
         config.source = next.source;
         Ok(Reload {
             config,
             restart_required,
+            key_changes,
         })
     }
+}
+
+/// What changes which record a request finds: a route that is gone (its
+/// paths may now match another route, whose records are its own), or the
+/// same route reading its key or scope from elsewhere, or fingerprinting
+/// differently (a retry of an earlier request would not match its own).
+fn key_changes(running: &[Route], next: &[Route]) -> Vec<String> {
+    let mut changes = Vec::new();
+    for old in running {
+        let Some(new) = next.iter().find(|r| r.name == old.name) else {
+            changes.push(format!(
+                "route {:?} is gone: its keys' records are no longer found, and a retry that \
+                 now matches another route is forwarded again",
+                old.name
+            ));
+            continue;
+        };
+        for (what, same) in [
+            ("key_from", old.key_from == new.key_from),
+            ("scope_from", old.scope_from == new.scope_from),
+            ("fingerprint", old.fingerprint == new.fingerprint),
+        ] {
+            if !same {
+                changes.push(format!(
+                    "route {:?}: {what} changed: a retry of a request made before the reload \
+                     may not find its record (forwarded again) or may not match it (422)",
+                    old.name
+                ));
+            }
+        }
+    }
+    changes
 }
 
 /// The keys whose values differ between `running` and `next` and which
@@ -222,6 +262,34 @@ mod tests {
         assert_eq!(reload.config.listen, running.listen);
         assert_eq!(reload.config.max_waiting, running.max_waiting);
         assert_eq!(reload.config.store.pool_size, running.store.pool_size);
+    }
+
+    /// A renamed route and a changed key source are applied, and reported
+    /// as changing which record a retry finds.
+    #[test]
+    fn changes_of_key_identity_are_reported() {
+        let running = parse(MINIMAL).unwrap();
+        let same = running.reload(parse(MINIMAL).unwrap()).unwrap();
+        assert_eq!(same.key_changes, Vec::<String>::new());
+        let renamed = parse(&MINIMAL.replace("name = \"payments\"", "name = \"orders\"")).unwrap();
+        let reload = running.reload(renamed).unwrap();
+        assert_eq!(reload.key_changes.len(), 1);
+        assert!(
+            reload.key_changes[0].contains("\"payments\" is gone"),
+            "{:?}",
+            reload.key_changes
+        );
+        let keyed = parse(&MINIMAL.replace(
+            "name = \"payments\"",
+            "name = \"payments\"\nkey_header = \"X-Request-Id\"",
+        ))
+        .unwrap();
+        let reload = running.reload(keyed).unwrap();
+        assert!(
+            reload.key_changes[0].contains("key_from changed"),
+            "{:?}",
+            reload.key_changes
+        );
     }
 
     /// A route body larger than the buffers in force refuses the reload,

@@ -146,7 +146,7 @@ impl Gateway {
 
     /// Serve `routes` from now on: requests already routed finish under
     /// the routes they started with (a reload, [`crate::reload`]).
-    pub fn set_routes(&self, routes: &[Route]) {
+    pub(crate) fn set_routes(&self, routes: &[Route]) {
         let next = self.table.load().next(routes, &self.metrics);
         self.table.store(Arc::new(next));
     }

@@ -51,6 +51,8 @@ pub struct Reloaded {
     pub routes: usize,
     /// Keys the file changes that only a restart applies.
     pub restart_required: Vec<&'static str>,
+    /// Applied changes that change which record a request finds.
+    pub key_changes: Vec<String>,
 }
 
 /// Everything a reload changes, and the configuration in force.
@@ -108,6 +110,12 @@ impl Reloader {
                     routes = reloaded.routes,
                     "configuration reloaded: new requests use the new routes"
                 );
+                for change in &reloaded.key_changes {
+                    tracing::warn!(
+                        trigger,
+                        "configuration reloaded with a key change: {change}"
+                    );
+                }
                 for key in &reloaded.restart_required {
                     tracing::warn!(
                         trigger,
@@ -154,6 +162,7 @@ impl Reloader {
         let reloaded = Reloaded {
             routes: routes.len(),
             restart_required: reload.restart_required,
+            key_changes: reload.key_changes,
         };
         self.current.store(Arc::new(reload.config));
         Ok(reloaded)

@@ -8,7 +8,9 @@
 //! Attribute names follow OpenTelemetry's HTTP semantic conventions, plus
 //! `idemgate.route`, `idemgate.outcome` (the log line's words),
 //! `idemgate.key_digest` (never the raw key) and `idemgate.token` (the
-//! fencing token of the attempt that answered).
+//! fencing token of the attempt that answered). The upstream's URL is
+//! exported without its query or userinfo: a key or scope read from the
+//! query (`key_from = ["query:…"]`) must not leave in a span.
 
 use std::future::Future;
 
@@ -136,6 +138,11 @@ pub fn upstream<B>(request: &mut Request<B>) -> Span {
     if !enabled() {
         return Span::none();
     }
+    let uri = request.uri();
+    // No query (a key or a scope may be read from it) and no userinfo.
+    let authority = uri
+        .authority()
+        .map_or("", |a| a.as_str().rsplit('@').next().unwrap_or_default());
     let span = tracing::info_span!(
         target: TARGET,
         "upstream",
@@ -143,14 +150,23 @@ pub fn upstream<B>(request: &mut Request<B>) -> Span {
         otel.kind = "client",
         otel.status_code = Empty,
         http.request.method = %request.method(),
-        url.full = %request.uri(),
+        url.full = %format_args!("{}://{authority}{}", uri.scheme_str().unwrap_or("http"), uri.path()),
         http.response.status_code = Empty,
     );
     let context = span.context();
-    TraceContextPropagator::new()
-        .inject_context(&context, &mut HeaderInjector(request.headers_mut()));
+    let headers = request.headers_mut();
+    TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(headers));
+    // The propagator writes an empty `tracestate` when there is none.
+    if headers
+        .get(TRACESTATE)
+        .is_some_and(|value| value.is_empty())
+    {
+        headers.remove(TRACESTATE);
+    }
     span
 }
+
+const TRACESTATE: &str = "tracestate";
 
 /// What the upstream answered (`None`: no answer), on its span.
 pub fn upstream_done(span: &Span, status: Option<u16>) {
@@ -160,7 +176,8 @@ pub fn upstream_done(span: &Span, status: Option<u16>) {
     match status {
         Some(status) => {
             span.record("http.response.status_code", status);
-            if status >= 500 {
+            // A client span's 4xx is an error too (HTTP semantic conventions).
+            if status >= 400 {
                 span.record("otel.status_code", "error");
             }
         }

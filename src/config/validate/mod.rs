@@ -443,7 +443,10 @@ mod tests {
         let every = parse(&format!("watch_config = \"5s\"\n{MINIMAL}")).unwrap();
         assert_eq!(every.watch_config, Some(std::time::Duration::from_secs(5)));
         let e = error(&format!("watch_config = \"100ms\"\n{MINIMAL}"));
-        assert!(e.contains("`watch_config`") && e.contains("at least 1s"), "{e}");
+        assert!(
+            e.contains("`watch_config`") && e.contains("at least 1s"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -66,6 +66,7 @@ async fn a_slow_request_survives_a_reload_that_changes_its_upstream() {
     assert_eq!(answer["reloaded"], true);
     assert_eq!(answer["routes"], 1);
     assert_eq!(answer["restart_required"], serde_json::json!([]));
+    assert_eq!(answer["key_changes"], serde_json::json!([]));
 
     let fresh = post(&http, &url, "fresh", "{}").await;
     assert_eq!(fresh.status, StatusCode::CREATED);

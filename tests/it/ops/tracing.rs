@@ -11,7 +11,7 @@ use http::StatusCode;
 
 use crate::support::otlp::{CLIENT, Received, Receiver, SERVER};
 use crate::support::process::{GatewayProcess, free_port};
-use crate::support::{TestConfig, Upstream, client, eventually, sample, send};
+use crate::support::{Set, TestConfig, Upstream, client, eventually, sample, send};
 
 const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 const CALLER: &str = "00f067aa0ba902b7";
@@ -162,6 +162,7 @@ async fn a_request_without_trace_context_starts_a_trace() {
     let spans = receiver.until(|s| server(s, "forwarded").is_some()).await;
     let root = server(&spans, "forwarded").unwrap();
     assert_eq!(root.parent_span_id, "", "a new trace's root");
+    assert!(sent.get("tracestate").is_none(), "no empty tracestate");
     let propagated = sent.get("traceparent").unwrap().to_str().unwrap();
     assert!(
         propagated.starts_with(&format!("00-{}-", root.trace_id)),
@@ -170,44 +171,81 @@ async fn a_request_without_trace_context_starts_a_trace() {
     );
 }
 
-/// Export to a port nobody listens on: every answer is what it is
-/// without tracing, and the lost spans are counted.
+/// The dropped-span counts of a gateway's `/metrics`: (queue full,
+/// export failed).
+async fn dropped(gateway: &GatewayProcess) -> (f64, f64) {
+    let url = gateway.admin_url("/metrics");
+    let text = send(&client(), "GET", &url, &[], "").await.text();
+    let count = |reason: &str| {
+        let series = format!("idemgate_trace_spans_dropped_total{{reason=\"{reason}\"}}");
+        sample(&text, &series)
+    };
+    (count("queue_full"), count("export_failed"))
+}
+
+/// `count` keyed requests (three keys, each sent `count / 3` times) and an
+/// unkeyed one: every answer is what it is without tracing.
+async fn answers_are_unchanged(gateway: &GatewayProcess, upstream: &Upstream, count: usize) {
+    let http = client();
+    let url = gateway.url("/v1/payments");
+    for n in 0..count {
+        let key = ["a", "b", "c"][n % 3];
+        let reply = send(&http, "POST", &url, &[("idempotency-key", key)], "{}").await;
+        assert_eq!(reply.status, StatusCode::CREATED, "request {n}, key {key}");
+    }
+    let unkeyed = send(&http, "POST", &url, &[], "{}").await;
+    assert_eq!(unkeyed.status, StatusCode::BAD_REQUEST);
+    assert_eq!(upstream.total(), 3, "each key executed once");
+}
+
+/// A collector nobody listens for: every answer is what it is without
+/// tracing, and the spans of the refused exports are counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_collector_changes_no_answer() {
     let upstream = Upstream::start().await;
     let dead = format!("http://127.0.0.1:{}", free_port());
     let gateway = start("dead-collector", &upstream, &tracing_to(&dead)).await;
-    let http = client();
-    let url = gateway.url("/v1/payments");
-    for round in 0..3 {
-        for key in ["a", "b", "c"] {
-            let reply = send(&http, "POST", &url, &[("idempotency-key", key)], "{}").await;
-            assert_eq!(
-                reply.status,
-                StatusCode::CREATED,
-                "round {round}, key {key}"
-            );
-        }
-    }
-    let unkeyed = send(&http, "POST", &url, &[], "{}").await;
-    assert_eq!(unkeyed.status, StatusCode::BAD_REQUEST);
-    assert_eq!(upstream.total(), 3, "each key executed once");
-    let metrics_url = gateway.admin_url("/metrics");
-    let counted = eventually(Duration::from_secs(30), || {
-        let (http, url) = (http.clone(), metrics_url.clone());
-        async move {
-            let text = send(&http, "GET", &url, &[], "").await.text();
-            let failed = sample(
-                &text,
-                "idemgate_trace_spans_dropped_total{reason=\"export_failed\"}",
-            );
-            (failed > 0.0).then_some(failed)
-        }
+    answers_are_unchanged(&gateway, &upstream, 9).await;
+    let counted = eventually(Duration::from_secs(30), || async {
+        let (_, failed) = dropped(&gateway).await;
+        (failed > 0.0).then_some(())
     })
     .await;
     assert!(
         counted.is_some(),
         "no failed export counted\n{}",
+        gateway.stderr()
+    );
+}
+
+/// A collector that takes the connection and never answers, and a queue
+/// of one span: requests are answered as without tracing, spans that find
+/// the queue full are dropped and counted, never waited for, and the
+/// stalled export is counted as failed once it times out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_collector_and_a_full_queue_change_no_answer() {
+    let stalled = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", stalled.local_addr().unwrap());
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = stalled.accept().await {
+            held.push(socket);
+        }
+    });
+    let upstream = Upstream::start().await;
+    let mut env = tracing_to(&endpoint);
+    env.push(("OTEL_BSP_MAX_QUEUE_SIZE", "1".to_string()));
+    let gateway = start("stalled-collector", &upstream, &env).await;
+    answers_are_unchanged(&gateway, &upstream, 30).await;
+    let counted = eventually(Duration::from_secs(30), || async {
+        let (full, failed) = dropped(&gateway).await;
+        (full > 0.0 && failed > 0.0).then_some(())
+    })
+    .await;
+    assert!(
+        counted.is_some(),
+        "drops not counted: {:?}\n{}",
+        dropped(&gateway).await,
         gateway.stderr()
     );
 }
@@ -234,5 +272,44 @@ async fn with_tracing_off_trace_headers_pass_untouched() {
         upstream.last_headers().get("traceparent").unwrap(),
         &traceparent
     );
-    assert!(!gateway.stderr().contains("trace_id"));
+    assert!(upstream.last_headers().get("tracestate").is_none());
+    let logged = eventually(Duration::from_secs(10), || {
+        let stderr = gateway.stderr();
+        async move { (stderr.matches("outcome=\"forwarded\"").count() == 2).then_some(stderr) }
+    })
+    .await
+    .expect("both request lines are written");
+    assert!(!logged.contains("trace_id"), "{logged}");
+}
+
+/// A key read from the query never leaves in a span: the upstream's URL
+/// is exported without its query.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_in_the_query_is_not_exported() {
+    let (receiver, upstream) = (Receiver::start().await, Upstream::start().await);
+    let config = TestConfig::new("memory://", &upstream.url()).route(|r| {
+        r.set("key_from", vec!["query:id"]);
+    });
+    let env = tracing_to(&receiver.endpoint());
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let gateway = GatewayProcess::start_with_env("query-key", &config, &env).await;
+    let url = gateway.url("/v1/payments?id=raw-secret-key-9");
+    let reply = send(&client(), "POST", &url, &[], "{}").await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.text());
+    assert_eq!(upstream.total(), 1);
+    let spans = receiver
+        .until(|s| {
+            s.iter()
+                .any(|span| span.kind == CLIENT && span.attr("url.full").is_some())
+                && server(s, "forwarded").is_some()
+        })
+        .await;
+    let call = spans.iter().find(|s| s.attr("url.full").is_some()).unwrap();
+    let exported = call.attr("url.full").unwrap();
+    assert!(exported.ends_with("/v1/payments"), "{exported}");
+    for span in &spans {
+        for (name, value) in &span.attributes {
+            assert!(!value.contains("raw-secret-key"), "{name} = {value}");
+        }
+    }
 }

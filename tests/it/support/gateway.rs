@@ -77,9 +77,12 @@ impl Gateway {
         String::from_utf8(reply.body.to_vec()).unwrap()
     }
 
-    /// Replace its config file's text (nothing is reloaded yet).
+    /// Replace its config file's text (nothing is reloaded yet), at once:
+    /// written aside, then renamed over it, so a watcher never reads half.
     pub fn rewrite(&self, text: &str) {
-        std::fs::write(self.file.path(), text).unwrap();
+        let aside = self.file.path().with_extension("next");
+        std::fs::write(&aside, text).unwrap();
+        std::fs::rename(&aside, self.file.path()).unwrap();
     }
 
     /// `POST /config/reload` with `token` as the bearer token: the status

@@ -206,7 +206,9 @@ impl GatewayProcess {
             .clone()
             .with_ports(self.port, self.admin_port)
             .to_string();
-        std::fs::write(self.dir.path().join("gateway.toml"), text).unwrap();
+        let aside = self.dir.path().join("gateway.toml.next");
+        std::fs::write(&aside, text).unwrap();
+        std::fs::rename(&aside, self.dir.path().join("gateway.toml")).unwrap();
     }
 
     /// SIGHUP; does not wait.
