@@ -32,8 +32,11 @@ RUN mkdir src \
 # The real sources. COPY keeps the files' own mtimes, which may be older than
 # the stub build: touch the crate roots so cargo rebuilds idemgate itself.
 COPY . .
+# The binary alone first: built in one command with an example, it would
+# get the dev-dependencies' features, the test-only failpoints among them.
 RUN touch src/main.rs src/lib.rs \
- && cargo build --release --locked --bin idemgate --example demo_upstream \
+ && cargo build --release --locked --bin idemgate \
+ && cargo build --release --locked --example demo_upstream \
  && ./target/release/idemgate --version | grep -q "^idemgate "
 
 # The runtime's files, gathered for a base-less image: the shared libraries

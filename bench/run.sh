@@ -90,7 +90,10 @@ trap cleanup EXIT
 
 # ---- builds --------------------------------------------------------------------
 log "building idemgate (release)"
-cargo build --release --locked --quiet --bin idemgate --example demo_upstream
+# Two commands: built with an example, the binary would get the
+# dev-dependencies' features (the test-only failpoints).
+cargo build --release --locked --quiet --bin idemgate
+cargo build --release --locked --quiet --example demo_upstream
 BIN="$TARGET_DIR/release/idemgate"
 
 # BASELINE: that revision, built once in a temporary worktree with its own

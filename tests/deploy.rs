@@ -919,3 +919,47 @@ mod controls {
         );
     }
 }
+
+/// The `cargo build` commands of `text` that build the binary together
+/// with an example (or every target): resolver 2 then gives the binary
+/// the dev-dependencies' features, the test-only failpoints among them,
+/// and a `FAILPOINTS` variable could abort the shipped gateway.
+fn binaries_built_with_test_features(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|line| line.contains("cargo build"))
+        .filter(|line| {
+            let with_dev = ["--example", "--examples", "--all-targets", "--tests"]
+                .iter()
+                .any(|flag| line.contains(flag));
+            let binary = line.contains("--bin idemgate") || !line.contains("--example");
+            with_dev && binary
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// The image and the benchmarks build the shipped binary on its own.
+#[test]
+fn release_binaries_are_built_without_test_features() {
+    let root = repo_root();
+    let mut found = Vec::new();
+    for file in [
+        "Dockerfile",
+        "bench/run.sh",
+        "bench/memory.sh",
+        "docker/smoke.sh",
+    ] {
+        let Ok(text) = std::fs::read_to_string(root.join(file)) else {
+            continue;
+        };
+        for line in binaries_built_with_test_features(&text) {
+            found.push(format!("{file}: {}", line.trim()));
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+    // Negative control: the command this test was written after is flagged.
+    let mixed = "cargo build --release --locked --bin idemgate --example demo_upstream";
+    assert_eq!(binaries_built_with_test_features(mixed).len(), 1);
+    let alone = "cargo build --release --locked --example demo_upstream";
+    assert!(binaries_built_with_test_features(alone).is_empty());
+}

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use http::{HeaderMap, Request, Response};
 use tokio::time::error::Elapsed;
-use tracing::Instrument;
 
 use super::Gateway;
 use super::passthrough::to_client;
@@ -35,7 +34,7 @@ impl Gateway {
     async fn exchange(&self, route: &Route, mut request: Request<Body>) -> Exchange {
         let started = Instant::now();
         let span = spans::upstream(&mut request);
-        let exchange = tokio::time::timeout(route.upstream_timeout, async {
+        let work = tokio::time::timeout(route.upstream_timeout, async {
             let response = self
                 .upstream()
                 .send(route.upstream_ca.as_ref(), request)
@@ -45,9 +44,8 @@ impl Gateway {
                 .await
                 .map_err(|e| UpstreamError::Failed(format!("reading the response body: {e}")))?;
             Ok::<_, UpstreamError>((parts, collected))
-        })
-        .instrument(span.clone())
-        .await;
+        });
+        let exchange = spans::traced!(work, span);
         let answered = exchange.as_ref().ok().and_then(|r| r.as_ref().ok());
         spans::upstream_done(&span, answered.map(|(parts, _)| parts.status.as_u16()));
         let elapsed = started.elapsed().as_secs_f64();

@@ -73,13 +73,13 @@ impl Gateway {
             })?;
         let (reply, answer) = oneshot::channel();
         let gateway = self.clone();
-        self.tasks.spawn(spans::carried(async move {
+        spans::spawn_carried(&self.tasks, async move {
             // The claim's body reservation ends with it.
             let result = gateway.claim_and_forward(claim).await;
             // The response is no longer buffered here.
             drop(forward_slot);
             let _ = reply.send(result);
-        }));
+        });
         answer.await.map_err(|_| {
             GatewayError::Internal("the forward task ended without an answer".into())
         })?

@@ -49,7 +49,6 @@ use http::{Request, Response};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
-use tracing::Instrument;
 
 use crate::clock::Instant;
 use crate::config::{Config, Route};
@@ -200,7 +199,7 @@ impl Gateway {
         let inner = self
             .clone()
             .handle_inner(request, client, route, &mut trace);
-        let (response, outcome) = match inner.instrument(span.clone()).await {
+        let (response, outcome) = match spans::traced!(inner, span) {
             Ok(answered) => {
                 trace.token = answered.token;
                 (answered.response, answered.outcome)

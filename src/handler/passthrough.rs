@@ -10,7 +10,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
-use tracing::Instrument;
 
 use super::{Answered, Gateway, Outcome};
 use crate::config::{OnStoreError, Route};
@@ -72,9 +71,7 @@ impl Gateway {
         let upstream = self.upstream();
         let span = spans::upstream(&mut request);
         let sent = upstream.send(route.upstream_ca.as_ref(), request);
-        let response = tokio::time::timeout(route.upstream_timeout, sent)
-            .instrument(span.clone())
-            .await;
+        let response = spans::traced!(tokio::time::timeout(route.upstream_timeout, sent), span);
         let answered = response.as_ref().ok().and_then(|r| r.as_ref().ok());
         spans::upstream_done(&span, answered.map(|r| r.status().as_u16()));
         let response = response

@@ -6,8 +6,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::Instrument;
-
 use crate::clock::Instant;
 use crate::metrics::{Metrics, plain_result};
 use crate::store::{
@@ -44,7 +42,7 @@ impl InstrumentedStore {
     ) -> Result<T, StoreError> {
         let span = spans::store(op);
         let started = Instant::now();
-        let r = work.instrument(span.clone()).await;
+        let r = spans::traced!(work, span);
         if r.is_err() {
             spans::store_failed(&span);
         }

@@ -19,7 +19,7 @@ use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry_http::{HeaderExtractor, HeaderInjector};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use tracing::instrument::{Instrument, Instrumented};
+use tracing::instrument::Instrument;
 use tracing::{Span, field::Empty};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -187,13 +187,31 @@ pub fn upstream_done(span: &Span, status: Option<u16>) {
     }
 }
 
-/// `work`, in the current span if tracing is on: for work moved to a task
-/// of its own, whose spans belong to the request that started it.
-pub fn carried<F: Future>(work: F) -> Instrumented<F> {
-    let span = if enabled() {
-        Span::current()
+/// Await `$work` in the span `$span` (a variable); with tracing off (a
+/// none span) the future is awaited bare. A wrapper would make every
+/// future that holds it larger, and each move of it a longer copy: off,
+/// tracing must cost nothing on the request path.
+macro_rules! traced {
+    ($work:expr, $span:ident) => {{
+        let work = $work;
+        if $span.is_none() {
+            work.await
+        } else {
+            tracing::Instrument::instrument(work, $span.clone()).await
+        }
+    }};
+}
+pub(crate) use traced;
+
+/// Spawn `work` on `tasks`, in the current span when tracing is on: work
+/// moved to a task of its own belongs to the request that started it.
+pub(crate) fn spawn_carried<F>(tasks: &tokio_util::task::TaskTracker, work: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    if enabled() {
+        tasks.spawn(work.instrument(Span::current()));
     } else {
-        Span::none()
-    };
-    work.instrument(span)
+        tasks.spawn(work);
+    }
 }
