@@ -25,6 +25,7 @@
 
 mod admin;
 mod conn;
+mod eviction;
 mod lanes;
 mod layout;
 mod scripts;
@@ -128,6 +129,7 @@ impl RedisStore {
                 "cannot reach store at {shown}: {e}; start Redis or point [store] url at a reachable server"
             ))
         })?;
+        store.warn_if_evicting(&shown).await;
         if config.cluster {
             // Later connections start from every primary, not only the seed,
             // so that losing the seed node loses no more than its slots.

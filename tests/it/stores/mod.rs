@@ -1,7 +1,8 @@
 //! The stores, each on its own: the one conformance suite every store runs
 //! (`conformance`, and `inquiry` for the status inquiry's states), and what
 //! only one store does — SQLite as a user runs it, the PostgreSQL front on
-//! Redis (`front`), the Redis store on a Redis Cluster, PostgreSQL's
+//! Redis (`front`), the Redis store on a Redis Cluster and its eviction
+//! warning, PostgreSQL's
 //! batched claims, its races, its sweep plan and its upgrade in place, and
 //! the replay cache in front of the shared stores. The guarantees on every store are in
 //! `guarantees/`.
@@ -14,5 +15,6 @@ mod postgres_races;
 mod postgres_sweep;
 mod postgres_upgrade;
 mod redis_cluster;
+mod redis_eviction;
 mod replay_cache;
 mod sqlite;
