@@ -34,18 +34,22 @@ impl Gateway {
     async fn exchange(&self, route: &Route, mut request: Request<Body>) -> Exchange {
         let started = Instant::now();
         let span = spans::upstream(&mut request);
-        let work = tokio::time::timeout(route.upstream_timeout, async {
-            let response = self
-                .upstream()
-                .send(route.upstream_ca.as_ref(), request)
-                .await?;
-            let (parts, incoming) = response.into_parts();
-            let collected = collect_up_to(incoming, route.max_recorded_response, |_| {})
-                .await
-                .map_err(|e| UpstreamError::Failed(format!("reading the response body: {e}")))?;
-            Ok::<_, UpstreamError>((parts, collected))
-        });
-        let exchange = spans::traced!(work, span);
+        let exchange = spans::traced!(
+            tokio::time::timeout(route.upstream_timeout, async {
+                let response = self
+                    .upstream()
+                    .send(route.upstream_ca.as_ref(), request)
+                    .await?;
+                let (parts, incoming) = response.into_parts();
+                let collected = collect_up_to(incoming, route.max_recorded_response, |_| {})
+                    .await
+                    .map_err(|e| {
+                        UpstreamError::Failed(format!("reading the response body: {e}"))
+                    })?;
+                Ok::<_, UpstreamError>((parts, collected))
+            }),
+            span
+        );
         let answered = exchange.as_ref().ok().and_then(|r| r.as_ref().ok());
         spans::upstream_done(&span, answered.map(|(parts, _)| parts.status.as_u16()));
         let elapsed = started.elapsed().as_secs_f64();

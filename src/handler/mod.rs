@@ -196,10 +196,12 @@ impl Gateway {
         let route = self.table.load().route_for(uri.path()).cloned();
         let span = spans::server(&method, uri.path(), request.headers(), route.as_deref());
         let mut trace = Trace::default();
-        let inner = self
-            .clone()
-            .handle_inner(request, client, route, &mut trace);
-        let (response, outcome) = match spans::traced!(inner, span) {
+        let inner = spans::traced!(
+            self.clone()
+                .handle_inner(request, client, route, &mut trace),
+            span
+        );
+        let (response, outcome) = match inner {
             Ok(answered) => {
                 trace.token = answered.token;
                 (answered.response, answered.outcome)
