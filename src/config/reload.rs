@@ -97,11 +97,23 @@ fn key_changes(running: &[Route], next: &[Route]) -> Vec<String> {
     changes
 }
 
+/// The keys of `$running`'s fields (a `$ty`, destructured whole, so a
+/// field added to it must be listed here, as compared or as `$skip`)
+/// whose values differ from `$next`'s, each named `$prefix` + field.
+macro_rules! changed_fields {
+    ($ty:ident { $($field:ident),* $(,)? } skip { $($skip:ident),* $(,)? }
+     $running:expr, $next:expr, $prefix:literal) => {{
+        let $ty { $($field,)* $($skip: _,)* } = $running;
+        [$((concat!($prefix, stringify!($field)), *$field == $next.$field)),*]
+            .into_iter()
+            .filter_map(|(key, same)| (!same).then_some(key))
+    }};
+}
+
 /// The keys whose values differ between `running` and `next` and which
-/// only a restart applies. Every field is named, so a new setting cannot
-/// be added without deciding which kind it is.
+/// only a restart applies: every setting but the routes.
 fn restart_only(running: &Config, next: &Config) -> Vec<&'static str> {
-    let Config {
+    let mut changed: Vec<&'static str> = changed_fields!(Config {
         listen,
         tls,
         admin_listen,
@@ -126,55 +138,20 @@ fn restart_only(running: &Config, next: &Config) -> Vec<&'static str> {
         docs_url,
         log_format,
         telemetry,
+    } skip {
+        // Applied by a reload; compared below; where both came from.
+        routes,
         store,
-        // Applied by a reload.
-        routes: _,
-        // Where both came from.
-        source: _,
-    } = running;
-    // `("key", unchanged)` for each named field.
-    macro_rules! compare {
-        ($($field:ident),* $(,)?) => {
-            [$((stringify!($field), *$field == next.$field)),*]
-        };
-    }
-    let same = compare![
-        listen,
-        tls,
-        admin_listen,
-        admin_token,
-        max_connections,
-        server_threads,
-        header_read_timeout,
-        idle_timeout,
-        body_read_timeout,
-        http2_keep_alive_interval,
-        http2_keep_alive_timeout,
-        http2_max_concurrent_streams,
-        http2_stream_window,
-        http2_connection_window,
-        max_buffered_request_bytes,
-        max_forwards_in_flight,
-        max_waiting,
-        admin_max_connections,
-        max_header_bytes,
-        shutdown_timeout,
-        watch_config,
-        docs_url,
-        log_format,
-        telemetry,
-    ];
-    let mut changed: Vec<&'static str> = same
-        .into_iter()
-        .filter_map(|(key, same)| (!same).then_some(key))
-        .collect();
-    changed.extend(store_changes(store, &next.store));
+        source,
+    } running, next, "")
+    .collect();
+    changed.extend(store_changes(&running.store, &next.store));
     changed
 }
 
 /// The `[store]` keys that differ (all of them need a restart).
 fn store_changes(running: &StoreConfig, next: &StoreConfig) -> Vec<&'static str> {
-    let StoreConfig {
+    let mut changed: Vec<&'static str> = changed_fields!(StoreConfig {
         url,
         migrate,
         pool_size,
@@ -187,47 +164,25 @@ fn store_changes(running: &StoreConfig, next: &StoreConfig) -> Vec<&'static str>
         sweep_batch,
         replay_cache_ttl,
         replay_cache_size,
-        // Taken from the routes: follows them on a reload.
-        wait_routes: _,
+    } skip {
+        // Taken from the routes: follows them on a reload; compared below.
+        wait_routes,
         front,
-    } = running;
-    let same_front = match (front, &next.front) {
-        (None, None) => true,
-        (Some(a), Some(b)) => {
-            // `fence_life` is taken from the routes' leases (checked above).
-            let FrontConfig {
-                url,
-                timeout,
-                mark_after,
-                fence_life: _,
-            } = a;
-            *url == b.url && *timeout == b.timeout && *mark_after == b.mark_after
-        }
-        _ => false,
-    };
-    macro_rules! compare {
-        ($($field:ident),* $(,)?) => {
-            [$((concat!("store.", stringify!($field)), *$field == next.$field)),*]
-        };
+    } running, next, "store.")
+    .collect();
+    match (&running.front, &next.front) {
+        (None, None) => {}
+        (Some(running), Some(next)) => changed.extend(changed_fields!(FrontConfig {
+            url,
+            timeout,
+            mark_after,
+        } skip {
+            // Taken from the routes' leases (checked by `Config::reload`).
+            fence_life,
+        } running, next, "store.front.")),
+        _ => changed.push("store.front"),
     }
-    let same = compare![
-        url,
-        migrate,
-        pool_size,
-        timeout,
-        batches_in_flight,
-        prefix,
-        cluster,
-        max_records,
-        sweep_interval,
-        sweep_batch,
-        replay_cache_ttl,
-        replay_cache_size,
-    ];
-    same.into_iter()
-        .chain([("store.front", same_front)])
-        .filter_map(|(key, same)| (!same).then_some(key))
-        .collect()
+    changed
 }
 
 #[cfg(test)]
@@ -290,6 +245,27 @@ mod tests {
             "{:?}",
             reload.key_changes
         );
+    }
+
+    /// The front's own settings are named one by one; adding or removing
+    /// it is `store.front`; its fence life, taken from the routes, is not
+    /// a setting.
+    #[test]
+    fn front_changes_are_named() {
+        let with_front = |front: &str| {
+            parse(&format!(
+                "{MINIMAL}\n[store]\nurl = \"postgres://h/db\"\n{front}"
+            ))
+            .unwrap()
+        };
+        let running = with_front("[store.front]\nurl = \"redis://h:6379\"\n");
+        let moved = with_front("[store.front]\nurl = \"redis://other:6379\"\n");
+        let reload = running.reload(moved).unwrap();
+        assert_eq!(reload.restart_required, ["store.front.url"]);
+        let reload = running.reload(with_front("")).unwrap();
+        assert_eq!(reload.restart_required, ["store.front"]);
+        let same = with_front("[store.front]\nurl = \"redis://h:6379\"\n");
+        assert!(running.reload(same).unwrap().restart_required.is_empty());
     }
 
     /// A route body larger than the buffers in force refuses the reload,

@@ -82,11 +82,6 @@ impl WaitRoutes {
     pub fn follow(&self, other: &WaitRoutes) {
         self.0.store(other.0.load_full());
     }
-
-    /// The routes, as a list.
-    pub fn names(&self) -> Vec<String> {
-        self.0.load().as_ref().clone()
-    }
 }
 
 /// `[store.front]`: a Redis server in front of the PostgreSQL store, which

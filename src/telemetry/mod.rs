@@ -64,7 +64,7 @@ fn env(name: &str) -> Option<String> {
 }
 
 /// Whether `table` or the environment asks for traces.
-pub fn wanted(table: Option<&Telemetry>) -> bool {
+fn wanted(table: Option<&Telemetry>) -> bool {
     let disabled = env("OTEL_SDK_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
         || env("OTEL_TRACES_EXPORTER").is_some_and(|v| v.eq_ignore_ascii_case("none"));
     let endpoint = env("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()

@@ -6,7 +6,7 @@
 //! `INFO memory` when the store opens, and warned about; a server that
 //! does not say (a managed service hiding it) is left alone.
 
-use super::{RedisStore, Source};
+use super::RedisStore;
 
 /// What `INFO memory` says about eviction.
 #[derive(Debug, PartialEq, Eq)]
@@ -51,20 +51,10 @@ impl RedisStore {
     /// Warn if the server may evict records (one server; a cluster's
     /// nodes are not asked).
     pub(super) async fn warn_if_evicting(&self, shown: &str) {
-        let Source::Single(single) = &self.source else {
+        if self.layout.cluster {
             return;
-        };
-        let (client, settings) = single.as_ref();
-        let ask = async {
-            let mut conn = client
-                .get_multiplexed_async_connection_with_config(settings)
-                .await?;
-            deadpool_redis::redis::cmd("INFO")
-                .arg("memory")
-                .query_async::<String>(&mut conn)
-                .await
-        };
-        let Ok(Ok(info)) = tokio::time::timeout(self.timeout, ask).await else {
+        }
+        let Ok(info) = self.info("memory").await else {
             return;
         };
         if let Eviction::Possible { policy, maxmemory } = assess(&info) {

@@ -295,15 +295,13 @@ impl RedisStore {
         }
     }
 
-    /// The server's `run_id`: a new one each time a server process starts,
-    /// so a changed one means a restart (perhaps from an old snapshot) or
-    /// another server behind the same address.
-    /// Asked on a connection of its own, which [`Self::expect_run_id`]
-    /// does not apply to.
-    pub(in crate::store) async fn front_run_id(&self) -> Result<String, StoreError> {
+    /// `INFO section` of one server, asked on a connection of its own
+    /// (which [`Self::expect_run_id`] does not apply to), within the
+    /// store's timeout; `Err` for a cluster.
+    pub(super) async fn info(&self, section: &str) -> Result<String, StoreError> {
         let Source::Single(single) = &self.source else {
             return Err(StoreError::Unavailable(
-                "a front is one Redis server, not a cluster".into(),
+                "INFO is asked of one Redis server, not a cluster".into(),
             ));
         };
         let (client, settings) = single.as_ref();
@@ -312,14 +310,21 @@ impl RedisStore {
                 .get_multiplexed_async_connection_with_config(settings)
                 .await?;
             deadpool_redis::redis::cmd("INFO")
-                .arg("server")
+                .arg(section)
                 .query_async::<String>(&mut conn)
                 .await
         };
-        let info = tokio::time::timeout(self.timeout, ask)
+        tokio::time::timeout(self.timeout, ask)
             .await
             .map_err(|_| StoreError::Unavailable(format!("no answer within {:?}", self.timeout)))?
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            .map_err(|e| StoreError::Unavailable(e.to_string()))
+    }
+
+    /// The server's `run_id`: a new one each time a server process starts,
+    /// so a changed one means a restart (perhaps from an old snapshot) or
+    /// another server behind the same address. A front is one server.
+    pub(in crate::store) async fn front_run_id(&self) -> Result<String, StoreError> {
+        let info = self.info("server").await?;
         run_id(&info)
             .map(str::to_string)
             .ok_or_else(|| corrupt("INFO server without a run_id"))

@@ -134,20 +134,10 @@ async fn a_forward_and_its_replay_continue_the_callers_trace() {
         "a replay has no upstream span: {under_replay:#?}"
     );
 
-    let logged = eventually(Duration::from_secs(10), || {
-        let stderr = gateway.stderr();
-        async move {
-            stderr
-                .contains(&format!("trace_id=\"{TRACE}\""))
-                .then_some(())
-        }
-    })
-    .await;
-    assert!(
-        logged.is_some(),
-        "no trace_id in the log line\n{}",
-        gateway.stderr()
-    );
+    let traced = format!("trace_id=\"{TRACE}\"");
+    gateway
+        .stderr_until("a trace_id in the log line", |s| s.contains(&traced))
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,12 +263,11 @@ async fn with_tracing_off_trace_headers_pass_untouched() {
         &traceparent
     );
     assert!(upstream.last_headers().get("tracestate").is_none());
-    let logged = eventually(Duration::from_secs(10), || {
-        let stderr = gateway.stderr();
-        async move { (stderr.matches("outcome=\"forwarded\"").count() == 2).then_some(stderr) }
-    })
-    .await
-    .expect("both request lines are written");
+    let logged = gateway
+        .stderr_until("both request lines", |s| {
+            s.matches("outcome=\"forwarded\"").count() == 2
+        })
+        .await;
     assert!(!logged.contains("trace_id"), "{logged}");
 }
 

@@ -2,11 +2,9 @@
 //! `maxmemory` with any policy but `noeviction`) is warned about when the
 //! gateway starts: an evicted record is a forgotten key.
 
-use std::time::Duration;
-
+use crate::support::TestConfig;
 use crate::support::process::GatewayProcess;
 use crate::support::servers::PrivateRedis;
-use crate::support::{TestConfig, eventually};
 
 /// `CONFIG SET` on the private server.
 async fn config_set(redis: &PrivateRedis, name: &str, value: &str) {
@@ -25,12 +23,9 @@ async fn config_set(redis: &PrivateRedis, name: &str, value: &str) {
 async fn start_and_read(name: &str, redis: &PrivateRedis) -> String {
     let config = TestConfig::new(&redis.url(), "http://127.0.0.1:9");
     let gateway = GatewayProcess::start(name, &config).await;
-    eventually(Duration::from_secs(10), || {
-        let stderr = gateway.stderr();
-        async move { stderr.contains("idemgate listening").then_some(stderr) }
-    })
-    .await
-    .expect("the gateway logs that it listens")
+    gateway
+        .stderr_until("the listening line", |s| s.contains("idemgate listening"))
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

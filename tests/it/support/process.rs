@@ -263,6 +263,18 @@ impl GatewayProcess {
         }
     }
 
+    /// Wait (polling, up to 30 s) until its stderr satisfies `done`, and
+    /// return it; panics with the stderr, saying `what` was awaited.
+    pub async fn stderr_until(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
+        let found = eventually(Duration::from_secs(30), || {
+            let stderr = self.stderr();
+            let found = done(&stderr).then_some(stderr);
+            async move { found }
+        })
+        .await;
+        found.unwrap_or_else(|| panic!("{what} never logged\n{}", self.stderr()))
+    }
+
     /// Everything the process wrote to stderr so far.
     pub fn stderr(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("stderr.log")).unwrap_or_default()
