@@ -17,7 +17,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 : "${BASELINE:?set BASELINE to the commit to compare with}"
 N="${N:-3000}"
 WORK="$(mktemp -d /tmp/idemgate-instructions.XXXXXX)"
-trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$WORK"' EXIT
+# KEEP=1 keeps the callgrind files (callgrind_annotate them) in $WORK.
+trap 'pkill -P $$ 2>/dev/null || true; [ -n "${KEEP:-}" ] && echo "kept $WORK" >&2 || rm -rf "$WORK"' EXIT
 command -v valgrind >/dev/null || { apt-get install -y -qq valgrind >/dev/null; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 use http::{HeaderMap, Request, Response};
 use tokio::time::error::Elapsed;
 
-use super::Gateway;
+use super::{Gateway, Routed};
 use super::passthrough::to_client;
 use crate::clock::Instant;
 use crate::config::{Route, RouteMode};
@@ -31,12 +31,12 @@ type Exchange = Result<
 impl Gateway {
     /// Send the claimed request and read the answer up to the route's cap,
     /// within `upstream_timeout`; timed, and in a span of its own.
-    async fn exchange(&self, route: &Route, mut request: Request<Body>) -> Exchange {
+    async fn exchange(&self, route: &Routed, mut request: Request<Body>) -> Exchange {
         let started = Instant::now();
         let span = spans::upstream(&mut request);
         let exchange = spans::traced!(
             tokio::time::timeout(route.upstream_timeout, async {
-                let response = self
+                let response = route
                     .upstream()
                     .send(route.upstream_ca.as_ref(), request)
                     .await?;
@@ -53,14 +53,14 @@ impl Gateway {
         let answered = exchange.as_ref().ok().and_then(|r| r.as_ref().ok());
         spans::upstream_done(&span, answered.map(|(parts, _)| parts.status.as_u16()));
         let elapsed = started.elapsed().as_secs_f64();
-        self.with_metrics_of(Some(&route.name), |m| m.upstream_seconds.observe(elapsed));
+        route.metrics.upstream_seconds.observe(elapsed);
         exchange
     }
 
     /// One claimed attempt: forward, capture, decide, persist, answer.
     pub(super) async fn attempt(
         self: &Arc<Self>,
-        route: &Route,
+        route: &Routed,
         key: &RecordKey,
         token: Token,
         request: Request<Body>,

@@ -12,7 +12,7 @@ use http::request::Parts;
 use http::{HeaderValue, Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 
-use super::{Answered, Gateway, Outcome, REPLAYED};
+use super::{Answered, Gateway, Outcome, REPLAYED, Routed};
 use crate::clock::Instant;
 use crate::config::{Concurrent, Route, RouteMode};
 use crate::metrics::WakeupLabels;
@@ -36,7 +36,7 @@ const LEASE_GRACE: Duration = Duration::from_millis(100);
 /// shared), so a waiting request can claim again.
 #[derive(Clone)]
 pub(super) struct Claiming {
-    pub(super) route: Arc<Route>,
+    pub(super) route: Arc<Routed>,
     pub(super) record_key: RecordKey,
     pub(super) fingerprint: Fingerprint,
     pub(super) parts: Parts,
@@ -215,7 +215,7 @@ impl Gateway {
                 }
                 if takeover {
                     tracing::warn!(route = %route.name, token, "took over a key whose lease lapsed");
-                    self.with_metrics_of(Some(&route.name), |m| m.lease_takeovers.inc());
+                    route.metrics.lease_takeovers.inc();
                 }
                 let mut request = upstream::prepare(
                     Request::from_parts(parts, body::full(body)),

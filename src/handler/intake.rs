@@ -14,7 +14,7 @@ use http::request::Parts;
 
 use super::claim::Claiming;
 use super::shadow::{Instead, Would};
-use super::{Answered, Gateway, Trace, key_digest};
+use super::{Answered, Gateway, Routed, Trace, key_digest};
 use crate::config::Route;
 use crate::problem::GatewayError;
 use crate::request::body::{
@@ -41,7 +41,7 @@ impl Gateway {
     /// when the request is not claimed.
     pub(super) async fn intake(
         &self,
-        route: Arc<Route>,
+        route: Arc<Routed>,
         request: Request<RequestBody>,
         client: SocketAddr,
         trace: &mut Trace,
@@ -220,7 +220,7 @@ impl Gateway {
     /// Carry out an [`Instead`].
     async fn instead_of_claim(
         &self,
-        route: &Route,
+        route: &Routed,
         instead: Instead,
         request: Request<body::Body>,
         client: SocketAddr,

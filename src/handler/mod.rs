@@ -57,7 +57,6 @@ use crate::problem::GatewayError;
 use crate::request::body::{self, Body, RequestBody};
 use crate::store::{Store, Token};
 use crate::telemetry::spans;
-use crate::upstream::Upstream;
 use crate::waiters::Waiters;
 
 pub(crate) use attempt::replayable;
@@ -67,7 +66,7 @@ use lost_claims::LostClaims;
 use outcome::Answered;
 pub use outcome::Outcome;
 pub(crate) use passthrough::{connect_timeout, to_client};
-use routes::RouteTable;
+use routes::{RouteTable, Routed};
 
 /// The header marking a replayed response.
 pub const REPLAYED: &str = "idempotent-replayed";
@@ -75,7 +74,7 @@ pub const REPLAYED: &str = "idempotent-replayed";
 /// What one request's log line reports besides its outcome.
 #[derive(Default)]
 struct Trace {
-    route: Option<Arc<Route>>,
+    route: Option<Arc<Routed>>,
     key_digest: Option<String>,
     token: Option<Token>,
 }
@@ -150,28 +149,6 @@ impl Gateway {
         self.table.store(Arc::new(next));
     }
 
-    /// The upstream pool of the serving thread this runs on: a request's
-    /// upstream connections stay on the thread that serves its client.
-    /// Work on any other thread (the shared runtime) has a pool of its own,
-    /// so it never uses connections a serving thread's runtime drives (and
-    /// drops when that thread ends).
-    fn upstream(&self) -> Arc<Upstream> {
-        let table = self.table.load();
-        let last = table.upstreams.len() - 1;
-        let pool = crate::server::serving_threads::current().map_or(last, |t| t.min(last));
-        table.upstreams[pool].clone()
-    }
-
-    /// Count with a route's metric handles (`None`: no route matched).
-    fn with_metrics_of<T>(&self, route: Option<&str>, count: impl FnOnce(&RouteMetrics) -> T) -> T {
-        let table = self.table.load();
-        count(
-            route
-                .and_then(|name| table.metrics_of(name))
-                .unwrap_or(&self.unrouted),
-        )
-    }
-
     /// The forward tasks (and the lost-claim worker); graceful shutdown
     /// waits for them, after [`Gateway::finish`].
     pub fn tasks(&self) -> &TaskTracker {
@@ -194,13 +171,15 @@ impl Gateway {
         let uri = request.uri().clone();
         // 1. Route (here, so the request's span is named after it).
         let route = self.table.load().route_for(uri.path()).cloned();
-        let span = spans::server(&method, uri.path(), request.headers(), route.as_deref());
+        let span = spans::server(&method, uri.path(), request.headers(), route.as_deref().map(|r| &**r));
         let mut trace = Trace::default();
-        let inner = spans::traced!(
-            self.clone()
-                .handle_inner(request, client, route, &mut trace),
-            span
-        );
+        // Boxed: the pipeline's future is large, and the server moves the
+        // one this returns several times before polling it; a box makes
+        // each of those moves a pointer's copy (unboxed, the copies took
+        // an eighth of a pass-through's instructions: callgrind,
+        // bench/instructions.sh).
+        let inner = Box::pin(self.clone().handle_inner(request, client, route, &mut trace));
+        let inner = spans::traced!(inner, span);
         let (response, outcome) = match inner {
             Ok(answered) => {
                 trace.token = answered.token;
@@ -214,8 +193,9 @@ impl Gateway {
                 (error.to_response(self.docs_url.as_deref()), outcome)
             }
         };
+        let metrics = trace.route.as_deref().map_or(&self.unrouted, |r| &r.metrics);
+        metrics.request(outcome.index());
         let route = trace.route.as_deref().map(|r| r.name.as_str());
-        self.with_metrics_of(route, |m| m.request(outcome.index()));
         let status = response.status().as_u16();
         let key = trace.key_digest.as_deref();
         spans::finish(&span, status, outcome.as_str(), key, trace.token);
@@ -241,7 +221,7 @@ impl Gateway {
         self: Arc<Self>,
         request: Request<RequestBody>,
         client: SocketAddr,
-        route: Option<Arc<Route>>,
+        route: Option<Arc<Routed>>,
         trace: &mut Trace,
     ) -> Result<Answered, GatewayError> {
         let route = route.ok_or_else(|| GatewayError::NoRoute {
@@ -295,14 +275,15 @@ mod tests {
             Arc::new(Metrics::new()),
             Waiters::new(),
         ));
-        assert_eq!(gateway.table.load().upstreams.len(), 3);
+        assert_eq!(gateway.table.load().upstreams().len(), 3);
         let pool_of = |gateway: &Gateway| {
-            let used = gateway.upstream();
             let table = gateway.table.load();
+            let route = table.route_for("/v1/payments/1").unwrap();
+            let used = route.upstream();
             table
-                .upstreams
+                .upstreams()
                 .iter()
-                .position(|pool| Arc::ptr_eq(pool, &used))
+                .position(|pool| std::ptr::eq(pool, used))
         };
         let elsewhere = gateway.clone();
         let off_threads = std::thread::spawn(move || pool_of(&elsewhere))

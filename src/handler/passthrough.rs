@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
 
-use super::{Answered, Gateway, Outcome};
+use super::{Answered, Gateway, Outcome, Routed};
 use crate::config::{OnStoreError, Route};
 use crate::problem::{GatewayError, KeyAfter};
 use crate::request::body::{self, Body};
@@ -23,7 +23,7 @@ impl Gateway {
     /// Forward `request` without idempotency: a pass-through.
     pub(super) async fn pass_through(
         &self,
-        route: &Route,
+        route: &Routed,
         request: Request<Body>,
         client: SocketAddr,
     ) -> Result<Answered, GatewayError> {
@@ -36,7 +36,7 @@ impl Gateway {
     /// unreadable, or a full memory store, never lets a request bypass it.
     pub(super) async fn on_store_error(
         &self,
-        route: &Route,
+        route: &Routed,
         parts: Parts,
         body: Bytes,
         client: SocketAddr,
@@ -57,7 +57,7 @@ impl Gateway {
     /// `upstream_timeout` until the response head arrives.
     pub(super) async fn forward_plain(
         &self,
-        route: &Route,
+        route: &Routed,
         request: Request<Body>,
         client: SocketAddr,
     ) -> Result<Response<Body>, GatewayError> {
@@ -68,7 +68,7 @@ impl Gateway {
             // an upstream that trusts the header (it could fence real ones).
             request.headers_mut().remove(super::IDEMPOTENCY_ATTEMPT);
         }
-        let upstream = self.upstream();
+        let upstream = route.upstream();
         let span = spans::upstream(&mut request);
         let sent = upstream.send(route.upstream_ca.as_ref(), request);
         let response = spans::traced!(tokio::time::timeout(route.upstream_timeout, sent), span);

@@ -1,15 +1,16 @@
-//! The routes in force and what is built from them: each route's metric
+//! The routes in force and what serving them takes: each route's metric
 //! handles and the upstream pools. A configuration reload builds a new
 //! [`RouteTable`] and swaps it in whole ([`super::Gateway::set_routes`]):
-//! a request matches its route in the table it started with and keeps
-//! that route to its end; new requests see the new table.
+//! a request matches a [`Routed`] in the table it started with and keeps
+//! it, handles and pools included, to its end; new requests see the new
+//! table.
 //!
-//! Nothing a request may still need is dropped by a swap: metric handles
-//! are kept for every route ever served (a series never vanishes from
-//! `/metrics` mid-life), and the upstream pools keep the clients of roots
-//! the new routes no longer name ([`Upstream::reconfigured`]).
+//! Nothing a request may still need is dropped by a swap: it holds its
+//! route's handles itself (and a series, once created, never leaves
+//! `/metrics`), and the upstream pools keep the clients of roots the new
+//! routes no longer name ([`Upstream::reconfigured`]).
 
-use std::collections::HashMap;
+use std::ops::Deref;
 use std::sync::Arc;
 
 use super::Outcome;
@@ -20,13 +21,40 @@ use crate::upstream::Upstream;
 
 /// The routes in force, their metric handles and the upstream pools.
 pub(super) struct RouteTable {
-    routes: Vec<Arc<Route>>,
-    /// Each route's metric handles, by route name: every route served
-    /// since start, so a request of a route a reload removed still counts.
-    metrics: HashMap<String, RouteMetrics>,
+    routes: Vec<Arc<Routed>>,
     /// One upstream pool per serving thread (`server_threads`), and a last
-    /// one for every other thread: [`super::Gateway::upstream`].
-    pub(super) upstreams: Vec<Arc<Upstream>>,
+    /// one for every other thread: [`Routed::upstream`].
+    upstreams: Arc<[Upstream]>,
+}
+
+/// A route in force, as a request carries it from its match to its end:
+/// the route, its metric handles and the upstream pools of its table.
+pub(super) struct Routed {
+    route: Route,
+    /// Its `route` label's handles.
+    pub(super) metrics: RouteMetrics,
+    upstreams: Arc<[Upstream]>,
+}
+
+impl Deref for Routed {
+    type Target = Route;
+
+    fn deref(&self) -> &Route {
+        &self.route
+    }
+}
+
+impl Routed {
+    /// The upstream pool of the serving thread this runs on: a request's
+    /// upstream connections stay on the thread that serves its client.
+    /// Work on any other thread (the shared runtime) has a pool of its
+    /// own, so it never uses connections a serving thread's runtime drives
+    /// (and drops when that thread ends).
+    pub(super) fn upstream(&self) -> &Upstream {
+        let last = self.upstreams.len() - 1;
+        let pool = crate::server::serving_threads::current().map_or(last, |t| t.min(last));
+        &self.upstreams[pool]
+    }
 }
 
 /// The `https://` routes' roots.
@@ -43,44 +71,44 @@ impl RouteTable {
     pub(super) fn new(routes: &[Route], pools: usize, metrics: &Metrics) -> Self {
         let timeout = connect_timeout(routes);
         let upstreams = (0..pools)
-            .map(|_| Arc::new(Upstream::new(timeout, https(routes))))
+            .map(|_| Upstream::new(timeout, https(routes)))
             .collect();
-        Self::with(routes, HashMap::new(), upstreams, metrics)
+        Self::with(routes, upstreams, metrics)
     }
 
-    /// The table for reloaded `routes`: this one's metric handles and
-    /// pooled connections carried over.
+    /// The table for reloaded `routes`: this one's pooled connections
+    /// carried over.
     pub(super) fn next(&self, routes: &[Route], metrics: &Metrics) -> Self {
         let timeout = connect_timeout(routes);
         let upstreams = self
             .upstreams
             .iter()
-            .map(|pool| Arc::new(pool.reconfigured(timeout, https(routes))))
+            .map(|pool| pool.reconfigured(timeout, https(routes)))
             .collect();
-        Self::with(routes, self.metrics.clone(), upstreams, metrics)
+        Self::with(routes, upstreams, metrics)
     }
 
     fn with(
         routes: &[Route],
-        mut handles: HashMap<String, RouteMetrics>,
-        upstreams: Vec<Arc<Upstream>>,
+        upstreams: Arc<[Upstream]>,
         metrics: &Metrics,
     ) -> Self {
         let outcomes = Outcome::ALL.map(Outcome::as_str);
-        for route in routes {
-            handles
-                .entry(route.name.clone())
-                .or_insert_with(|| metrics.for_route(&route.name, &outcomes));
-        }
-        Self {
-            routes: routes.iter().cloned().map(Arc::new).collect(),
-            metrics: handles,
-            upstreams,
-        }
+        let routes = routes
+            .iter()
+            .map(|route| {
+                Arc::new(Routed {
+                    route: route.clone(),
+                    metrics: metrics.for_route(&route.name, &outcomes),
+                    upstreams: upstreams.clone(),
+                })
+            })
+            .collect();
+        Self { routes, upstreams }
     }
 
     /// The route whose `match` fits `path` best.
-    pub(super) fn route_for(&self, path: &str) -> Option<&Arc<Route>> {
+    pub(super) fn route_for(&self, path: &str) -> Option<&Arc<Routed>> {
         self.routes
             .iter()
             .filter_map(|r| r.path.matches(path).map(|score| (score, r)))
@@ -88,13 +116,14 @@ impl RouteTable {
             .map(|(_, r)| r)
     }
 
-    /// A route's metric handles (`None` when no such route was ever served).
-    pub(super) fn metrics_of(&self, route: &str) -> Option<&RouteMetrics> {
-        self.metrics.get(route)
-    }
-
     /// How many routes are in force.
     pub(super) fn len(&self) -> usize {
         self.routes.len()
+    }
+
+    /// The upstream pools (one per serving thread, and one more).
+    #[cfg(test)]
+    pub(super) fn upstreams(&self) -> &[Upstream] {
+        &self.upstreams
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use http::Request;
 
-use super::{Answered, Gateway, Outcome, key_digest};
+use super::{Answered, Gateway, Outcome, Routed, key_digest};
 use crate::config::{Route, RouteMode};
 use crate::metrics::{Metrics, ShadowLabels};
 use crate::problem::GatewayError;
@@ -46,7 +46,7 @@ impl Gateway {
     /// forwarded as it streams (what was read, then the rest).
     pub(super) async fn oversized(
         &self,
-        route: &Route,
+        route: &Routed,
         request: Request<Body>,
         client: SocketAddr,
     ) -> Result<Answered, GatewayError> {
@@ -61,7 +61,7 @@ impl Gateway {
     /// The store failed on a shadow route's claim: it never blocks one.
     pub(super) async fn shadow_store_error(
         &self,
-        route: &Route,
+        route: &Routed,
         request: Request<Body>,
         client: SocketAddr,
         error: StoreError,
