@@ -10,8 +10,8 @@ use std::time::Duration;
 use http::{HeaderMap, Request, Response};
 use tokio::time::error::Elapsed;
 
-use super::{Gateway, Routed};
 use super::passthrough::to_client;
+use super::{Gateway, Routed};
 use crate::clock::Instant;
 use crate::config::{Route, RouteMode};
 use crate::metrics::Metrics;

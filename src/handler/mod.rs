@@ -65,7 +65,8 @@ use intake::Intake;
 use lost_claims::LostClaims;
 use outcome::Answered;
 pub use outcome::Outcome;
-pub(crate) use passthrough::{connect_timeout, to_client};
+pub(crate) use passthrough::to_client;
+pub(crate) use routes::connect_timeout;
 use routes::{RouteTable, Routed};
 
 /// The header marking a replayed response.
@@ -171,14 +172,22 @@ impl Gateway {
         let uri = request.uri().clone();
         // 1. Route (here, so the request's span is named after it).
         let route = self.table.load().route_for(uri.path()).cloned();
-        let span = spans::server(&method, uri.path(), request.headers(), route.as_deref().map(|r| &**r));
+        let span = spans::server(
+            &method,
+            uri.path(),
+            request.headers(),
+            route.as_deref().map(|r| &**r),
+        );
         let mut trace = Trace::default();
         // Boxed: the pipeline's future is large, and the server moves the
         // one this returns several times before polling it; a box makes
         // each of those moves a pointer's copy (unboxed, the copies took
         // an eighth of a pass-through's instructions: callgrind,
         // bench/instructions.sh).
-        let inner = Box::pin(self.clone().handle_inner(request, client, route, &mut trace));
+        let inner = Box::pin(
+            self.clone()
+                .handle_inner(request, client, route, &mut trace),
+        );
         let inner = spans::traced!(inner, span);
         let (response, outcome) = match inner {
             Ok(answered) => {
@@ -193,7 +202,10 @@ impl Gateway {
                 (error.to_response(self.docs_url.as_deref()), outcome)
             }
         };
-        let metrics = trace.route.as_deref().map_or(&self.unrouted, |r| &r.metrics);
+        let metrics = trace
+            .route
+            .as_deref()
+            .map_or(&self.unrouted, |r| &r.metrics);
         metrics.request(outcome.index());
         let route = trace.route.as_deref().map(|r| r.name.as_str());
         let status = response.status().as_u16();

@@ -5,14 +5,13 @@
 //! response head arrives.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
 
 use super::{Answered, Gateway, Outcome, Routed};
-use crate::config::{OnStoreError, Route};
+use crate::config::OnStoreError;
 use crate::problem::{GatewayError, KeyAfter};
 use crate::request::body::{self, Body};
 use crate::store::StoreError;
@@ -90,15 +89,6 @@ impl Gateway {
         to_client(&mut parts);
         Ok(Response::from_parts(parts, body::boxed(incoming)))
     }
-}
-
-/// At most 5 s, and half of the shortest `upstream_timeout`: connecting must
-/// fail (nothing sent) before the exchange times out (outcome unknown).
-pub(crate) fn connect_timeout(routes: &[Route]) -> Duration {
-    let shortest = routes.iter().map(|r| r.upstream_timeout).min();
-    shortest.map_or(Duration::from_secs(5), |t| {
-        (t / 2).min(Duration::from_secs(5))
-    })
 }
 
 /// Make an upstream response head fit for the client: no hop-by-hop

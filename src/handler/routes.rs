@@ -12,9 +12,9 @@
 
 use std::ops::Deref;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::Outcome;
-use super::passthrough::connect_timeout;
 use crate::config::Route;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::upstream::Upstream;
@@ -57,6 +57,15 @@ impl Routed {
     }
 }
 
+/// At most 5 s, and half of the shortest `upstream_timeout`: connecting must
+/// fail (nothing sent) before the exchange times out (outcome unknown).
+pub(crate) fn connect_timeout(routes: &[Route]) -> Duration {
+    let shortest = routes.iter().map(|r| r.upstream_timeout).min();
+    shortest.map_or(Duration::from_secs(5), |t| {
+        (t / 2).min(Duration::from_secs(5))
+    })
+}
+
 /// The `https://` routes' roots.
 fn https(routes: &[Route]) -> impl Iterator<Item = Option<&crate::config::UpstreamCa>> {
     routes
@@ -88,11 +97,7 @@ impl RouteTable {
         Self::with(routes, upstreams, metrics)
     }
 
-    fn with(
-        routes: &[Route],
-        upstreams: Arc<[Upstream]>,
-        metrics: &Metrics,
-    ) -> Self {
+    fn with(routes: &[Route], upstreams: Arc<[Upstream]>, metrics: &Metrics) -> Self {
         let outcomes = Outcome::ALL.map(Outcome::as_str);
         let routes = routes
             .iter()
