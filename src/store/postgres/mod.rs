@@ -6,18 +6,20 @@
 //! pool ([`pool`]); claims and completions go in batches ([`batch`]); every
 //! operation is bounded by `[store] timeout`.
 
-use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgSslMode};
+use sqlx::postgres::{PgConnection, PgSslMode};
 
 mod batch;
+mod hosts;
 mod pool;
 
-use super::{Cas, RecordKey, StoreConfig, StoreError, redact_url};
+use super::{Cas, RecordKey, StoreConfig, StoreError};
 use crate::waiters::{Waiters, parse_wake_id};
 use batch::Batcher;
 pub(in crate::store) use batch::lock_order;
+use hosts::Hosts;
 use pool::PgPool;
 
 /// The migrations under `migrations/`, embedded in the binary.
@@ -28,8 +30,8 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 pub struct PgStore {
     pool: PgPool,
     timeout: Duration,
-    /// For the wake-up listener's own connection.
-    options: PgConnectOptions,
+    /// Its hosts: the pool's, and the wake-up listener's own connection.
+    hosts: Arc<Hosts>,
     /// The routes whose settled records are announced.
     wait_routes: crate::store::WaitRoutes,
     /// Claims and completions go through it.
@@ -112,10 +114,12 @@ fn settle_query<'q>(
 /// every connection costs. Asking for `require` or `verify-full` is what
 /// protects the connection anyway.
 fn tls_asked_for(url: &str) -> bool {
+    // Not `url::Url`: it cannot parse a multi-host URL.
+    let query = url.split_once('?').map_or("", |(_, query)| query);
     std::env::var_os("PGSSLMODE").is_some()
-        || url::Url::parse(url).is_ok_and(|url| {
-            url.query_pairs()
-                .any(|(name, _)| name == "sslmode" || name == "ssl-mode")
+        || query.split('&').any(|pair| {
+            let name = pair.split_once('=').map_or(pair, |(name, _)| name);
+            name == "sslmode" || name == "ssl-mode"
         })
 }
 
@@ -155,21 +159,24 @@ impl PgStore {
         config: &StoreConfig,
         outbox: bool,
     ) -> Result<Self, StoreError> {
-        let shown = redact_url(&config.url);
-        let options = PgConnectOptions::from_str(&config.url)
-            .map_err(|e| StoreError::Unavailable(format!("invalid store URL {shown}: {e}")))?
-            .application_name("idemgate");
-        let options = if outbox {
-            options.options([("idemgate.front", "on")])
-        } else {
-            options
-        };
-        let options = if tls_asked_for(&config.url) {
-            options
-        } else {
-            options.ssl_mode(PgSslMode::Disable)
-        };
-        let pool = PgPool::new(options.clone(), config.pool_size as usize, config.timeout);
+        let shown = hosts::redacted(&config.url);
+        let tls = tls_asked_for(&config.url);
+        let hosts = Hosts::parse(&config.url, |options| {
+            let options = options.application_name("idemgate");
+            let options = if outbox {
+                options.options([("idemgate.front", "on")])
+            } else {
+                options
+            };
+            if tls {
+                options
+            } else {
+                options.ssl_mode(PgSslMode::Disable)
+            }
+        })
+        .map_err(|e| StoreError::Unavailable(format!("invalid store URL {shown}: {e}")))?;
+        let hosts = Arc::new(hosts);
+        let pool = PgPool::new(hosts.clone(), config.pool_size as usize, config.timeout);
         // Connect now, so that a wrong URL or a database that is down is
         // reported at start, with what to do.
         let mut first = pool.get().await.map_err(|e| {
@@ -191,7 +198,7 @@ impl PgStore {
         Ok(Self {
             pool,
             timeout: config.timeout,
-            options,
+            hosts,
             wait_routes: config.wait_routes.clone(),
             batcher,
         })
@@ -209,10 +216,15 @@ impl PgStore {
     /// Listen on `idemgate_keys` and wake the waiters each notification
     /// names, until the connection is lost (`Ok`) or cannot be made.
     async fn listen(&self, waiters: &Waiters) -> Result<(), sqlx::Error> {
+        if self.hosts.several() {
+            // Notifications come from the host that takes the writes:
+            // find it first.
+            sqlx::Connection::close(self.hosts.connect(self.timeout).await?).await?;
+        }
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(self.timeout)
-            .connect_lazy_with(self.options.clone());
+            .connect_lazy_with(self.hosts.current().clone());
         let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
         listener.listen(WAKE_CHANNEL).await?;
         // Anything announced before this connection listened is lost.

@@ -9,18 +9,23 @@
 //! protocol, is closed instead, so the pool never hands out a connection in
 //! an unknown state.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool::managed::{self, Manager, Metrics, Object, Pool, RecycleResult};
-use sqlx::postgres::{PgConnectOptions, PgConnection};
+use sqlx::postgres::PgConnection;
 
+use super::hosts::Hosts;
 use crate::store::StoreError;
 use crate::store::runtime::StoreRuntime;
 
 /// Opens connections for the pool.
 #[derive(Debug)]
 pub(super) struct Connector {
-    options: PgConnectOptions,
+    /// The hosts, and which takes writes ([`Hosts`]).
+    hosts: Arc<Hosts>,
+    /// Opening one connection, the host search included.
+    timeout: Duration,
     /// Where connections are opened, whoever asks.
     runtime: StoreRuntime,
 }
@@ -30,9 +35,9 @@ impl Manager for Connector {
     type Error = sqlx::Error;
 
     async fn create(&self) -> Result<PgConnection, sqlx::Error> {
-        let options = self.options.clone();
+        let (hosts, timeout) = (self.hosts.clone(), self.timeout);
         self.runtime
-            .run(async move { <PgConnection as sqlx::Connection>::connect_with(&options).await })
+            .run(async move { hosts.connect(timeout).await })
             .await
             .map_err(|e| sqlx::Error::Io(std::io::Error::other(e)))?
     }
@@ -85,9 +90,14 @@ impl PgPool {
     /// A pool of at most `max` connections; waiting for one and opening one
     /// are each bounded by `timeout`. Connects lazily, on the runtime this
     /// is called on ([`StoreRuntime`]).
-    pub(super) fn new(options: PgConnectOptions, max: usize, timeout: Duration) -> Self {
+    pub(super) fn new(hosts: Arc<Hosts>, max: usize, timeout: Duration) -> Self {
         let runtime = StoreRuntime::here();
-        let pool = Pool::builder(Connector { options, runtime })
+        let connector = Connector {
+            hosts,
+            timeout,
+            runtime,
+        };
+        let pool = Pool::builder(connector)
             .max_size(max)
             .wait_timeout(Some(timeout))
             .create_timeout(Some(timeout))
@@ -157,13 +167,15 @@ impl PgPool {
     }
 }
 
-/// Whether an error's SQLSTATE says the server ended the session, so the
-/// connection is dead although the error arrived cleanly: class 57
+/// Whether an error's SQLSTATE says the session is of no more use, so the
+/// connection is closed although the error arrived cleanly: class 57
 /// (operator intervention: `admin_shutdown` on a restart or
-/// `pg_terminate_backend`, `crash_shutdown`, `cannot_connect_now`) and
-/// class 08 (connection exception).
+/// `pg_terminate_backend`, `crash_shutdown`, `cannot_connect_now`), class
+/// 08 (connection exception), and `read_only_sql_transaction` (25006): the
+/// server no longer takes writes (a standby, or a primary made read-only),
+/// so the pool connects again, to the host that does ([`Hosts`]).
 fn ends_the_session(code: Option<&str>) -> bool {
-    code.is_some_and(|code| code.starts_with("57") || code.starts_with("08"))
+    code.is_some_and(|code| code.starts_with("57") || code.starts_with("08") || code == "25006")
 }
 
 /// A checked-out connection. It returns to the pool only after

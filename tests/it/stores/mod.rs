@@ -11,6 +11,7 @@ mod conformance;
 mod front;
 mod inquiry;
 mod postgres_batches;
+mod postgres_failover;
 mod postgres_races;
 mod postgres_sweep;
 mod postgres_upgrade;

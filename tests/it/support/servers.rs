@@ -112,6 +112,135 @@ impl PgCluster {
         panic!("the private PostgreSQL cluster did not start: {last}");
     }
 
+    /// A streaming standby of `primary` (`pg_basebackup -R`) on a port of
+    /// its own, read-only until [`Self::promote`]. `synchronous`: the
+    /// primary waits for it on every commit (`synchronous_standby_names`,
+    /// `synchronous_commit = on`), so a commit the primary acknowledged is
+    /// on the standby too.
+    pub async fn standby_of(primary: &PgCluster, synchronous: bool) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("idemgate-pg-standby-")
+            .tempdir()
+            .unwrap();
+        let mut standby = Self {
+            bin: primary.bin.clone(),
+            dir,
+            port: 0,
+            as_root: primary.as_root,
+            running: false,
+            ssl: false,
+            _turn: serial::none(),
+        };
+        if standby.as_root {
+            let mut chown = Command::new("chown");
+            chown
+                .arg("-R")
+                .arg("postgres:postgres")
+                .arg(standby.dir.path());
+            let out = run(chown).await;
+            assert!(out.status.success(), "chown failed: {}", text(&out));
+        }
+        let conninfo = format!(
+            "host=127.0.0.1 port={} user=postgres application_name=standby",
+            primary.port
+        );
+        let out = run(standby.command(&[
+            standby.tool("pg_basebackup"),
+            "-d".into(),
+            conninfo.clone(),
+            "-D".into(),
+            standby.path(&standby.data_dir()),
+            "-R".into(),
+            "-X".into(),
+            "stream".into(),
+            "--no-sync".into(),
+        ]))
+        .await;
+        assert!(out.status.success(), "pg_basebackup failed: {}", text(&out));
+        // -R wrote standby.signal and a primary_conninfo; this one names
+        // the standby, which synchronous_standby_names refers to.
+        let auto = standby.data_dir().join("postgresql.auto.conf");
+        let mut settings = std::fs::read_to_string(&auto).unwrap();
+        settings.push_str(&format!("primary_conninfo = '{conninfo}'\n"));
+        std::fs::write(&auto, settings).unwrap();
+        let mut last = String::new();
+        for _ in 0..3 {
+            standby.port = free_port();
+            match standby.try_start().await {
+                Ok(()) => break,
+                Err(error) => last = error,
+            }
+        }
+        assert!(standby.running, "the standby did not start: {last}");
+        let wanted = if synchronous { "'standby'" } else { "''" };
+        // (Two statements: ALTER SYSTEM cannot run in a transaction block.)
+        primary
+            .sql(&format!(
+                "ALTER SYSTEM SET synchronous_standby_names = {wanted}"
+            ))
+            .await;
+        primary.sql("SELECT pg_reload_conf()").await;
+        // Streaming (and, when asked, synchronous) before it counts.
+        let state = if synchronous { "sync" } else { "async" };
+        let check = format!(
+            "SELECT count(*) FROM pg_stat_replication WHERE application_name = 'standby' AND state = 'streaming' AND sync_state = '{state}'"
+        );
+        for _ in 0..300 {
+            if primary.sql(&check).await.trim() == "1" {
+                return standby;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("the standby never streamed as {state}:\n{}", standby.log());
+    }
+
+    /// `pg_ctl promote`: the standby leaves recovery and takes writes;
+    /// returns once it does.
+    pub async fn promote(&self) {
+        let out = run(self.command(&[
+            self.tool("pg_ctl"),
+            "-D".into(),
+            self.path(&self.data_dir()),
+            "-w".into(),
+            "promote".into(),
+        ]))
+        .await;
+        assert!(
+            out.status.success(),
+            "pg_ctl promote failed: {}",
+            text(&out)
+        );
+    }
+
+    /// Run `sql` with psql on the `postgres` database; its unaligned,
+    /// tuples-only output.
+    pub async fn sql(&self, sql: &str) -> String {
+        let out = run(self.command(&[
+            self.tool("psql"),
+            "-h".into(),
+            "127.0.0.1".into(),
+            "-p".into(),
+            self.port.to_string(),
+            "-U".into(),
+            "postgres".into(),
+            "-d".into(),
+            "postgres".into(),
+            "-XAtq".into(),
+            "-v".into(),
+            "ON_ERROR_STOP=1".into(),
+            "-c".into(),
+            sql.into(),
+        ]))
+        .await;
+        assert!(out.status.success(), "psql failed: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The host and port, as a multi-host URL lists them.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
     fn tool(&self, name: &str) -> String {
         self.path(&self.bin.join(name))
     }
