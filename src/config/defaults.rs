@@ -116,6 +116,11 @@ pub const MAX_FRONT_MARK_AFTER: Duration = Duration::from_secs(60);
 pub const DEFAULT_STORE_PREFIX: &str = "idemgate:";
 /// `store.cluster`: the Redis URL names a single server, not a cluster's seed node.
 pub const DEFAULT_STORE_CLUSTER: bool = false;
+/// `store.replicas`: Redis replicas that must acknowledge a claim or a
+/// record (`WAIT`) before it counts; none by default.
+pub const DEFAULT_STORE_REPLICAS: u32 = 0;
+/// `store.replica_timeout`: how long `WAIT` waits for them.
+pub const DEFAULT_REPLICA_TIMEOUT: Duration = Duration::from_millis(100);
 /// `store.max_records`: most live records the memory store keeps.
 pub const DEFAULT_STORE_MAX_RECORDS: usize = 100_000;
 /// `store.sweep_interval`: how often the sweeper deletes expired records.

@@ -56,6 +56,8 @@ pub(super) struct RawStore {
     pub(super) timeout: Option<String>,
     pub(super) prefix: Option<String>,
     pub(super) cluster: Option<bool>,
+    pub(super) replicas: Option<u32>,
+    pub(super) replica_timeout: Option<String>,
     pub(super) max_records: Option<usize>,
     pub(super) sweep_interval: Option<String>,
     pub(super) sweep_batch: Option<usize>,

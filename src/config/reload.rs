@@ -159,6 +159,8 @@ fn store_changes(running: &StoreConfig, next: &StoreConfig) -> Vec<&'static str>
         batches_in_flight,
         prefix,
         cluster,
+        replicas,
+        replica_timeout,
         max_records,
         sweep_interval,
         sweep_batch,

@@ -34,6 +34,12 @@ pub struct StoreConfig {
     /// Redis only: the URL names one seed node of a Redis Cluster; keys are
     /// laid out so that every script touches one hash slot.
     pub cluster: bool,
+    /// Redis only: how many replicas must acknowledge a claim or a record
+    /// (`WAIT`, in the same round trip) before it counts; fewer fail the
+    /// operation as the store being unavailable. Zero: no `WAIT`.
+    pub replicas: u32,
+    /// Redis only: how long `WAIT` waits for the replicas.
+    pub replica_timeout: Duration,
     /// memory only: most live records kept.
     pub max_records: usize,
     /// How often the sweeper deletes expired records (PostgreSQL, SQLite, memory).
@@ -182,6 +188,21 @@ impl StoreConfig {
         if self.timeout.is_zero() {
             return fail("timeout", "must be greater than zero");
         }
+        let redis = self.url.starts_with("redis://") || self.url.starts_with("rediss://");
+        if self.replicas > 0 && !redis {
+            return fail(
+                "replicas",
+                "is for Redis (WAIT): PostgreSQL keeps acknowledged records across a failover with a synchronous standby (synchronous_standby_names)",
+            );
+        }
+        if self.replicas > 0
+            && (self.replica_timeout.is_zero() || self.replica_timeout >= self.timeout)
+        {
+            return fail(
+                "replica_timeout",
+                "must be greater than zero and shorter than [store] timeout, which bounds the whole operation, WAIT included",
+            );
+        }
         if let Some(front) = &self.front {
             if !(self.url.starts_with("postgres://") || self.url.starts_with("postgresql://")) {
                 return fail(
@@ -234,6 +255,8 @@ impl StoreConfig {
             batches_in_flight: 1,
             prefix: String::new(),
             cluster: false,
+            replicas: 0,
+            replica_timeout: Duration::from_millis(100),
             max_records: 1,
             sweep_interval: Duration::from_secs(1),
             sweep_batch: 1,
@@ -320,6 +343,34 @@ mod tests {
             c.prefix = "app{x}:".to_string();
         });
         assert_eq!(key, "prefix");
+    }
+
+    #[test]
+    fn replicas_are_for_redis_and_wait_within_the_timeout() {
+        for url in ["memory://", "postgres://h/db", "sqlite://idemgate.db"] {
+            let key = rejected_key(|c| {
+                c.url = url.to_string();
+                c.replicas = 1;
+            });
+            assert_eq!(key, "replicas", "{url}");
+        }
+        let redis = |replicas, replica_timeout| StoreConfig {
+            url: "redis://h:6379".to_string(),
+            replicas,
+            replica_timeout,
+            ..usable()
+        };
+        assert_eq!(redis(1, Duration::from_millis(100)).validate(), Ok(()));
+        // Unused without replicas, so not checked.
+        assert_eq!(redis(0, Duration::ZERO).validate(), Ok(()));
+        for wait in [
+            Duration::ZERO,
+            Duration::from_secs(1),
+            Duration::from_secs(2),
+        ] {
+            let key = redis(2, wait).validate().unwrap_err().key;
+            assert_eq!(key, "replica_timeout", "{wait:?} against a 1 s timeout");
+        }
     }
 
     #[test]

@@ -4,10 +4,10 @@
 
 use crate::config::defaults::{
     DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_FRONT_MARK_AFTER, DEFAULT_FRONT_TIMEOUT,
-    DEFAULT_REPLAY_CACHE_SIZE, DEFAULT_REPLAY_CACHE_TTL, DEFAULT_STORE_CLUSTER,
-    DEFAULT_STORE_MAX_RECORDS, DEFAULT_STORE_MIGRATE, DEFAULT_STORE_POOL_SIZE,
-    DEFAULT_STORE_PREFIX, DEFAULT_STORE_TIMEOUT, DEFAULT_STORE_URL, DEFAULT_SWEEP_BATCH,
-    DEFAULT_SWEEP_INTERVAL, MAX_FRONT_MARK_AFTER,
+    DEFAULT_REPLAY_CACHE_SIZE, DEFAULT_REPLAY_CACHE_TTL, DEFAULT_REPLICA_TIMEOUT,
+    DEFAULT_STORE_CLUSTER, DEFAULT_STORE_MAX_RECORDS, DEFAULT_STORE_MIGRATE,
+    DEFAULT_STORE_POOL_SIZE, DEFAULT_STORE_PREFIX, DEFAULT_STORE_REPLICAS, DEFAULT_STORE_TIMEOUT,
+    DEFAULT_STORE_URL, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, MAX_FRONT_MARK_AFTER,
 };
 use std::time::Duration;
 
@@ -32,6 +32,12 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
             .prefix
             .unwrap_or_else(|| DEFAULT_STORE_PREFIX.to_string()),
         cluster: raw.cluster.unwrap_or(DEFAULT_STORE_CLUSTER),
+        replicas: raw.replicas.unwrap_or(DEFAULT_STORE_REPLICAS),
+        replica_timeout: duration(
+            "store.replica_timeout",
+            raw.replica_timeout.as_deref(),
+            DEFAULT_REPLICA_TIMEOUT,
+        )?,
         max_records: raw.max_records.unwrap_or(DEFAULT_STORE_MAX_RECORDS),
         sweep_interval: duration(
             "store.sweep_interval",

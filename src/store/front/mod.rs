@@ -175,6 +175,8 @@ impl FrontStore {
             url: front.url.clone(),
             timeout: front.timeout,
             cluster: false,
+            // The front holds copies only: nothing on it is waited for.
+            replicas: 0,
             front: None,
             ..config.clone()
         };

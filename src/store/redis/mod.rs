@@ -67,6 +67,10 @@ pub struct RedisStore {
     /// The routes whose settled records are announced.
     wait_routes: crate::store::WaitRoutes,
     timeout: Duration,
+    /// `[store] replicas` and `replica_timeout` (ms): the `WAIT` after a
+    /// claim, a record or a hold ([`store`]); `None` when no replica is
+    /// asked for.
+    replicas: Option<(u32, u64)>,
     /// Where lanes are connected (and their driver tasks run), whoever asks.
     runtime: StoreRuntime,
     /// Connections opened for serving threads' own lanes.
@@ -171,6 +175,8 @@ impl RedisStore {
                 cluster: config.cluster,
             },
             timeout: config.timeout,
+            replicas: (config.replicas > 0)
+                .then(|| (config.replicas, millis(config.replica_timeout))),
             url: config.url.clone(),
             nodes: Mutex::new(Vec::new()),
             listens: AtomicUsize::new(0),

@@ -1,14 +1,26 @@
 //! The Redis store's request path: each [`Store`] operation is one Lua
 //! script ([`super::scripts`]), fenced by token, run on a lane by
 //! [`RedisStore::bounded`].
+//!
+//! With `[store] replicas = N`, the writes the guarantees rest on (a claim
+//! that takes the key, a record, a hold) are followed by `WAIT N timeout`
+//! in the same round trip (pipelined: `WAIT` may not run inside a script),
+//! and fewer acknowledgements fail the operation as the store being
+//! unavailable, so what the gateway acknowledged is on N replicas. The
+//! write stays on the primary: a failed claim is then abandoned by its
+//! attempt id (the lost-claims worker), a failed record write is retried
+//! (the scripts accept their own earlier write), as after any store error.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use deadpool_redis::redis::{Script, Value};
+use deadpool_redis::redis::{
+    self, ErrorKind, FromRedisValue, RedisResult, Script, ScriptInvocation, ServerErrorKind, Value,
+};
 use http::StatusCode;
 
 use super::RedisStore;
+use super::conn::Conn;
 use super::scripts::{ABANDON, CLAIM, COMPLETE, HOLD, INQUIRE, RELEASE, RENEW};
 use crate::store::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse,
@@ -43,30 +55,72 @@ fn cas(v: i64) -> Cas {
     if v == 1 { Cas::Applied } else { Cas::Fenced }
 }
 
+/// Run `invocation`; with `wait` (replicas, ms), `WAIT` after it in the
+/// same round trip. The script's reply, and how many replicas
+/// acknowledged (`None` without `wait`).
+async fn invoke<T: FromRedisValue>(
+    invocation: &ScriptInvocation<'_>,
+    wait: Option<(u32, u64)>,
+    conn: &mut Conn,
+) -> RedisResult<(T, Option<i64>)> {
+    let Some((replicas, ms)) = wait else {
+        return Ok((invocation.invoke_async(conn).await?, None));
+    };
+    let mut pipe = redis::pipe();
+    pipe.invoke_script(invocation)
+        .cmd("WAIT")
+        .arg(replicas)
+        .arg(ms);
+    // A pipeline does not load a script the server lacks: load it, again.
+    let (reply, acked) = match pipe.query_async(conn).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            invocation.load_async(conn).await?;
+            pipe.query_async(conn).await?
+        }
+        sent => sent?,
+    };
+    Ok((reply, Some(acked)))
+}
+
 impl RedisStore {
+    /// Fail a write the guarantees rest on when fewer replicas than
+    /// `[store] replicas` acknowledged it.
+    fn replicated(&self, acked: Option<i64>) -> Result<(), StoreError> {
+        match (self.replicas, acked) {
+            (Some((wanted, ms)), Some(acked)) if acked < i64::from(wanted) => {
+                Err(StoreError::Unavailable(format!(
+                    "{acked} of the {wanted} replicas asked for ([store] replicas) acknowledged the write within {ms} ms"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// A fenced transition; `waits`: one the guarantees rest on, followed
+    /// by `WAIT` with `[store] replicas`.
     async fn cas_script(
         &self,
         script: &Script,
         key: &RecordKey,
         args: &[&[u8]],
+        waits: bool,
     ) -> Result<Cas, StoreError> {
         let record = self.layout.record_key(key);
         let due = self.layout.due_key(key);
         let wake = self.wake_args(key);
-        let (wake, due) = (&wake, &due);
-        let n: i64 = self
-            .bounded(|mut conn| async move {
-                // Every transition but the renewal may take the record out
-                // of the due questions (the renewal ignores KEYS[2]).
-                let mut invocation = script.key(&record[..]);
-                invocation.key(due);
-                for a in args {
-                    invocation.arg(*a);
-                }
-                invocation.arg(&wake.0).arg(&wake.1);
-                invocation.invoke_async(&mut conn).await
-            })
+        // Every transition but the renewal may take the record out of the
+        // due questions (the renewal ignores KEYS[2]).
+        let mut invocation = script.key(&record[..]);
+        invocation.key(&due);
+        for a in args {
+            invocation.arg(*a);
+        }
+        invocation.arg(&wake.0).arg(&wake.1);
+        let (invocation, wait) = (&invocation, self.replicas.filter(|_| waits));
+        let (n, acked): (i64, _) = self
+            .bounded(|mut conn| async move { invoke(invocation, wait, &mut conn).await })
             .await?;
+        self.replicated(acked)?;
         Ok(cas(n))
     }
 }
@@ -84,24 +138,26 @@ impl Store for RedisStore {
             UnknownOutcome::Hold => "0",
             UnknownOutcome::Inquire => "2",
         };
-        let reply: Vec<Value> = self
-            .bounded(|mut conn| async move {
-                CLAIM
-                    .key(&record[..])
-                    .key(token_key)
-                    .key(&due)
-                    .arg(&req.fingerprint[..])
-                    .arg(millis(req.lease))
-                    .arg(millis(req.retention))
-                    .arg(lapsed)
-                    .arg(req.attempt)
-                    .arg(&wake.0)
-                    .arg(&wake.1)
-                    .invoke_async(&mut conn)
-                    .await
-            })
+        let mut invocation = CLAIM.key(&record[..]);
+        invocation
+            .key(token_key)
+            .key(&due)
+            .arg(&req.fingerprint[..])
+            .arg(millis(req.lease))
+            .arg(millis(req.retention))
+            .arg(lapsed)
+            .arg(req.attempt)
+            .arg(&wake.0)
+            .arg(&wake.1);
+        let (invocation, wait) = (&invocation, self.replicas);
+        let (reply, acked): (Vec<Value>, _) = self
+            .bounded(|mut conn| async move { invoke(invocation, wait, &mut conn).await })
             .await?;
         let outcome = bytes(reply.first()).ok_or_else(|| corrupt("no outcome"))?;
+        if matches!(&outcome[..], b"claimed" | b"takeover") {
+            // Only a claim that took the key wrote what G1 rests on.
+            self.replicated(acked)?;
+        }
         Ok(match &outcome[..] {
             b"claimed" | b"takeover" => Claim::Claimed {
                 token: int(reply.get(1)).ok_or_else(|| corrupt("no token"))?,
@@ -144,7 +200,7 @@ impl Store for RedisStore {
         lease: Duration,
     ) -> Result<Cas, StoreError> {
         let (token, lease) = (token.to_string(), millis(lease).to_string());
-        self.cas_script(&RENEW, key, &[token.as_bytes(), lease.as_bytes()])
+        self.cas_script(&RENEW, key, &[token.as_bytes(), lease.as_bytes()], false)
             .await
     }
 
@@ -166,12 +222,13 @@ impl Store for RedisStore {
             &response.body,
             retention.as_bytes(),
         ];
-        self.cas_script(&COMPLETE, key, &args).await
+        self.cas_script(&COMPLETE, key, &args, true).await
     }
 
     async fn release(&self, key: &RecordKey, token: Token) -> Result<Cas, StoreError> {
         let token = token.to_string();
-        self.cas_script(&RELEASE, key, &[token.as_bytes()]).await
+        self.cas_script(&RELEASE, key, &[token.as_bytes()], false)
+            .await
     }
 
     async fn hold(
@@ -187,7 +244,7 @@ impl Store for RedisStore {
             reason.as_str().as_bytes(),
             retention.as_bytes(),
         ];
-        self.cas_script(&HOLD, key, &args).await
+        self.cas_script(&HOLD, key, &args, true).await
     }
 
     async fn inquire(
@@ -207,11 +264,12 @@ impl Store for RedisStore {
             asked.as_bytes(),
             retention.as_bytes(),
         ];
-        self.cas_script(&INQUIRE, key, &args).await
+        self.cas_script(&INQUIRE, key, &args, false).await
     }
 
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
         let attempt = attempt.to_string();
-        self.cas_script(&ABANDON, key, &[attempt.as_bytes()]).await
+        self.cas_script(&ABANDON, key, &[attempt.as_bytes()], false)
+            .await
     }
 }

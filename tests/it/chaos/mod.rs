@@ -690,6 +690,8 @@ async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
         timeout: Duration::from_secs(30),
         prefix: cluster::STORE_PREFIX.into(),
         cluster: false,
+        replicas: 0,
+        replica_timeout: Duration::from_millis(100),
         max_records: 10_000_000,
         sweep_interval: Duration::from_secs(3600),
         sweep_batch: 1000,

@@ -61,6 +61,8 @@ async fn open_marking(
         batches_in_flight: 1,
         prefix: prefix.to_string(),
         cluster: false,
+        replicas: 0,
+        replica_timeout: Duration::from_millis(100),
         max_records: 10_000,
         sweep_interval: Duration::from_secs(60),
         sweep_batch: 100,

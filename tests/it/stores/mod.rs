@@ -1,11 +1,11 @@
 //! The stores, each on its own: the one conformance suite every store runs
 //! (`conformance`, and `inquiry` for the status inquiry's states), and what
-//! only one store does — SQLite as a user runs it, the PostgreSQL front on
-//! Redis (`front`), the Redis store on a Redis Cluster and its eviction
-//! warning, PostgreSQL's
-//! batched claims, its races, its sweep plan and its upgrade in place, and
-//! the replay cache in front of the shared stores. The guarantees on every store are in
-//! `guarantees/`.
+//! only one store does: SQLite as a user runs it; the PostgreSQL front on
+//! Redis (`front`); the Redis store on a Redis Cluster, its eviction
+//! warning and its replicas (`WAIT`); PostgreSQL's batched claims, races,
+//! sweep plan, upgrade in place and failover to a standby; and the replay
+//! cache in front of the shared stores. The guarantees on every store are
+//! in `guarantees/`.
 
 mod conformance;
 mod front;
@@ -17,5 +17,6 @@ mod postgres_sweep;
 mod postgres_upgrade;
 mod redis_cluster;
 mod redis_eviction;
+mod redis_replicas;
 mod replay_cache;
 mod sqlite;

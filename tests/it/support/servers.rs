@@ -521,10 +521,55 @@ pub struct PrivateRedis {
     /// With an append-only file fsynced on every write (the recommended
     /// durability of docs/src/stores/redis.md), kept in this directory across restarts.
     durable: Option<tempfile::TempDir>,
+    /// A replica of the server on this port (`--replicaof`), and the
+    /// directory of the snapshot its full sync writes.
+    replica_of: Option<(u16, tempfile::TempDir)>,
     _turn: serial::Shared,
 }
 
 impl PrivateRedis {
+    /// A replica of `primary` (`--replicaof`), once its link is up and
+    /// its first sync done.
+    pub fn replica_of(primary: &PrivateRedis) -> Self {
+        let mut replica = Self {
+            port: free_port(),
+            child: None,
+            durable: None,
+            replica_of: Some((
+                primary.port,
+                tempfile::Builder::new()
+                    .prefix("idemgate-redis-replica-")
+                    .tempdir()
+                    .unwrap(),
+            )),
+            _turn: serial::none(),
+        };
+        replica.restart();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !replica
+            .cli(&["INFO", "replication"])
+            .contains("master_link_status:up")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the replica never synced"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        replica
+    }
+
+    /// Run a command with `redis-cli`; its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli runs");
+        assert!(out.status.success(), "redis-cli {args:?}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// Without persistence: a restart loses everything.
     pub fn start() -> Self {
         Self::launch(None)
@@ -555,6 +600,7 @@ impl PrivateRedis {
             port: free_port(),
             child: None,
             durable,
+            replica_of: None,
             _turn: turn,
         };
         redis.restart();
@@ -566,6 +612,10 @@ impl PrivateRedis {
         let port = self.port.to_string();
         let mut command = Command::new("redis-server");
         command.args(["--port", &port, "--bind", "127.0.0.1", "--save", ""]);
+        if let Some((primary, dir)) = &self.replica_of {
+            command.args(["--replicaof", "127.0.0.1", &primary.to_string(), "--dir"]);
+            command.arg(dir.path());
+        }
         match &self.durable {
             Some(dir) => {
                 command.args(["--appendonly", "yes", "--appendfsync", "always", "--dir"]);

@@ -257,6 +257,8 @@ impl TestStore {
             batches_in_flight: 1,
             prefix: self.prefix.clone(),
             cluster: self.backend == Backend::RedisCluster,
+            replicas: 0,
+            replica_timeout: Duration::from_millis(100),
             max_records: 10_000,
             sweep_interval: Duration::from_secs(60),
             sweep_batch: 100,

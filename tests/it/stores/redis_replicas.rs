@@ -1,0 +1,110 @@
+//! `[store] replicas`: a Redis primary and its replica (private servers),
+//! one gateway on the primary. Keys are sent while the replica follows,
+//! then while it is cut off (`REPLICAOF NO ONE`: it keeps what it has and
+//! takes no more); the primary is killed, and a second gateway on the
+//! former replica (what following the new primary amounts to) retries
+//! every key the first one acknowledged.
+//! - `replicas = 1`: a claim the replica did not acknowledge fails closed
+//!   (`503`, nothing forwarded), so every acknowledged key replays from
+//!   the replica and none executes twice;
+//! - `replicas = 0` (the negative control): the keys acknowledged while
+//!   the replica was cut off are not on it, and their retries execute
+//!   again. The same check must flag exactly those.
+
+use http::StatusCode;
+
+use crate::support::servers::PrivateRedis;
+use crate::support::{Gateway, Set, TestConfig, Upstream, client, post};
+
+const BODY: &str = r#"{"amount":1}"#;
+
+/// Acknowledged keys that did not replay from the former replica.
+#[derive(Debug)]
+struct Failover {
+    acknowledged: usize,
+    /// Keys sent while the replica was cut off, and how many of them the
+    /// gateway acknowledged.
+    cut_off: (usize, usize),
+    lost: Vec<String>,
+}
+
+fn config(store: &str, upstream: &Upstream, replicas: u32) -> TestConfig {
+    TestConfig::new(store, &upstream.url()).store(|store| {
+        store
+            .set("replicas", i64::from(replicas))
+            .set("replica_timeout", "100ms");
+    })
+}
+
+async fn fail_over(replicas: u32) -> Failover {
+    let mut primary = PrivateRedis::start();
+    let replica = PrivateRedis::replica_of(&primary);
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&config(&primary.url(), &upstream, replicas)).await;
+    let (http, url) = (client(), gateway.url("/v1/payments"));
+
+    let mut acknowledged = Vec::new();
+    for i in 0..20 {
+        let key = format!("before-{i}");
+        let reply = post(&http, &url, &key, BODY).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{key}: {reply:?}");
+        acknowledged.push(key);
+    }
+
+    replica.cli(&["REPLICAOF", "NO", "ONE"]);
+    let sent = 5;
+    let mut kept = 0;
+    for i in 0..sent {
+        let key = format!("cut-off-{i}");
+        let reply = post(&http, &url, &key, BODY).await;
+        match reply.status {
+            StatusCode::CREATED => {
+                kept += 1;
+                acknowledged.push(key);
+            }
+            StatusCode::SERVICE_UNAVAILABLE => {
+                assert_eq!(upstream.count(&key), 0, "{key} was forwarded unclaimed");
+            }
+            other => panic!("{key}: {other} while the replica was cut off: {reply:?}"),
+        }
+    }
+    primary.kill();
+    gateway.shutdown().await;
+
+    // The former replica is the primary now.
+    let after = Gateway::start(&config(&replica.url(), &upstream, 0)).await;
+    let url = after.url("/v1/payments");
+    let mut lost = Vec::new();
+    for key in &acknowledged {
+        let again = post(&http, &url, key, BODY).await;
+        if !(again.status == StatusCode::CREATED && again.is_replay()) || upstream.count(key) != 1 {
+            lost.push(key.clone());
+        }
+    }
+    after.shutdown().await;
+    Failover {
+        acknowledged: acknowledged.len(),
+        cut_off: (sent, kept),
+        lost,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_replica_asked_for_every_acknowledged_key_survives() {
+    let failover = fail_over(1).await;
+    eprintln!("replicas = 1: {failover:?}");
+    assert_eq!(failover.cut_off, (5, 0), "{failover:?}");
+    assert_eq!(failover.acknowledged, 20);
+    assert!(failover.lost.is_empty(), "{failover:?}");
+}
+
+/// The negative control: without `replicas`, what the cut-off replica
+/// never received is lost, and the check finds exactly that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_replicas_what_the_replica_missed_is_lost() {
+    let failover = fail_over(0).await;
+    eprintln!("replicas = 0: {failover:?}");
+    assert_eq!(failover.cut_off, (5, 5), "{failover:?}");
+    let expected: Vec<String> = (0..5).map(|i| format!("cut-off-{i}")).collect();
+    assert_eq!(failover.lost, expected, "{failover:?}");
+}
