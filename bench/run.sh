@@ -5,6 +5,7 @@
 #   CONCURRENCY="32" REPEATS=1 bash bench/run.sh   # a quick look
 #   ONLY="B peer" bash bench/run.sh        # a subset (default: A B C D F peer log memory ceil)
 #   BASELINE=f22ed98 bash bench/run.sh     # also that revision's A, B and C-postgres rows ("-before")
+#   ONLY=wait CONCURRENCY=32 bash bench/run.sh   # what [store] replicas = 1 costs (not in the default)
 #
 # Installs wrk, nginx-light and redis-server from apt if missing, starts its
 # own throwaway PostgreSQL (initdb, free port) and Redis (free port), two nginx
@@ -28,6 +29,11 @@
 #   trace  new keys (PostgreSQL) and replays (Redis) with OpenTelemetry
 #      tracing on (every request sampled, exported over OTLP/HTTP to a local
 #      sink that answers 200) next to the same gateways with tracing off
+#   wait  (not in the default) what [store] replicas = 1 costs: a Redis
+#      replica of the bench's Redis, and gateways on the same Redis database
+#      with replicas = 1 (WAIT 1 100 after each claim that takes a key and
+#      each record) next to the replicas = 0 ones: new keys, and replays with
+#      the replay cache off; runs last, so no other row has the replica
 #   memory  10,000 idle HTTP/1.1 connections (bench/memory.py, idle-h1)
 #   ceilings: pgbench running idemgate's own claim + complete statements and
 #   its replay claim; redis-benchmark running idemgate's own claim, complete
@@ -60,7 +66,7 @@ log() { printf '==> %s\n' "$*" >&2; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 want() { case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for part in $ONLY; do
-    case "$part" in A|B|C|D|F|peer|log|trace|memory|ceil) ;; *) log "ONLY: unknown part '$part' (A B C D F peer log trace memory ceil)"; exit 2 ;; esac
+    case "$part" in A|B|C|D|F|peer|log|trace|wait|memory|ceil) ;; *) log "ONLY: unknown part '$part' (A B C D F peer log trace wait memory ceil)"; exit 2 ;; esac
 done
 
 # ---- tools ---------------------------------------------------------------------
@@ -221,9 +227,10 @@ PIDS+=($!)
 counts() { curl -sf "http://127.0.0.1:$CNT/__stats"; }
 
 # Every gateway, current or baseline, gets this config (only the store URL,
-# the replay cache, the listeners and part F's [store.front] differ by
-# gateway): route "api" to the nginx upstream, "storm" and "storm-wait"
-# (concurrent = "wait") to the counting upstream.
+# the replay cache, the listeners, part F's [store.front] and part wait's
+# STORE_EXTRA differ by gateway): route "api" to the nginx upstream, "storm"
+# and "storm-wait" (concurrent = "wait") to the counting upstream.
+# STORE_EXTRA (env, optional): lines added to [store] as they are.
 start_gateway() { # name store_url [replay_cache_ttl] [binary] [log: warn|default] [front_url] [otlp_endpoint] -> sets GW_PORT, GW_PID, GW_ADMIN
     local name="$1" url="$2" cache="${3:-}" bin="${4:-$BIN}" level="${5:-warn}" front="${6:-}" otlp="${7:-}" admin
     GW_PORT="$(free_port)"; admin="$(free_port)"; GW_ADMIN="$admin"
@@ -235,6 +242,7 @@ start_gateway() { # name store_url [replay_cache_ttl] [binary] [log: warn|defaul
         echo "prefix = \"bench:\""
         echo "pool_size = 32"
         [ -n "$cache" ] && echo "replay_cache_ttl = \"$cache\""
+        if [ -n "${STORE_EXTRA:-}" ]; then printf '%s\n' "$STORE_EXTRA"; fi
         if [ -n "$front" ]; then
             echo "[store.front]"
             echo "url = \"$front\""
@@ -374,11 +382,11 @@ preload() { # port [path]
 # Replay cache: "5s" is idemgate's default (src/config/defaults.rs); written
 # out so the results say which rows have it.
 start_gateway pg "$PGURL" 5s; PG_PORT="$GW_PORT"; PG_PID="$GW_PID"
-start_gateway redis "redis://127.0.0.1:$REDISPORT/" 5s; RD_PORT="$GW_PORT"; RD_PID="$GW_PID"
+start_gateway redis "redis://127.0.0.1:$REDISPORT/" 5s; RD_PORT="$GW_PORT"; RD_PID="$GW_PID"; RD_ADMIN="$GW_ADMIN"
 start_gateway sqlite "sqlite://$WORK/idemgate.db" 5s; SQ_PORT="$GW_PORT"; SQ_PID="$GW_PID"
 printf 'idemgate-postgres %s\nidemgate-redis %s\nidemgate-sqlite %s\n' "$PG_PID" "$RD_PID" "$SQ_PID" > "$WORK/rss.pids"
-if want C || want peer; then
-    start_gateway redis-nocache "redis://127.0.0.1:$REDISPORT/" 0s; RN_PORT="$GW_PORT"; RN_PID="$GW_PID"
+if want C || want peer || want wait; then
+    start_gateway redis-nocache "redis://127.0.0.1:$REDISPORT/" 0s; RN_PORT="$GW_PORT"; RN_PID="$GW_PID"; RN_ADMIN="$GW_ADMIN"
 fi
 if want log; then
     start_gateway redis-info "redis://127.0.0.1:$REDISPORT/" 5s "$BIN" default; RI_PORT="$GW_PORT"; RI_PID="$GW_PID"
@@ -448,8 +456,8 @@ fi
 
 # ---- C: replays of a hot set ----------------------------------------------------------
 # idemgate-redis and idemgate-redis-nocache share one Redis, prefix and
-# route: one preload serves both (and the log rows).
-if want C || want peer || want log || want trace; then
+# route: one preload serves both (and the log and wait rows).
+if want C || want peer || want log || want trace || want wait; then
     preload "$RD_PORT"
 fi
 if want C || want peer; then
@@ -781,6 +789,109 @@ done
 
 fi # ceil
 
+# ---- wait: what [store] replicas = 1 costs ------------------------------------------
+# Last, so that no other row runs with a replica attached. A replica of the
+# bench's Redis (no persistence), then two gateways identical to
+# idemgate-redis and idemgate-redis-nocache (the same Redis database 0 and
+# prefix: the hot set preloaded through idemgate-redis serves all four) but
+# with replicas = 1: a claim, a record and a hold are pipelined with WAIT 1
+# 100. WAIT waits for the replication offset, which is the server's, so the
+# shared database changes nothing. The primary must report the replica
+# connected and online before and after the rows, or the part fails.
+if want wait; then
+    REPLPORT="$(free_port)"
+    mkdir -p "$WORK/replica"
+    log "wait: Redis replica of :$REDISPORT on 127.0.0.1:$REPLPORT"
+    redis-server --port "$REPLPORT" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
+        --replicaof 127.0.0.1 "$REDISPORT" --dir "$WORK/replica" >"$WORK/replica.log" 2>&1 &
+    PIDS+=("$!")
+    for _ in $(seq 1 300); do
+        redis-cli -p "$REPLPORT" INFO replication 2>/dev/null | grep -q '^master_link_status:up' && break
+        sleep 0.1
+    done
+    wait_replica_check() { # when: exits non-zero unless the primary has exactly one replica, online
+        local info
+        info="$(redis-cli -p "$REDISPORT" INFO replication | tr -d '\r' || true)"
+        if ! grep -qx 'connected_slaves:1' <<<"$info" || ! grep -q '^slave0:.*state=online' <<<"$info"; then
+            log "wait: $1: the primary (:$REDISPORT) has no connected, online replica; INFO replication:"
+            printf '%s\n' "$info" >&2
+            [ -f "$WORK/replica.log" ] && tail -n 20 "$WORK/replica.log" >&2
+            exit 1
+        fi
+    }
+    W_EXTRA=$'replicas = 1\nreplica_timeout = "100ms"'
+    STORE_EXTRA="$W_EXTRA" start_gateway redis-wait1 "redis://127.0.0.1:$REDISPORT/" 5s
+    W1_PORT="$GW_PORT"; W1_PID="$GW_PID"; W1_ADMIN="$GW_ADMIN"
+    STORE_EXTRA="$W_EXTRA" start_gateway redis-wait1-nocache "redis://127.0.0.1:$REDISPORT/" 0s
+    W1N_PORT="$GW_PORT"; W1N_PID="$GW_PID"; W1N_ADMIN="$GW_ADMIN"
+    # Per gateway, from its /metrics: "requests store_error_answers
+    # store_op_errors store_ops_over_64ms" (idemgate_requests_total, its
+    # outcome="store_error", idemgate_store_duration_seconds_count with
+    # result="error", and the operations above its 0.064 s bucket: a WAIT
+    # near its 100 ms timeout shows there).
+    w_metrics() { # admin port
+        curl -sf "http://127.0.0.1:$1/metrics" | awk '/^idemgate_requests_total/ {r += $NF}
+            /^idemgate_requests_total.*outcome="store_error"/ {e += $NF}
+            /^idemgate_store_duration_seconds_count.*result="error"/ {o += $NF}
+            /^idemgate_store_duration_seconds_bucket\{le="\+Inf"/ {s += $NF}
+            /^idemgate_store_duration_seconds_bucket\{le="0.064"/ {s -= $NF}
+            END {printf "%d %d %d %d", r, e, o, s}'
+    }
+    w_waits() { # -> WAIT calls and their total µs on the primary so far
+        redis-cli -p "$REDISPORT" INFO commandstats | tr -d '\r' \
+            | awk -F'[:=,]' '/^cmdstat_wait:/ {c = $3; u = $5} END {printf "%d %d", c, u}'
+    }
+    wait_replica_check "before the rows"
+    declare -A W_M0
+    for gw in "redis $RD_ADMIN" "redis-nocache $RN_ADMIN" "redis-wait1 $W1_ADMIN" "redis-wait1-nocache $W1N_ADMIN"; do
+        read -r name admin <<<"$gw"; W_M0[$name]="$(w_metrics "$admin")"
+    done
+    W_WAIT0="$(w_waits)"
+    measure "wait-B-0 $RD_PORT new $RD_PID" "wait-B-1 $W1_PORT new $W1_PID" \
+            "wait-C-0 $RN_PORT hot $RN_PID" "wait-C-1 $W1N_PORT hot $W1N_PID"
+    sleep 0.5 # records still being written when wrk stopped
+    wait_replica_check "after the rows"
+    W_WAIT1="$(w_waits)"
+    for gw in "redis $RD_ADMIN" "redis-nocache $RN_ADMIN" "redis-wait1 $W1_ADMIN" "redis-wait1-nocache $W1N_ADMIN"; do
+        read -r name admin <<<"$gw"
+        # name replicas requests store_error_answers store_op_errors store_ops_over_64ms
+        # (deltas over the rows) log_lines (its whole life, RUST_LOG=warn)
+        echo "$name $(case "$name" in *wait1*) echo 1 ;; *) echo 0 ;; esac) $(python3 -c 'import sys; print(*(int(a) - int(b) for a, b in zip(sys.argv[2].split(), sys.argv[1].split())))' \
+            "${W_M0[$name]}" "$(w_metrics "$admin")") $(wc -l < "$WORK/$name.log")" >> "$WORK/wait_gateways"
+    done
+    echo "$W_WAIT0 $W_WAIT1" > "$WORK/wait_cmds"
+    redis-cli -p "$REDISPORT" INFO replication | tr -d '\r' | grep -E '^(connected_slaves|slave0|master_repl_offset):' > "$WORK/wait_replication" || true
+
+    # One connection, one command at a time, no other load: SET, and SET
+    # pipelined with WAIT 1 100 (what the gateway sends), alternately; the
+    # median round trip of each (the machine's other load shows in means).
+    cat > "$WORK/wait_rtt.py" <<'PY'
+import socket, statistics, sys, time
+port, n = int(sys.argv[1]), int(sys.argv[2])
+s = socket.create_connection(("127.0.0.1", port))
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+f = s.makefile("rb")
+def cmd(*a):
+    return b"*%d\r\n" % len(a) + b"".join(b"$%d\r\n%s\r\n" % (len(x), x) for x in a)
+WAIT = cmd(b"WAIT", b"1", b"100")
+short, t = 0, {False: [], True: []}
+for i in range(n + 500):
+    for wait in (False, True):
+        t0 = time.perf_counter()
+        s.sendall(cmd(b"SET", b"bench-rtt:%d" % (i % 100), b"%d" % i) + (WAIT if wait else b""))
+        assert f.readline() == b"+OK\r\n"
+        if wait and f.readline() != b":1\r\n":
+            short += 1
+        if i >= 500: # warm-up
+            t[wait].append(time.perf_counter() - t0)
+print(f"{statistics.median(t[False]) * 1e6:.1f} {statistics.median(t[True]) * 1e6:.1f} {short}")
+PY
+    for i in $(seq 1 "$REPEATS"); do
+        python3 "$WORK/wait_rtt.py" "$REDISPORT" 5000 >> "$WORK/wait_rtt"
+    done
+    log "wait: SET vs SET+WAIT round trips (µs, shortfalls): $(tr '\n' ';' < "$WORK/wait_rtt")"
+fi
+
 # ---- report --------------------------------------------------------------------------
 mkdir -p "$(dirname "$RESULTS")"
 python3 - "$WORK" "$RESULTS" "$DURATION" "$REPEATS" "$(git rev-parse --short HEAD)" "$ONLY" "${BASE_REV:-}" "${PEER_BIN:+$PEER_VERSION}" <<'PY'
@@ -814,7 +925,8 @@ names = ["A-direct", "A-nginx", "A-idemgate", "A-idemgate-before",
          "B-postgres", "B-postgres-before", "B-redis", "B-redis-before", "B-peer", "B-sqlite",
          "C-postgres", "C-postgres-before", "C-redis", "C-redis-nocache", "C-peer", "C-sqlite",
          "log-A-warn", "log-A-info", "log-C-warn", "log-C-info",
-         "trace-B-off", "trace-B-on", "trace-C-off", "trace-C-on"] + storms + [
+         "trace-B-off", "trace-B-on", "trace-C-off", "trace-C-on",
+         "wait-B-0", "wait-B-1", "wait-C-0", "wait-C-1"] + storms + [
          "ceil-pg-claim-complete", "ceil-pg-replay", "ceil-redis-claim", "ceil-redis-complete",
          "ceil-redis-claim+complete", "ceil-redis-replay", "ceil-sqlite-insert-update", "ceil-sqlite-serial"]
 measured = [n for n in names if not n.startswith("ceil-")]
@@ -898,6 +1010,8 @@ for label, a, b, target in [
     ("log info ÷ warn: replay", "log-C-info", "log-C-warn", "—"),
     ("tracing on ÷ off: new keys (PostgreSQL)", "trace-B-on", "trace-B-off", "—"),
     ("tracing on ÷ off: replays (Redis)", "trace-C-on", "trace-C-off", "—"),
+    ("replicas = 1 ÷ 0: new keys (Redis)", "wait-B-1", "wait-B-0", "—"),
+    ("replicas = 1 ÷ 0: replays, replay cache off (Redis)", "wait-C-1", "wait-C-0", "—"),
 ]:
     if any(med(a, c) and med(b, c) for c in cs):
         L.append(f"| {label} | " + " | ".join(ratio(a, b, c) for c in cs) + f" | {target} |")
@@ -909,6 +1023,8 @@ for label, a, b, target in [
     ("gateway CPU per new key (B redis) ÷ per pass-through (A idemgate)", "B-redis", "A-idemgate", "≤ 2.0"),
     ("before→after gateway CPU: B postgres", "B-postgres", "B-postgres-before", "—"),
     ("before→after gateway CPU: C postgres", "C-postgres", "C-postgres-before", "—"),
+    ("gateway CPU, replicas = 1 ÷ 0: new keys (Redis)", "wait-B-1", "wait-B-0", "—"),
+    ("gateway CPU, replicas = 1 ÷ 0: replays, replay cache off (Redis)", "wait-C-1", "wait-C-0", "—"),
 ]:
     if any(med(a, c, 4) and med(b, c, 4) for c in cs):
         L.append(f"| {label} | " + " | ".join(cpu_ratio(a, b, c) for c in cs) + f" | {target} |")
@@ -934,7 +1050,7 @@ if os.path.exists(f"{work}/loglines"):
 if any(("A-direct", c) in rows for c in cs):
     L += ["", "Added latency vs direct (p50 / p99, ms):", ""]
     for n in measured:
-        if n == "A-direct" or n.startswith("D-") or n.startswith("log-") or n.startswith("trace-"):
+        if n == "A-direct" or n.startswith(("D-", "log-", "trace-", "wait-")):
             continue
         parts = []
         for c in cs:
@@ -942,6 +1058,45 @@ if any(("A-direct", c) in rows for c in cs):
                 parts.append(f"c={c}: {med(n,c,1) - med('A-direct',c,1):+.2f} / {med(n,c,2) - med('A-direct',c,2):+.2f}")
         if parts:
             L.append(f"- {n}: " + "; ".join(parts))
+# Part wait: [store] replicas = 1 (WAIT after each claim and record) vs 0.
+if os.path.exists(f"{work}/wait_gateways"):
+    L += ["", "## wait: what `[store] replicas = 1` costs (Redis)", "",
+          "A Redis replica of the bench's Redis (no persistence, same host) runs for this part only (it comes last). `wait-B-0`: new keys",
+          "on idemgate-redis (replicas = 0, replay cache \"5s\"); `wait-B-1`: an identical gateway with `replicas = 1`,",
+          "`replica_timeout = \"100ms\"` (a claim that takes a key, a record and a hold pipelined with `WAIT 1 100`).",
+          "`wait-C-0`, `wait-C-1`: replays of the hot set on the same pair with the replay cache off (\"0s\"; with it on, replays",
+          "do not reach Redis). All four gateways share Redis database 0 and prefix (WAIT waits for the server's replication",
+          "offset, whatever the database); the replica is attached during all four rows, so the replicas = 0 rows pay the",
+          "replication stream too, and only the WAIT differs. The primary reported one connected, online replica before and after the rows."]
+    for kind, a, b in [("new keys", "wait-B-1", "wait-B-0"), ("replays, replay cache off", "wait-C-1", "wait-C-0")]:
+        parts = [f"c={c}: {med(b,c):,.0f} → {med(a,c):,.0f} requests/s ({med(a,c) / med(b,c):.2f}×), p50 {med(b,c,1):.2f} → {med(a,c,1):.2f} ms, "
+                 f"p99 {med(b,c,2):.2f} → {med(a,c,2):.2f} ms, CPU {med(b,c,4):.1f} → {med(a,c,4):.1f} µs/req"
+                 for c in cs if med(a, c) and med(b, c) and med(a, c, 4) is not None and med(b, c, 4) is not None]
+        if parts:
+            L.append(f"- {kind}, replicas 0 → 1: " + "; ".join(parts))
+    tot = {n: sum(int(r[3]) for c in cs for r in rows.get((n, c), [])) for n in ["wait-B-0", "wait-B-1", "wait-C-0", "wait-C-1"]}
+    L.append("- non-2xx answers, all runs summed (a WAIT shortfall is a 503): " + ", ".join(f"{n} {v:,}" for n, v in tot.items()) + ".")
+    gws = [l.split() for l in open(f"{work}/wait_gateways")]
+    L.append("- per gateway over the rows (/metrics): " + "; ".join(
+        f"{g[0]} (replicas {g[1]}): {int(g[2]):,} requests, {int(g[3]):,} store_error answers, {int(g[4]):,} failed store operations, "
+        f"{int(g[5]):,} store operations over 64 ms, {int(g[6]):,} log lines at warn or above" for g in gws) + ".")
+    c0, u0, c1, u1 = (int(x) for x in open(f"{work}/wait_cmds").read().split())
+    w_reqs = {g[0]: int(g[2]) for g in gws}
+    r1 = w_reqs.get("redis-wait1", 0) + w_reqs.get("redis-wait1-nocache", 0)
+    if c1 > c0:
+        L.append(f"- WAIT on the primary over the rows (INFO commandstats): {c1 - c0:,} calls, {(u1 - u0) / (c1 - c0):.2f} µs each "
+                 f"(as commandstats counts it), {(c1 - c0) / max(r1, 1):.2f} per request "
+                 "of the replicas = 1 gateways.")
+    else:
+        L.append("- WAIT on the primary over the rows (INFO commandstats): none — the replicas = 1 gateways did not wait.")
+    if os.path.exists(f"{work}/wait_replication"):
+        L.append("- the primary after the rows: " + ", ".join(f"`{l.strip()}`" for l in open(f"{work}/wait_replication")) + ".")
+    if os.path.exists(f"{work}/wait_rtt"):
+        rtt = [[float(x) for x in l.split()] for l in open(f"{work}/wait_rtt")]
+        a, b = statistics.median(r[0] for r in rtt), statistics.median(r[1] for r in rtt)
+        L.append(f"- one connection, one command at a time, no other load (Python; SET and SET + WAIT 1 100 pipelined, alternately, "
+                 f"5,000 each per run; the median round trip, median of {len(rtt)} runs): SET {a:.1f} µs, SET + WAIT {b:.1f} µs "
+                 f"({b - a:+.1f} µs: the replica's acknowledgement); WAIT shortfalls: {int(sum(r[2] for r in rtt))}.")
 # Part F: PostgreSQL alone vs the Redis front, two gateways each.
 frows = collections.defaultdict(list)
 if os.path.exists(f"{work}/f_rows"):
