@@ -17,7 +17,8 @@ use super::redact_url;
 /// Where records are kept.
 #[derive(Debug, Clone)]
 pub struct StoreConfig {
-    /// `postgres://…`, `redis://…`, `sqlite://…` or `memory://`.
+    /// `postgres://…`, `redis://…`, `redis+sentinel://…`, `sqlite://…` or
+    /// `memory://`.
     pub url: String,
     /// Apply embedded migrations at start.
     pub migrate: bool,
@@ -139,6 +140,8 @@ const SCHEMES: &[&str] = &[
     "postgresql",
     "redis",
     "rediss",
+    "redis+sentinel",
+    "rediss+sentinel",
     "sqlite",
     "memory",
 ];
@@ -188,7 +191,9 @@ impl StoreConfig {
         if self.timeout.is_zero() {
             return fail("timeout", "must be greater than zero");
         }
-        let redis = self.url.starts_with("redis://") || self.url.starts_with("rediss://");
+        let redis = self.url.starts_with("redis://")
+            || self.url.starts_with("rediss://")
+            || super::redis::is_sentinel_url(&self.url);
         if self.replicas > 0 && !redis {
             return fail(
                 "replicas",
@@ -234,7 +239,7 @@ impl StoreConfig {
         Err(InvalidStoreSetting {
             key: "url",
             message: format!(
-                "{} must start with postgres://, redis://, rediss://, sqlite:// or memory://",
+                "{} must start with postgres://, redis://, rediss://, redis+sentinel://, sqlite:// or memory://",
                 redact_url(&self.url)
             ),
         })

@@ -446,9 +446,15 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Backend>, StoreError> 
             );
             Ok(Arc::new(store))
         }
-        "redis" | "rediss" => {
+        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => {
             let store = redis::RedisStore::connect(config).await?;
-            if config.cluster {
+            if redis::is_sentinel_url(url) {
+                tracing::info!(
+                    url = %redact_url(url),
+                    "redis+sentinel:// store: the primary the sentinels name, followed across \
+                     failovers; set [store] replicas so that a failover keeps acknowledged records"
+                );
+            } else if config.cluster {
                 tracing::info!(
                     url = %redact_url(url),
                     "redis:// store on a Redis Cluster (this seed node): shared by every gateway \
@@ -507,14 +513,26 @@ pub fn with_replay_cache(
 
 /// A store URL fit for logs and errors: the password replaced by `***`.
 pub fn redact_url(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut parsed) => {
-            if parsed.password().is_some() {
-                let _ = parsed.set_password(Some("***"));
-            }
-            parsed.to_string()
+    if let Ok(mut parsed) = url::Url::parse(url) {
+        if parsed.password().is_some() {
+            let _ = parsed.set_password(Some("***"));
         }
-        Err(_) => "<unparseable url>".to_string(),
+        return parsed.to_string();
+    }
+    // A host list (`postgres://h1,h2/db`, `redis+sentinel://s1,s2/m`) is
+    // no URL to the url crate: the password is hidden by hand.
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "<unparseable url>".to_string();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            let hidden = if userinfo.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{hidden}@{hosts}{tail}")
+        }
+        None => url.to_string(),
     }
 }
 
@@ -530,6 +548,12 @@ mod tests {
         );
         assert_eq!(redact_url("postgres://u@db/x"), "postgres://u@db/x");
         assert!(!redact_url("post gres://u:secret@").contains("secret"));
+        // Host lists, which the url crate cannot parse.
+        assert_eq!(
+            redact_url("redis+sentinel://:p%40ss@s1:26379,s2:26379/mymaster?db=1"),
+            "redis+sentinel://:***@s1:26379,s2:26379/mymaster?db=1"
+        );
+        assert_eq!(redact_url("postgres://u@h1,h2/db"), "postgres://u@h1,h2/db");
     }
 
     #[test]

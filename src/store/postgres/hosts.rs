@@ -226,25 +226,6 @@ fn split(url: &str) -> Result<Split, String> {
     })
 }
 
-/// `url` as logs may show it: each host's password hidden.
-pub(super) fn redacted(url: &str) -> String {
-    match split(url) {
-        Ok(split) if split.hosts.len() > 1 => {
-            let userinfo = match split.userinfo.split_once(':') {
-                Some((user, _)) => format!("{user}:***@"),
-                None => split.userinfo,
-            };
-            format!(
-                "{}{userinfo}{}{}",
-                split.scheme,
-                split.hosts.join(","),
-                split.rest
-            )
-        }
-        _ => crate::store::redact_url(url),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -316,7 +297,7 @@ mod tests {
         );
         assert!(hosts.several());
         assert_eq!(
-            redacted("postgres://u:secret@h1:5432,h2:6543/db"),
+            crate::store::redact_url("postgres://u:secret@h1:5432,h2:6543/db"),
             "postgres://u:***@h1:5432,h2:6543/db"
         );
     }

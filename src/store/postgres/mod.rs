@@ -15,7 +15,7 @@ mod batch;
 mod hosts;
 mod pool;
 
-use super::{Cas, RecordKey, StoreConfig, StoreError};
+use super::{Cas, RecordKey, StoreConfig, StoreError, redact_url};
 use crate::waiters::{Waiters, parse_wake_id};
 use batch::Batcher;
 pub(in crate::store) use batch::lock_order;
@@ -159,7 +159,7 @@ impl PgStore {
         config: &StoreConfig,
         outbox: bool,
     ) -> Result<Self, StoreError> {
-        let shown = hosts::redacted(&config.url);
+        let shown = redact_url(&config.url);
         let tls = tls_asked_for(&config.url);
         let hosts = Hosts::parse(&config.url, |options| {
             let options = options.application_name("idemgate");

@@ -4,7 +4,8 @@
 //! by the same token rules as the PostgreSQL store, and reads the clock with
 //! Redis's own `TIME`, so every gateway instance agrees on leases.
 //! Operations go over a few shared multiplexed connections ([`lanes`]), to
-//! one server or, with `[store] cluster = true`, to a Redis Cluster found
+//! one server, to the primary its sentinels name (`redis+sentinel://`,
+//! [`sentinel`]) or, with `[store] cluster = true`, to a Redis Cluster found
 //! from one seed node ([`conn`]).
 //!
 //! A record is one hash whose TTL is the retention; the lease is a field,
@@ -29,12 +30,13 @@ mod eviction;
 mod lanes;
 mod layout;
 mod scripts;
+mod sentinel;
 mod store;
 mod wakeups;
 
 use std::future::Future;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use deadpool_redis::redis;
@@ -43,6 +45,8 @@ use deadpool_redis::redis::cluster::ClusterClient;
 use self::conn::{Conn, Node, url_of};
 use self::lanes::{Lane, Lanes};
 pub(in crate::store) use self::layout::Layout;
+use self::sentinel::Sentinels;
+pub(in crate::store) use self::sentinel::is_sentinel_url;
 pub(in crate::store) use self::store::{corrupt, millis};
 
 use super::runtime::StoreRuntime;
@@ -85,13 +89,45 @@ impl std::fmt::Debug for RedisStore {
 
 /// Where new connections come from.
 enum Source {
-    /// One server: a multiplexed connection each, whose connect and
-    /// response timeouts are `[store] timeout` (the redis crate's own
-    /// default response timeout, 500 ms, would otherwise cut every
-    /// operation short whatever the setting says).
-    Single(Box<(redis::Client, redis::AsyncConnectionConfig)>),
+    /// One server (or the primary its sentinels name): a multiplexed
+    /// connection each, whose connect and response timeouts are `[store]
+    /// timeout` (the redis crate's own default response timeout, 500 ms,
+    /// would otherwise cut every operation short whatever the setting says).
+    Single(Box<(OneServer, redis::AsyncConnectionConfig)>),
     /// A cluster: each is a cluster connection of the redis crate.
     Cluster(Box<ClusterClient>),
+}
+
+/// The one server connections go to.
+// One per store, inside `Source`'s box: its size costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
+enum OneServer {
+    /// The URL's.
+    Fixed(redis::Client),
+    /// The primary the sentinels name when a connection is opened.
+    Sentinels(Arc<Sentinels>),
+}
+
+impl OneServer {
+    /// A client for the server, now.
+    async fn client(&self) -> redis::RedisResult<redis::Client> {
+        match self {
+            OneServer::Fixed(client) => Ok(client.clone()),
+            OneServer::Sentinels(sentinels) => sentinels.primary().await,
+        }
+    }
+
+    /// A connection to the server, now.
+    async fn connect(
+        &self,
+        settings: &redis::AsyncConnectionConfig,
+    ) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        self.client()
+            .await?
+            .get_multiplexed_async_connection_with_config(settings)
+            .await
+    }
 }
 
 /// A cluster client starting from `urls` (the seed node, then every
@@ -159,11 +195,17 @@ impl RedisStore {
                     .map_err(|e| invalid(&e))?,
             ))
         } else {
-            let client = redis::Client::open(config.url.as_str()).map_err(|e| invalid(&e))?;
+            let server = if is_sentinel_url(&config.url) {
+                OneServer::Sentinels(Arc::new(
+                    Sentinels::new(&config.url).map_err(|e| invalid(&e))?,
+                ))
+            } else {
+                OneServer::Fixed(redis::Client::open(config.url.as_str()).map_err(|e| invalid(&e))?)
+            };
             let settings = redis::AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(config.timeout))
                 .set_response_timeout(Some(config.timeout));
-            Source::Single(Box::new((client, settings)))
+            Source::Single(Box::new((server, settings)))
         };
         Ok(Self {
             source,
@@ -184,6 +226,14 @@ impl RedisStore {
             wait_routes: config.wait_routes.clone(),
             runtime: StoreRuntime::here(),
         })
+    }
+
+    /// The one server (not a cluster), to connect to apart from the lanes.
+    fn one_server(&self) -> Option<&OneServer> {
+        match &self.source {
+            Source::Single(single) => Some(&single.0),
+            Source::Cluster(_) => None,
+        }
     }
 
     /// The seed URL, then a URL for each primary seen.
@@ -208,12 +258,8 @@ impl RedisStore {
         let connecting = |e: tokio::task::JoinError| unavailable(&e);
         let conn = match &self.source {
             Source::Single(single) => {
-                let (client, settings) = single.as_ref().clone();
-                let connect = async move {
-                    client
-                        .get_multiplexed_async_connection_with_config(&settings)
-                        .await
-                };
+                let (server, settings) = single.as_ref().clone();
+                let connect = async move { server.connect(&settings).await };
                 let mut conn = if local {
                     connect.await
                 } else {
@@ -283,7 +329,11 @@ impl RedisStore {
                 }
             };
             op(conn).await.map_err(|e| {
-                if !matches!(e.kind(), redis::ErrorKind::Server(_)) {
+                // A transport failure, or a server that turned replica
+                // (READONLY: failed over): connect again, through the
+                // sentinels when they name the primary.
+                let read_only = redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+                if !matches!(e.kind(), redis::ErrorKind::Server(_)) || e.kind() == read_only {
                     self.reset(generation.load(Ordering::Relaxed));
                 }
                 StoreError::Unavailable(e.to_string())
@@ -310,11 +360,9 @@ impl RedisStore {
                 "INFO is asked of one Redis server, not a cluster".into(),
             ));
         };
-        let (client, settings) = single.as_ref();
+        let (server, settings) = single.as_ref();
         let ask = async {
-            let mut conn = client
-                .get_multiplexed_async_connection_with_config(settings)
-                .await?;
+            let mut conn = server.connect(settings).await?;
             deadpool_redis::redis::cmd("INFO")
                 .arg(section)
                 .query_async::<String>(&mut conn)

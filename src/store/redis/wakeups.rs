@@ -36,14 +36,18 @@ impl RedisStore {
     /// live one hears every announcement.
     pub(super) async fn listen(&self, waiters: &Waiters) -> Result<(), redis::RedisError> {
         let turn = self.listens.fetch_add(1, Ordering::Relaxed);
-        let url = if self.layout.cluster {
-            let urls = self.node_urls();
-            urls[turn % urls.len()].clone()
-        } else {
-            self.url.clone()
+        let subscribe = async {
+            let client = match self.one_server() {
+                // The one server, or the primary the sentinels name now.
+                Some(server) => server.client().await?,
+                None => {
+                    let urls = self.node_urls();
+                    redis::Client::open(urls[turn % urls.len()].as_str())?
+                }
+            };
+            client.get_async_pubsub().await
         };
-        let client = redis::Client::open(url.as_str())?;
-        let mut pubsub = tokio::time::timeout(self.timeout, client.get_async_pubsub())
+        let mut pubsub = tokio::time::timeout(self.timeout, subscribe)
             .await
             .map_err(|_| {
                 redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))

@@ -20,7 +20,9 @@ use std::time::Duration;
 use http::StatusCode;
 
 use crate::support::servers::PgCluster;
-use crate::support::{Gateway, HttpClient, TestConfig, Upstream, client, eventually, post};
+use crate::support::{
+    Gateway, HttpClient, TestConfig, Upstream, client, eventually, not_replayed, post,
+};
 
 const BODY: &str = r#"{"amount":1}"#;
 
@@ -126,13 +128,7 @@ async fn fail_over(synchronous: bool) -> Failover {
     );
     let recovered_in = promoted.elapsed();
 
-    let mut lost = Vec::new();
-    for key in &acknowledged {
-        let again = post(&http, &url, key, BODY).await;
-        if !(again.status == StatusCode::CREATED && again.is_replay()) || upstream.count(key) != 1 {
-            lost.push(key.clone());
-        }
-    }
+    let lost = not_replayed(&http, &url, &upstream, &acknowledged, BODY).await;
     assert!(
         !standby.log().contains("read-only transaction"),
         "the gateway wrote to the standby:\n{}",

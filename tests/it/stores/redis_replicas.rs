@@ -14,7 +14,7 @@
 use http::StatusCode;
 
 use crate::support::servers::PrivateRedis;
-use crate::support::{Gateway, Set, TestConfig, Upstream, client, post};
+use crate::support::{Gateway, Set, TestConfig, Upstream, client, not_replayed, post};
 
 const BODY: &str = r#"{"amount":1}"#;
 
@@ -74,13 +74,7 @@ async fn fail_over(replicas: u32) -> Failover {
     // The former replica is the primary now.
     let after = Gateway::start(&config(&replica.url(), &upstream, 0)).await;
     let url = after.url("/v1/payments");
-    let mut lost = Vec::new();
-    for key in &acknowledged {
-        let again = post(&http, &url, key, BODY).await;
-        if !(again.status == StatusCode::CREATED && again.is_replay()) || upstream.count(key) != 1 {
-            lost.push(key.clone());
-        }
-    }
+    let lost = not_replayed(&http, &url, &upstream, &acknowledged, BODY).await;
     after.shutdown().await;
     Failover {
         acknowledged: acknowledged.len(),

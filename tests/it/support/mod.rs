@@ -46,6 +46,28 @@ where
     }
 }
 
+/// Of `keys`, each acknowledged once with `body`, the ones a retry through
+/// `url` does not replay, or that reached `upstream` more than once: what a
+/// store failover lost.
+pub async fn not_replayed(
+    http: &HttpClient,
+    url: &str,
+    upstream: &Upstream,
+    keys: &[String],
+    body: &str,
+) -> Vec<String> {
+    let mut lost = Vec::new();
+    for key in keys {
+        let again = post(http, url, key, body).await;
+        if !(again.status == ::http::StatusCode::CREATED && again.is_replay())
+            || upstream.count(key) != 1
+        {
+            lost.push(key.clone());
+        }
+    }
+    lost
+}
+
 /// The value of one sample (`name{labels}`) in a metrics text; 0 if absent.
 pub fn sample(metrics: &str, series: &str) -> f64 {
     metrics

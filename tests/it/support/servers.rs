@@ -518,12 +518,15 @@ pub fn postgres_bin_dir() -> PathBuf {
 pub struct PrivateRedis {
     port: u16,
     child: Option<Child>,
+    /// Its working directory (`--dir`): the append-only file, and the
+    /// snapshot a full sync writes on a replica. Never the test's own
+    /// directory, where another server would load that snapshot at start.
+    dir: tempfile::TempDir,
     /// With an append-only file fsynced on every write (the recommended
-    /// durability of docs/src/stores/redis.md), kept in this directory across restarts.
-    durable: Option<tempfile::TempDir>,
-    /// A replica of the server on this port (`--replicaof`), and the
-    /// directory of the snapshot its full sync writes.
-    replica_of: Option<(u16, tempfile::TempDir)>,
+    /// durability of docs/src/stores/redis.md), kept across restarts.
+    durable: bool,
+    /// A replica of the server on this port (`--replicaof`).
+    replica_of: Option<u16>,
     _turn: serial::Shared,
 }
 
@@ -534,14 +537,9 @@ impl PrivateRedis {
         let mut replica = Self {
             port: free_port(),
             child: None,
-            durable: None,
-            replica_of: Some((
-                primary.port,
-                tempfile::Builder::new()
-                    .prefix("idemgate-redis-replica-")
-                    .tempdir()
-                    .unwrap(),
-            )),
+            dir: working_dir(),
+            durable: false,
+            replica_of: Some(primary.port),
             _turn: serial::none(),
         };
         replica.restart();
@@ -561,44 +559,35 @@ impl PrivateRedis {
 
     /// Run a command with `redis-cli`; its output.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli runs");
-        assert!(out.status.success(), "redis-cli {args:?}: {}", text(&out));
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        redis_cli(self.port, args)
     }
 
     /// Without persistence: a restart loses everything.
     pub fn start() -> Self {
-        Self::launch(None)
+        Self::launch(false)
     }
 
     /// With `appendonly yes` and `appendfsync always`: a restart, even after
     /// SIGKILL, keeps every acknowledged write.
     pub fn start_durable() -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("idemgate-redis-")
-            .tempdir()
-            .unwrap();
-        Self::launch(Some(dir))
+        Self::launch(true)
     }
 
     /// A server for the whole test binary: it takes no turn, and outlives
     /// the binary by at most a second ([`Self::stop_at_exit`]).
     pub fn for_the_binary() -> Self {
-        Self::launch_with(None, serial::none())
+        Self::launch_with(false, serial::none())
     }
 
-    fn launch(durable: Option<tempfile::TempDir>) -> Self {
+    fn launch(durable: bool) -> Self {
         Self::launch_with(durable, serial::shared())
     }
 
-    fn launch_with(durable: Option<tempfile::TempDir>, turn: serial::Shared) -> Self {
+    fn launch_with(durable: bool, turn: serial::Shared) -> Self {
         let mut redis = Self {
             port: free_port(),
             child: None,
+            dir: working_dir(),
             durable,
             replica_of: None,
             _turn: turn,
@@ -612,18 +601,17 @@ impl PrivateRedis {
         let port = self.port.to_string();
         let mut command = Command::new("redis-server");
         command.args(["--port", &port, "--bind", "127.0.0.1", "--save", ""]);
-        if let Some((primary, dir)) = &self.replica_of {
-            command.args(["--replicaof", "127.0.0.1", &primary.to_string(), "--dir"]);
-            command.arg(dir.path());
+        command.arg("--dir").arg(self.dir.path());
+        if let Some(primary) = self.replica_of {
+            command.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
         }
-        match &self.durable {
-            Some(dir) => {
-                command.args(["--appendonly", "yes", "--appendfsync", "always", "--dir"]);
-                command.arg(dir.path());
-            }
-            None => {
-                command.args(["--appendonly", "no"]);
-            }
+        if self.durable {
+            command.args(["--appendonly", "yes", "--appendfsync", "always"]);
+        } else {
+            command.args(["--appendonly", "no"]);
+            // Without persistence a restart starts empty, even after a
+            // full sync as a replica left a snapshot behind.
+            let _ = std::fs::remove_file(self.dir.path().join("dump.rdb"));
         }
         let child = command
             .stdout(Stdio::null())
@@ -675,6 +663,25 @@ impl PrivateRedis {
     }
 }
 
+/// `redis-cli` on the loopback server at `port`; its output.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    assert!(out.status.success(), "redis-cli {args:?}: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A private server's working directory.
+fn working_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("idemgate-redis-")
+        .tempdir()
+        .unwrap()
+}
+
 impl Drop for PrivateRedis {
     fn drop(&mut self) {
         if self.child.is_some() {
@@ -688,6 +695,99 @@ impl Drop for PrivateRedis {
 pub fn kill(signal: &str, pid: &str) {
     let status = Command::new("kill").args([signal, pid]).status().unwrap();
     assert!(status.success(), "kill {signal} {pid}: {status}");
+}
+
+/// A Redis Sentinel on a free loopback port, watching a primary as
+/// `mymaster` (quorum 2: run three) and failing it over once it has not
+/// answered for a second. Dropping it kills it.
+pub struct PrivateSentinel {
+    port: u16,
+    child: Child,
+    /// Its config file, which Sentinel rewrites as it learns.
+    _dir: tempfile::TempDir,
+}
+
+impl PrivateSentinel {
+    /// The name the sentinels know the primary by.
+    pub const PRIMARY: &'static str = "mymaster";
+
+    /// A sentinel watching `primary`.
+    pub fn watching(primary: &PrivateRedis) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("idemgate-sentinel-")
+            .tempdir()
+            .unwrap();
+        let port = free_port();
+        let config = dir.path().join("sentinel.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                 sentinel monitor {name} 127.0.0.1 {primary} 2\n\
+                 sentinel down-after-milliseconds {name} 1000\n\
+                 sentinel failover-timeout {name} 5000\n",
+                dir.path().display(),
+                name = Self::PRIMARY,
+                primary = primary.port,
+            ),
+        )
+        .unwrap();
+        let child = Command::new("redis-server")
+            .arg(&config)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server runs");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sentinel did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            port,
+            child,
+            _dir: dir,
+        }
+    }
+
+    /// Wait until this sentinel knows `replicas` replicas and `sentinels`
+    /// sentinels (itself included), so that a failover can be agreed.
+    pub fn wait_for(&self, replicas: usize, sentinels: usize) {
+        let wanted = format!("slaves={replicas},sentinels={sentinels}");
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let info = self.cli(&["INFO", "sentinel"]);
+            if info.contains("status=ok") && info.contains(&wanted) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sentinel never saw {wanted}: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Run a command with `redis-cli`; its output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        redis_cli(self.port, args)
+    }
+
+    /// `host:port`, as a `redis+sentinel://` URL lists it.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for PrivateSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// A Redis Cluster of three primaries (no replicas) on free loopback ports,
