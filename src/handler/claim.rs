@@ -175,9 +175,10 @@ impl Gateway {
         let claimed = match claimed {
             Ok(claimed) => claimed,
             Err(error) => {
-                if let StoreError::Unavailable(_) = error {
-                    // The claim may commit once the store resumes although
-                    // this request is never forwarded under it.
+                if let StoreError::Unavailable(_) | StoreError::NotReplicated(_) = error {
+                    // The claim may commit once the store resumes (or, not
+                    // replicated, stands on the primary) although this
+                    // request is never forwarded under it.
                     self.lost_claims
                         .report(&route.name, record_key, attempt, route.lease);
                 }

@@ -182,7 +182,7 @@ impl Gateway {
         // Boxed: the pipeline's future is large, and the server moves the
         // one this returns several times before polling it; a box makes
         // each of those moves a pointer's copy (unboxed, the copies took
-        // an eighth of a pass-through's instructions: callgrind,
+        // about a sixth of a pass-through's instructions: callgrind,
         // bench/instructions.sh).
         let inner = Box::pin(
             self.clone()

@@ -242,6 +242,10 @@ pub enum StoreError {
     /// The store could not be reached or did not answer in time.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The write applied on the primary, but fewer replicas than `[store]
+    /// replicas` acknowledged it: not an outage, so it never fails open.
+    #[error("the store's replicas did not acknowledge the write: {0}")]
+    NotReplicated(String),
     /// The store answered with something idemgate cannot read.
     #[error("store returned an unreadable record: {0}")]
     Corrupt(String),
@@ -517,23 +521,58 @@ pub fn redact_url(url: &str) -> String {
         if parsed.password().is_some() {
             let _ = parsed.set_password(Some("***"));
         }
+        if parsed.query_pairs().any(|(name, _)| name == "password") {
+            let pairs: Vec<(String, String)> = parsed
+                .query_pairs()
+                .map(|(name, value)| {
+                    let value = if name == "password" {
+                        "***".into()
+                    } else {
+                        value
+                    };
+                    (name.into_owned(), value.into_owned())
+                })
+                .collect();
+            parsed.query_pairs_mut().clear().extend_pairs(pairs);
+        }
         return parsed.to_string();
     }
     // A host list (`postgres://h1,h2/db`, `redis+sentinel://s1,s2/m`) is
-    // no URL to the url crate: the password is hidden by hand.
+    // no URL to the url crate: everything before the last `@` but the user
+    // is hidden, and so is a `password=` parameter. Anything else that
+    // cannot be read is not shown at all.
     let Some((scheme, rest)) = url.split_once("://") else {
         return "<unparseable url>".to_string();
     };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
-            let hidden = if userinfo.contains(':') { ":***" } else { "" };
-            format!("{scheme}://{user}{hidden}@{hosts}{tail}")
-        }
-        None => url.to_string(),
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((userinfo, rest)) => (Some(userinfo), rest),
+        None => (None, rest),
+    };
+    if rest.contains('#') || !rest.is_ascii() {
+        return "<unparseable url>".to_string();
     }
+    let (hosts, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let query: Vec<String> = query
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| match pair.split_once('=') {
+            Some(("password", _)) => "password=***".to_string(),
+            _ => pair.to_string(),
+        })
+        .collect();
+    let user = match userinfo {
+        Some(info) => match info.split_once(':') {
+            Some((user, _)) => format!("{user}:***@"),
+            None => format!("{info}@"),
+        },
+        None => String::new(),
+    };
+    let query = if query.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", query.join("&"))
+    };
+    format!("{scheme}://{user}{hosts}{query}")
 }
 
 #[cfg(test)]
@@ -554,6 +593,21 @@ mod tests {
             "redis+sentinel://:***@s1:26379,s2:26379/mymaster?db=1"
         );
         assert_eq!(redact_url("postgres://u@h1,h2/db"), "postgres://u@h1,h2/db");
+        // Separators inside the password, and a password parameter.
+        for url in [
+            "postgres://u:se/cr3t@h1:1,h2:2/db",
+            "postgres://u:se?cr3t@h1,h2/db",
+            "postgres://u:se#cr3t@h1,h2/db",
+            "postgres://u:se@cr3t@h1,h2/db",
+            "postgres://h1,h2/db?user=u&password=secr3t&sslmode=require",
+        ] {
+            let shown = redact_url(url);
+            assert!(!shown.contains("cr3t"), "{url} → {shown}");
+        }
+        assert_eq!(
+            redact_url("postgres://h1,h2/db?password=x&sslmode=require"),
+            "postgres://h1,h2/db?password=***&sslmode=require"
+        );
     }
 
     #[test]

@@ -39,7 +39,6 @@ pub(super) enum Target {
 }
 
 /// The hosts of a store URL and which one served last.
-#[derive(Debug)]
 pub(super) struct Hosts {
     /// Each host (as logs show it) and its connection options.
     candidates: Vec<(String, PgConnectOptions)>,
@@ -48,6 +47,17 @@ pub(super) struct Hosts {
     current: AtomicUsize,
     /// After every host failed: not before this, and the next pause.
     backoff: Mutex<Option<(Instant, Duration, String)>>,
+}
+
+/// Not derived: the connection options hold the password.
+impl std::fmt::Debug for Hosts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hosts: Vec<&str> = self.candidates.iter().map(|(h, _)| h.as_str()).collect();
+        f.debug_struct("Hosts")
+            .field("hosts", &hosts)
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Hosts {

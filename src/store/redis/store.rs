@@ -88,8 +88,8 @@ impl RedisStore {
     fn replicated(&self, acked: Option<i64>) -> Result<(), StoreError> {
         match (self.replicas, acked) {
             (Some((wanted, ms)), Some(acked)) if acked < i64::from(wanted) => {
-                Err(StoreError::Unavailable(format!(
-                    "{acked} of the {wanted} replicas asked for ([store] replicas) acknowledged the write within {ms} ms"
+                Err(StoreError::NotReplicated(format!(
+                    "{acked} of the {wanted} replicas asked for ([store] replicas) acknowledged it within {ms} ms"
                 )))
             }
             _ => Ok(()),

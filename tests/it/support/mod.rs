@@ -48,7 +48,8 @@ where
 
 /// Of `keys`, each acknowledged once with `body`, the ones a retry through
 /// `url` does not replay, or that reached `upstream` more than once: what a
-/// store failover lost.
+/// store failover lost. A retry answered `503` (the store still settling)
+/// is sent again, as a client would, for up to 30 s.
 pub async fn not_replayed(
     http: &HttpClient,
     url: &str,
@@ -58,10 +59,14 @@ pub async fn not_replayed(
 ) -> Vec<String> {
     let mut lost = Vec::new();
     for key in keys {
-        let again = post(http, url, key, body).await;
-        if !(again.status == ::http::StatusCode::CREATED && again.is_replay())
-            || upstream.count(key) != 1
-        {
+        let again = eventually(Duration::from_secs(30), || async {
+            let reply = post(http, url, key, body).await;
+            (reply.status != ::http::StatusCode::SERVICE_UNAVAILABLE).then_some(reply)
+        })
+        .await;
+        let replayed =
+            again.is_some_and(|r| r.status == ::http::StatusCode::CREATED && r.is_replay());
+        if !replayed || upstream.count(key) != 1 {
             lost.push(key.clone());
         }
     }
