@@ -197,7 +197,7 @@ impl RedisStore {
         } else {
             let server = if is_sentinel_url(&config.url) {
                 OneServer::Sentinels(Arc::new(
-                    Sentinels::new(&config.url).map_err(|e| invalid(&e))?,
+                    Sentinels::new(&config.url, config.timeout).map_err(|e| invalid(&e))?,
                 ))
             } else {
                 OneServer::Fixed(redis::Client::open(config.url.as_str()).map_err(|e| invalid(&e))?)

@@ -2,29 +2,46 @@
 //! `redis+sentinel://[user:password@]s1:26379,s2:26379,s3:26379/mymaster?db=0`
 //! (`rediss+sentinel://`: TLS to the sentinels and to Redis).
 //!
-//! The sentinels are asked for `mymaster`'s primary each time the store
-//! opens a connection (the redis crate's Sentinel client, which also checks
-//! that the server it names says it is a primary). The store opens one
+//! Each time the store opens a connection, every sentinel is asked at once
+//! for `mymaster`'s address (`SENTINEL get-master-addr-by-name`), and the
+//! address a majority of the sentinels the URL lists name is the primary,
+//! once it says so itself (`ROLE`). A sentinel that has not yet learned of
+//! a failover is outvoted, so the gateway never follows it to a server
+//! that came back empty and still calls itself a primary; without a
+//! majority, opening the connection fails (closed). The store opens one
 //! whenever a connection failed or a write met `READONLY` (a primary
 //! demoted to replica), so after a failover every lane finds the new
 //! primary on its next operation. The user and password are the Redis
 //! servers'; the sentinels are reached without them.
 
-use deadpool_redis::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
-use deadpool_redis::redis::{self, ConnectionAddr, TlsMode};
-use percent_encoding::percent_decode_str;
+use std::time::Duration;
+
+use deadpool_redis::redis::{self, AsyncConnectionConfig, ErrorKind, RedisResult, Value};
+use percent_encoding::{NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
 /// The sentinels' port when the URL names none.
 const SENTINEL_PORT: u16 = 26379;
 
 /// The sentinels of one primary, asked for it when a connection is opened.
 pub(super) struct Sentinels {
-    client: tokio::sync::Mutex<SentinelClient>,
+    /// One client per sentinel the URL lists.
+    sentinels: Vec<redis::Client>,
+    /// The name the sentinels know the primary by.
+    name: String,
+    /// A primary's URL around its `host:port`: `redis[s]://[user:pass@]`
+    /// and `/db`.
+    node: (String, String),
+    /// Each question to a sentinel, and the primary's `ROLE`.
+    settings: AsyncConnectionConfig,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for Sentinels {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sentinels").finish_non_exhaustive()
+        f.debug_struct("Sentinels")
+            .field("sentinels", &self.sentinels.len())
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
@@ -44,50 +61,123 @@ pub(in crate::store) fn is_sentinel_url(url: &str) -> bool {
     url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://")
 }
 
+/// `host` as a URL writes it (an IPv6 address in brackets).
+fn url_host(host: &str) -> String {
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    }
+}
+
 impl Sentinels {
-    /// The sentinels `url` names; the error says what is wrong with it.
-    pub(super) fn new(url: &str) -> Result<Self, String> {
+    /// The sentinels `url` names, each asked within half of `timeout` (the
+    /// primary's `ROLE` takes the other half); the error says what is
+    /// wrong with the URL.
+    pub(super) fn new(url: &str, timeout: Duration) -> Result<Self, String> {
         let parsed = parse(url)?;
-        let addr = |(host, port): &(String, u16)| {
-            if parsed.tls {
-                ConnectionAddr::TcpTls {
-                    host: host.clone(),
-                    port: *port,
-                    insecure: false,
-                    tls_params: None,
-                }
-            } else {
-                ConnectionAddr::Tcp(host.clone(), *port)
-            }
+        let scheme = if parsed.tls { "rediss" } else { "redis" };
+        let sentinels = parsed
+            .sentinels
+            .iter()
+            .map(|(host, port)| {
+                redis::Client::open(format!("{scheme}://{}:{port}/", url_host(host)))
+            })
+            .collect::<RedisResult<Vec<_>>>()
+            .map_err(|e| e.to_string())?;
+        let encode = |s: &str| utf8_percent_encode(s, NON_ALPHANUMERIC).to_string();
+        let userinfo = match (&parsed.username, &parsed.password) {
+            (None, None) => String::new(),
+            (user, password) => format!(
+                "{}:{}@",
+                user.as_deref().map(encode).unwrap_or_default(),
+                password.as_deref().map(encode).unwrap_or_default()
+            ),
         };
-        let mut builder = SentinelClientBuilder::new(
-            parsed.sentinels.iter().map(addr),
-            &parsed.primary,
-            SentinelServerType::Master,
-        )
-        .map_err(|e| e.to_string())?
-        .set_client_to_redis_db(parsed.db);
-        if parsed.tls {
-            builder = builder
-                .set_client_to_redis_tls_mode(TlsMode::Secure)
-                .set_client_to_sentinel_tls_mode(TlsMode::Secure);
-        }
-        if let Some(username) = &parsed.username {
-            builder = builder.set_client_to_redis_username(username);
-        }
-        if let Some(password) = &parsed.password {
-            builder = builder.set_client_to_redis_password(password);
-        }
-        let client = builder.build().map_err(|e| e.to_string())?;
+        let half = timeout / 2;
         Ok(Self {
-            client: tokio::sync::Mutex::new(client),
+            sentinels,
+            name: parsed.primary,
+            node: (format!("{scheme}://{userinfo}"), format!("/{}", parsed.db)),
+            settings: AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(half))
+                .set_response_timeout(Some(half)),
+            timeout: half,
         })
     }
 
-    /// A client for the primary the sentinels name now.
-    pub(super) async fn primary(&self) -> redis::RedisResult<redis::Client> {
-        self.client.lock().await.async_get_client().await
+    /// A client for the primary a majority of the sentinels name now.
+    pub(super) async fn primary(&self) -> RedisResult<redis::Client> {
+        let asks = self.sentinels.iter().map(|sentinel| self.ask(sentinel));
+        let named: Vec<(String, u16)> = futures_util::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
+            .collect();
+        let Some((host, port)) = majority(&named, self.sentinels.len()) else {
+            return Err(redis::RedisError::from((
+                ErrorKind::MasterNameNotFoundBySentinel,
+                "no majority of the sentinels names one primary",
+                format!(
+                    "{} of {} answered: {named:?}",
+                    named.len(),
+                    self.sentinels.len()
+                ),
+            )));
+        };
+        let client = redis::Client::open(format!(
+            "{}{}:{port}{}",
+            self.node.0,
+            url_host(&host),
+            self.node.1
+        ))?;
+        let role = tokio::time::timeout(self.timeout, async {
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&self.settings)
+                .await?;
+            redis::cmd("ROLE")
+                .query_async::<Vec<Value>>(&mut conn)
+                .await
+        })
+        .await
+        .map_err(|_| {
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))
+        })??;
+        match role.first() {
+            Some(Value::BulkString(role)) if role == b"master" => Ok(client),
+            _ => Err(redis::RedisError::from((
+                ErrorKind::MasterNameNotFoundBySentinel,
+                "the server the sentinels name is not a primary (yet)",
+                format!("{host}:{port}"),
+            ))),
+        }
     }
+
+    /// What one sentinel names as the primary; `None` if it does not
+    /// answer in time or names none.
+    async fn ask(&self, sentinel: &redis::Client) -> Option<(String, u16)> {
+        let answer = tokio::time::timeout(self.timeout, async {
+            let mut conn = sentinel
+                .get_multiplexed_async_connection_with_config(&self.settings)
+                .await?;
+            redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(&self.name)
+                .query_async::<Option<(String, String)>>(&mut conn)
+                .await
+        })
+        .await;
+        let (host, port) = answer.ok()?.ok()??;
+        Some((host, port.parse().ok()?))
+    }
+}
+
+/// The address more than half of `listed` sentinels named, if one was.
+fn majority(named: &[(String, u16)], listed: usize) -> Option<(String, u16)> {
+    named
+        .iter()
+        .find(|candidate| named.iter().filter(|n| n == candidate).count() * 2 > listed)
+        .cloned()
 }
 
 /// Take a `redis+sentinel://` URL apart.
@@ -209,6 +299,24 @@ mod tests {
             let error = parse(url).unwrap_err();
             assert!(error.contains(says), "{url}: {error}");
         }
+    }
+
+    #[test]
+    fn the_primary_is_what_a_majority_of_the_listed_sentinels_name() {
+        let a = ("10.0.0.1".to_string(), 6379);
+        let b = ("10.0.0.2".to_string(), 6379);
+        assert_eq!(
+            majority(&[a.clone(), a.clone(), b.clone()], 3),
+            Some(a.clone())
+        );
+        // One sentinel down: the two others agree.
+        assert_eq!(majority(&[b.clone(), b.clone()], 3), Some(b.clone()));
+        // A lagging sentinel against a new one, the third down: nobody.
+        assert_eq!(majority(&[a.clone(), b.clone()], 3), None);
+        // Only one of three answers: not a majority of those listed.
+        assert_eq!(majority(std::slice::from_ref(&a), 3), None);
+        assert_eq!(majority(std::slice::from_ref(&a), 1), Some(a.clone()));
+        assert_eq!(majority(&[], 3), None);
     }
 
     #[test]
