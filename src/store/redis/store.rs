@@ -4,7 +4,9 @@
 //!
 //! With `[store] replicas = N`, the writes the guarantees rest on (a claim
 //! that takes the key, a record, a hold) are followed by `WAIT N timeout`
-//! in the same round trip (pipelined: `WAIT` may not run inside a script),
+//! on the connection that wrote: a record and a hold in the same round
+//! trip (pipelined: `WAIT` may not run inside a script), a claim once its
+//! answer says it took the key (so replays, `409`s and `422`s never wait),
 //! and fewer acknowledgements fail the operation as the store being
 //! unavailable, so what the gateway acknowledged is on N replicas. The
 //! write stays on the primary: a failed claim is then abandoned by its
@@ -151,13 +153,30 @@ impl Store for RedisStore {
             .arg(&wake.1);
         let (invocation, wait) = (&invocation, self.replicas);
         let (reply, acked): (Vec<Value>, _) = self
-            .bounded(|mut conn| async move { invoke(invocation, wait, &mut conn).await })
+            .bounded(|mut conn| async move {
+                let reply: Vec<Value> = invocation.invoke_async(&mut conn).await?;
+                // Only a claim that took the key wrote what G1 rests on:
+                // it alone waits, on the connection that wrote (a replay,
+                // a 409 or a 422 never holds a lane for the replicas).
+                let took = matches!(
+                    bytes(reply.first()).as_deref(),
+                    Some(b"claimed" | b"takeover")
+                );
+                let acked = match wait {
+                    Some((replicas, ms)) if took => Some(
+                        redis::cmd("WAIT")
+                            .arg(replicas)
+                            .arg(ms)
+                            .query_async::<i64>(&mut conn)
+                            .await?,
+                    ),
+                    _ => None,
+                };
+                Ok((reply, acked))
+            })
             .await?;
+        self.replicated(acked)?;
         let outcome = bytes(reply.first()).ok_or_else(|| corrupt("no outcome"))?;
-        if matches!(&outcome[..], b"claimed" | b"takeover") {
-            // Only a claim that took the key wrote what G1 rests on.
-            self.replicated(acked)?;
-        }
         Ok(match &outcome[..] {
             b"claimed" | b"takeover" => Claim::Claimed {
                 token: int(reply.get(1)).ok_or_else(|| corrupt("no token"))?,

@@ -109,3 +109,48 @@ async fn without_replicas_what_the_replica_missed_is_lost() {
     let expected: Vec<String> = (0..5).map(|i| format!("cut-off-{i}")).collect();
     assert_eq!(failover.lost, expected, "{failover:?}");
 }
+
+/// `WAIT` calls the primary has run (`INFO commandstats`).
+fn waits(primary: &PrivateRedis) -> u64 {
+    let stats = primary.cli(&["INFO", "commandstats"]);
+    stats
+        .lines()
+        .find_map(|line| line.strip_prefix("cmdstat_wait:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |calls| calls.parse().expect("a count"))
+}
+
+/// Only writes wait: a new key's claim and record do (so the count moves,
+/// which is what makes the replays' check mean anything); a replay, which
+/// writes nothing, holds no connection for the replicas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replays_do_not_wait_for_replicas() {
+    let primary = PrivateRedis::start();
+    let _replica = PrivateRedis::replica_of(&primary);
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&config(&primary.url(), &upstream, 1)).await;
+    let (http, url) = (client(), gateway.url("/v1/payments"));
+
+    let before = waits(&primary);
+    for i in 0..5 {
+        let reply = post(&http, &url, &format!("key-{i}"), BODY).await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
+    }
+    let after_new = waits(&primary);
+    // (One more when a pipeline met NOSCRIPT and was sent again.)
+    assert!(
+        after_new - before >= 10,
+        "a claim and a record per new key: {}",
+        after_new - before
+    );
+    for i in 0..5 {
+        let reply = post(&http, &url, &format!("key-{i}"), BODY).await;
+        assert!(reply.is_replay(), "{reply:?}");
+    }
+    assert_eq!(
+        waits(&primary),
+        after_new,
+        "a replay waited for the replicas"
+    );
+    gateway.shutdown().await;
+}
