@@ -36,15 +36,6 @@ pub(super) struct Sentinels {
     timeout: Duration,
 }
 
-impl std::fmt::Debug for Sentinels {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sentinels")
-            .field("sentinels", &self.sentinels.len())
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
-}
-
 /// A `redis+sentinel://` URL taken apart.
 #[derive(Debug, PartialEq)]
 struct SentinelUrl {

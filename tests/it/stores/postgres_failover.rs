@@ -60,18 +60,41 @@ async fn cut_off(primary: &PgCluster, standby: &PgCluster) {
     assert!(gone.is_some(), "the standby still streams");
 }
 
+/// A gateway whose store URL lists `first`'s host, then `second`'s.
+async fn gateway_on(first: &PgCluster, second: &PgCluster, upstream: &Upstream) -> Gateway {
+    let store = format!(
+        "postgres://postgres@{},{}/postgres?target_session_attrs=read-write",
+        first.host(),
+        second.host()
+    );
+    Gateway::start(&TestConfig::new(&store, &upstream.url())).await
+}
+
+/// Send new keys (`after-N`) until one is served, for up to 30 s: which
+/// attempt was. `503` is the only other answer allowed meanwhile.
+async fn served_again(http: &HttpClient, url: &str) -> Option<u32> {
+    let mut attempt = 0;
+    eventually(Duration::from_secs(30), || {
+        attempt += 1;
+        let (http, url) = (http.clone(), url.to_string());
+        async move {
+            match new_key(&http, &url, &format!("after-{attempt}")).await {
+                StatusCode::CREATED => Some(attempt),
+                StatusCode::SERVICE_UNAVAILABLE => None,
+                other => panic!("{other} while the gateway finds the new primary"),
+            }
+        }
+    })
+    .await
+}
+
 /// The scenario above; `synchronous` chooses the standby.
 async fn fail_over(synchronous: bool) -> Failover {
     let primary = PgCluster::new().await;
     let standby = PgCluster::standby_of(&primary, synchronous).await;
     let upstream = Upstream::start().await;
     // The standby first: the gateway must pass it over.
-    let store = format!(
-        "postgres://postgres@{},{}/postgres?target_session_attrs=read-write",
-        standby.host(),
-        primary.host()
-    );
-    let gateway = Gateway::start(&TestConfig::new(&store, &upstream.url())).await;
+    let gateway = gateway_on(&standby, &primary, &upstream).await;
     let (http, url) = (client(), gateway.url("/v1/payments"));
 
     let mut acknowledged = Vec::new();
@@ -109,19 +132,7 @@ async fn fail_over(synchronous: bool) -> Failover {
     primary.signal("-KILL");
     standby.promote().await;
     let promoted = std::time::Instant::now();
-    let mut attempt = 0;
-    let back = eventually(Duration::from_secs(30), || {
-        attempt += 1;
-        let (http, url) = (http.clone(), url.clone());
-        async move {
-            match new_key(&http, &url, &format!("after-{attempt}")).await {
-                StatusCode::CREATED => Some(()),
-                StatusCode::SERVICE_UNAVAILABLE => None,
-                other => panic!("{other} while the gateway fails over"),
-            }
-        }
-    })
-    .await;
+    let back = served_again(&http, &url).await;
     assert!(
         back.is_some(),
         "no new key served within 30 s of the promotion"
@@ -184,12 +195,7 @@ async fn read_only_primary_sends_the_gateway_to_the_new_one() {
     let primary = PgCluster::new().await;
     let standby = PgCluster::standby_of(&primary, true).await;
     let upstream = Upstream::start().await;
-    let store = format!(
-        "postgres://postgres@{},{}/postgres?target_session_attrs=read-write",
-        primary.host(),
-        standby.host()
-    );
-    let gateway = Gateway::start(&TestConfig::new(&store, &upstream.url())).await;
+    let gateway = gateway_on(&primary, &standby, &upstream).await;
     let (http, url) = (client(), gateway.url("/v1/payments"));
     for i in 0..10 {
         assert_eq!(
@@ -203,19 +209,7 @@ async fn read_only_primary_sends_the_gateway_to_the_new_one() {
         .await;
     primary.sql("SELECT pg_reload_conf()").await;
     standby.promote().await;
-    let mut attempt = 0;
-    let back = eventually(Duration::from_secs(30), || {
-        attempt += 1;
-        let (http, url) = (http.clone(), url.clone());
-        async move {
-            match new_key(&http, &url, &format!("after-{attempt}")).await {
-                StatusCode::CREATED => Some(attempt),
-                StatusCode::SERVICE_UNAVAILABLE => None,
-                other => panic!("{other} while the gateway switches over"),
-            }
-        }
-    })
-    .await;
+    let back = served_again(&http, &url).await;
     let took = back.expect("no new key served on the new primary within 30 s");
     eprintln!("served again at attempt {took}");
     let on_new = standby

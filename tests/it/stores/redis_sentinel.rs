@@ -153,16 +153,26 @@ async fn fail_over(replicas: u32, servers: usize) -> Failover {
     }
 }
 
+impl Failover {
+    /// What the failover kept and lost, for the test's output.
+    fn report(&self, setup: &str) {
+        eprintln!(
+            "{setup}: {} keys acknowledged, {} lost ({:?}), {} claims lost (502); \
+             promoted {:?} and new keys served {:?} after the kill",
+            self.acknowledged.len(),
+            self.lost.len(),
+            self.lost,
+            self.superseded,
+            self.promoted_in,
+            self.recovered_in
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_with_a_replica_asked_for_keeps_every_key() {
     let failover = fail_over(1, 1).await;
-    eprintln!(
-        "replicas = 1: {} keys acknowledged, {} lost; promoted {:?} and new keys served {:?} after the kill",
-        failover.acknowledged.len(),
-        failover.lost.len(),
-        failover.promoted_in,
-        failover.recovered_in
-    );
+    failover.report("replicas = 1");
     assert!(failover.acknowledged.len() >= 10, "{failover:?}");
     assert!(failover.lost.is_empty(), "{failover:?}");
     assert_eq!(failover.superseded, 0, "a claim was lost: {failover:?}");
@@ -172,15 +182,7 @@ async fn sentinel_failover_with_a_replica_asked_for_keeps_every_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_without_replicas_reports_what_it_lost() {
     let failover = fail_over(0, 1).await;
-    eprintln!(
-        "replicas = 0: {} keys acknowledged, {} lost ({:?}), {} claims lost (502); promoted {:?} and new keys served {:?} after the kill",
-        failover.acknowledged.len(),
-        failover.lost.len(),
-        failover.lost,
-        failover.superseded,
-        failover.promoted_in,
-        failover.recovered_in
-    );
+    failover.report("replicas = 0");
     assert!(failover.acknowledged.len() >= 10, "{failover:?}");
 }
 
@@ -190,13 +192,8 @@ async fn sentinel_failover_without_replicas_reports_what_it_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_with_a_spare_replica_keeps_serving() {
     let failover = fail_over(1, 2).await;
-    eprintln!(
-        "replicas = 1 of 2: {} keys acknowledged, {} lost; promoted {:?} and new keys served {:?} after the kill",
-        failover.acknowledged.len(),
-        failover.lost.len(),
-        failover.promoted_in,
-        failover.recovered_in
-    );
+    failover.report("replicas = 1 of 2");
+    assert!(failover.acknowledged.len() >= 10, "{failover:?}");
     assert!(failover.lost.is_empty(), "{failover:?}");
     assert_eq!(failover.superseded, 0, "a claim was lost: {failover:?}");
 }
