@@ -10,62 +10,13 @@
 //! is reported, not asserted (whether the last writes reached the replica
 //! before the kill is a race).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use http::StatusCode;
 
-use crate::support::http::try_post;
+use crate::support::failover::{BODY, Failover, Load};
 use crate::support::servers::{PrivateRedis, PrivateSentinel};
-use crate::support::{Gateway, Set, TestConfig, Upstream, client, eventually, not_replayed, post};
-
-const BODY: &str = r#"{"amount":1}"#;
-
-/// What a failover under load kept and lost.
-#[derive(Debug)]
-struct Failover {
-    /// Keys answered `201` (not a replay) while the load ran.
-    acknowledged: Vec<String>,
-    /// Of those, the ones that did not replay afterwards or reached the
-    /// upstream twice.
-    lost: Vec<String>,
-    /// Answered `502 lease-lost`: their claim was lost in the failover.
-    superseded: usize,
-    /// From the kill to the replica's promotion.
-    promoted_in: Duration,
-    /// From the kill to the first new key served by the new primary.
-    recovered_in: Duration,
-}
-
-/// Send new keys, one at a time, until `stop`: the acknowledged ones, and
-/// how many were answered `502 lease-lost` (forwarded under a claim the
-/// new primary never had, so their record could not be written).
-async fn load(url: String, worker: usize, stop: Arc<AtomicBool>) -> (Vec<String>, usize) {
-    let http = client();
-    let mut acknowledged = Vec::new();
-    let mut superseded = 0;
-    let mut i = 0;
-    while !stop.load(Ordering::Relaxed) {
-        let key = format!("load-{worker}-{i}");
-        i += 1;
-        match try_post(&http, &url, &key, BODY).await {
-            Ok(reply) if reply.status == StatusCode::CREATED && !reply.is_replay() => {
-                acknowledged.push(key);
-            }
-            Ok(reply) if reply.status == StatusCode::SERVICE_UNAVAILABLE => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Ok(reply) if reply.is_replay() => {}
-            Ok(reply) if reply.problem_type() == "urn:idemgate:problem:lease-lost" => {
-                superseded += 1;
-            }
-            Ok(reply) => panic!("{key}: unexpected answer during the failover: {reply:?}"),
-            Err(e) => panic!("{key}: {e}"),
-        }
-    }
-    (acknowledged, superseded)
-}
+use crate::support::{Gateway, Set, TestConfig, Upstream, client, eventually, post};
 
 /// The failover above, with `[store] replicas` and `servers` replicas
 /// under the primary. With one, the killed primary is started again once
@@ -95,10 +46,7 @@ async fn fail_over(replicas: u32, servers: usize) -> Failover {
     let gateway = Gateway::start(&config).await;
     let url = gateway.url("/v1/payments");
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let workers: Vec<_> = (0..4)
-        .map(|w| tokio::spawn(load(url.clone(), w, stop.clone())))
-        .collect();
+    let load = Load::start(&url, 4);
     tokio::time::sleep(Duration::from_millis(500)).await;
     primary.kill();
     let killed = Instant::now();
@@ -134,48 +82,16 @@ async fn fail_over(replicas: u32, servers: usize) -> Failover {
     let recovered_in = killed.elapsed();
     // Some load on the new primary too.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
-    let (mut acknowledged, mut superseded) = (Vec::new(), 0);
-    for worker in workers {
-        let (acked, lost_claims) = worker.await.expect("the load ran");
-        acknowledged.extend(acked);
-        superseded += lost_claims;
-    }
-
-    let lost = not_replayed(&http, &url, &upstream, &acknowledged, BODY).await;
+    let failover = load.finish(&upstream, promoted_in, recovered_in).await;
     gateway.shutdown().await;
-    Failover {
-        acknowledged,
-        lost,
-        superseded,
-        promoted_in,
-        recovered_in,
-    }
-}
-
-impl Failover {
-    /// What the failover kept and lost, for the test's output.
-    fn report(&self, setup: &str) {
-        eprintln!(
-            "{setup}: {} keys acknowledged, {} lost ({:?}), {} claims lost (502); \
-             promoted {:?} and new keys served {:?} after the kill",
-            self.acknowledged.len(),
-            self.lost.len(),
-            self.lost,
-            self.superseded,
-            self.promoted_in,
-            self.recovered_in
-        );
-    }
+    failover
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_failover_with_a_replica_asked_for_keeps_every_key() {
     let failover = fail_over(1, 1).await;
     failover.report("replicas = 1");
-    assert!(failover.acknowledged.len() >= 10, "{failover:?}");
-    assert!(failover.lost.is_empty(), "{failover:?}");
-    assert_eq!(failover.superseded, 0, "a claim was lost: {failover:?}");
+    failover.assert_kept_everything();
 }
 
 /// Without `replicas`, the same failover; what it lost is reported.
@@ -193,7 +109,5 @@ async fn sentinel_failover_without_replicas_reports_what_it_lost() {
 async fn sentinel_failover_with_a_spare_replica_keeps_serving() {
     let failover = fail_over(1, 2).await;
     failover.report("replicas = 1 of 2");
-    assert!(failover.acknowledged.len() >= 10, "{failover:?}");
-    assert!(failover.lost.is_empty(), "{failover:?}");
-    assert_eq!(failover.superseded, 0, "a claim was lost: {failover:?}");
+    failover.assert_kept_everything();
 }

@@ -3,12 +3,14 @@
 //! test upstream ([`upstream`]), the gateway in process ([`gateway`]) or as a
 //! child process ([`process`]), private PostgreSQL and Redis servers to stop
 //! and restart ([`servers`]), the shared PostgreSQL and Redis servers, found
-//! or started ([`provision`]), an HTTP client ([`http`]), throwaway
+//! or started ([`provision`]), load for the store failover tests
+//! ([`failover`]), an HTTP client ([`http`]), throwaway
 //! certificates for the TLS tests ([`pki`]), the turn-taking
 //! between the chaos harness and everything else ([`serial`]), and
 //! [`per_backend!`], which runs one test body on each store.
 
 pub mod config;
+pub mod failover;
 pub mod gateway;
 pub mod http;
 pub mod otlp;
