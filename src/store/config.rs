@@ -200,12 +200,6 @@ impl StoreConfig {
                 "is for Redis (WAIT): PostgreSQL keeps acknowledged records across a failover with a synchronous standby (synchronous_standby_names)",
             );
         }
-        if self.replicas > 0 && self.cluster {
-            return fail(
-                "replicas",
-                "is not supported with cluster = true yet: a cluster failover with replicas is not proven to keep acknowledged records",
-            );
-        }
         if self.replicas > 0
             && (self.replica_timeout.is_zero() || self.replica_timeout >= self.timeout)
         {
@@ -378,7 +372,7 @@ mod tests {
             cluster: true,
             ..redis(1, Duration::from_millis(100))
         };
-        assert_eq!(on_a_cluster.validate().unwrap_err().key, "replicas");
+        assert_eq!(on_a_cluster.validate(), Ok(()));
         for wait in [
             Duration::ZERO,
             Duration::from_secs(1),

@@ -309,8 +309,11 @@ impl RedisStore {
     /// Run `op` on a lane's connection, bounded by `[store] timeout`. A
     /// connection that fails or does not answer in time is dropped from its
     /// lane (a half-open TCP connection would otherwise time out forever).
-    /// Not on a cluster: a cluster connection reconnects to each node by
-    /// itself, and one node's failure says nothing about the others.
+    /// On a cluster too: the redis crate's cluster connection reconnects to
+    /// a node by itself, but does not ask for the slot map again when the
+    /// node stays down, so it went on sending a killed primary's slots to
+    /// it after its replica was promoted (a third of new keys answered
+    /// `503` for more than a minute). A new one asks the nodes afresh.
     pub(in crate::store) async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
     where
         F: FnOnce(Conn) -> Fut,
@@ -393,11 +396,9 @@ impl RedisStore {
             .unwrap_or_else(|e| e.into_inner()) = run_id.map(str::to_string);
     }
 
-    /// Forget every lane's connection (one server only: see [`Self::bounded`]).
+    /// Forget every lane's connection (see [`Self::bounded`]).
     fn reset(&self, generation: u64) {
-        if !self.layout.cluster {
-            self.lanes.reset(generation);
-        }
+        self.lanes.reset(generation);
     }
 }
 

@@ -151,7 +151,7 @@ impl Store for RedisStore {
             .arg(req.attempt)
             .arg(&wake.0)
             .arg(&wake.1);
-        let (invocation, wait) = (&invocation, self.replicas);
+        let (invocation, wait, record) = (&invocation, self.replicas, &record);
         let (reply, acked): (Vec<Value>, _) = self
             .bounded(|mut conn| async move {
                 let reply: Vec<Value> = invocation.invoke_async(&mut conn).await?;
@@ -163,13 +163,7 @@ impl Store for RedisStore {
                     Some(b"claimed" | b"takeover")
                 );
                 let acked = match wait {
-                    Some((replicas, ms)) if took => Some(
-                        redis::cmd("WAIT")
-                            .arg(replicas)
-                            .arg(ms)
-                            .query_async::<i64>(&mut conn)
-                            .await?,
-                    ),
+                    Some((replicas, ms)) if took => Some(conn.wait(replicas, ms, record).await?),
                     _ => None,
                 };
                 Ok((reply, acked))

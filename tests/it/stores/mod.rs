@@ -1,8 +1,8 @@
 //! The stores, each on its own: the one conformance suite every store runs
 //! (`conformance`, and `inquiry` for the status inquiry's states), and what
 //! only one store does: SQLite as a user runs it; the PostgreSQL front on
-//! Redis (`front`); the Redis store on a Redis Cluster, its eviction
-//! warning, its replicas (`WAIT`) and Sentinel; PostgreSQL's batched claims, races,
+//! Redis (`front`); the Redis store on a Redis Cluster (with replicas,
+//! failed over), its eviction warning, its replicas (`WAIT`) and Sentinel; PostgreSQL's batched claims, races,
 //! sweep plan, upgrade in place and failover to a standby; and the replay
 //! cache in front of the shared stores. The guarantees on every store are
 //! in `guarantees/`.
@@ -16,6 +16,7 @@ mod postgres_races;
 mod postgres_sweep;
 mod postgres_upgrade;
 mod redis_cluster;
+mod redis_cluster_replicas;
 mod redis_eviction;
 mod redis_replicas;
 mod redis_sentinel;

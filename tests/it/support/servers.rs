@@ -804,23 +804,29 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
-    /// A cluster for one test (it may kill nodes).
+    /// A cluster of three primaries for one test (it may kill nodes).
     pub fn start() -> Self {
-        Self::launch(serial::shared())
+        Self::launch(serial::shared(), 0)
+    }
+
+    /// Three primaries with a replica each, for one test: nodes 0–2 are
+    /// the primaries, node `i + 3` is node `i`'s replica.
+    pub fn with_replicas() -> Self {
+        Self::launch(serial::shared(), 1)
     }
 
     /// A cluster for the whole test binary: it takes no turn, and outlives
     /// the binary by at most a second ([`Self::stop_at_exit`]).
     pub fn for_the_binary() -> Self {
-        Self::launch(serial::none())
+        Self::launch(serial::none(), 0)
     }
 
-    fn launch(turn: serial::Shared) -> Self {
+    fn launch(turn: serial::Shared, replicas: usize) -> Self {
         // A free port can be taken by another test's server between
         // free_port() and redis-server's bind: then start over elsewhere.
         let mut attempt = 1;
         loop {
-            match Self::try_launch() {
+            match Self::try_launch(replicas) {
                 Ok(mut cluster) => {
                     cluster._turn = turn;
                     return cluster;
@@ -848,33 +854,41 @@ impl RedisCluster {
             .unwrap_or(false)
     }
 
-    fn try_launch() -> Result<Self, String> {
+    /// Start the cluster node on `port`, in its directory under `dir`
+    /// (which keeps its `nodes.conf` across a restart, not its data).
+    fn spawn_node(dir: &Path, port: u16) -> Child {
+        let node_dir = dir.join(port.to_string());
+        std::fs::create_dir_all(&node_dir).unwrap();
+        // Without persistence a restart starts empty, even after a full
+        // sync as a replica left a snapshot behind.
+        let _ = std::fs::remove_file(node_dir.join("dump.rdb"));
+        let port = port.to_string();
+        Command::new("redis-server")
+            .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
+            .args(["--appendonly", "no", "--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", "nodes.conf"])
+            .args(["--cluster-node-timeout", "2000"])
+            // The slots of the live nodes stay served when one dies.
+            .args(["--cluster-require-full-coverage", "no"])
+            // A replica may take over however long its link was down.
+            .args(["--cluster-replica-validity-factor", "0"])
+            .arg("--dir")
+            .arg(&node_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run redis-server ({e}): install the `redis-server` package (apt-get install redis-server)"))
+    }
+
+    fn try_launch(replicas: usize) -> Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix("idemgate-redis-cluster-")
             .tempdir()
             .unwrap();
-        let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let ports: Vec<u16> = (0..3 * (1 + replicas)).map(|_| free_port()).collect();
         let children = ports
             .iter()
-            .map(|port| {
-                let node_dir = dir.path().join(port.to_string());
-                std::fs::create_dir(&node_dir).unwrap();
-                let port = port.to_string();
-                Command::new("redis-server")
-                    .args(["--port", &port, "--bind", "127.0.0.1", "--save", ""])
-                    .args(["--appendonly", "no", "--cluster-enabled", "yes"])
-                    .args(["--cluster-config-file", "nodes.conf"])
-                    .args(["--cluster-node-timeout", "2000"])
-                    // The slots of the live nodes stay served when one dies.
-                    .args(["--cluster-require-full-coverage", "no"])
-                    .arg("--dir")
-                    .arg(&node_dir)
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .map(Some)
-                    .unwrap_or_else(|e| panic!("cannot run redis-server ({e}): install the `redis-server` package (apt-get install redis-server)"))
-            })
+            .map(|port| Some(Self::spawn_node(dir.path(), *port)))
             .collect();
         let cluster = Self {
             ports,
@@ -896,14 +910,31 @@ impl RedisCluster {
         }
         let mut create = Command::new("redis-cli");
         create.args(["--cluster", "create"]);
-        create.args(cluster.ports.iter().map(|p| format!("127.0.0.1:{p}")));
-        create.args(["--cluster-replicas", "0", "--cluster-yes"]);
+        create.args(cluster.ports[..3].iter().map(|p| format!("127.0.0.1:{p}")));
+        create.arg("--cluster-yes");
         let out = create
             .stdin(Stdio::null())
             .output()
             .expect("redis-cli runs");
         if !out.status.success() {
             return Err(format!("cluster create: {}", text(&out)));
+        }
+        // Each replica is attached to its primary by hand: `--cluster-replicas`
+        // would pair them as it likes.
+        for (i, port) in cluster.ports.iter().enumerate().skip(3) {
+            let primary = cluster.ports[i % 3];
+            let out = Command::new("redis-cli")
+                .args(["--cluster", "add-node"])
+                .arg(format!("127.0.0.1:{port}"))
+                .arg(format!("127.0.0.1:{primary}"))
+                .args(["--cluster-slave", "--cluster-master-id"])
+                .arg(cluster.node_id(primary))
+                .stdin(Stdio::null())
+                .output()
+                .expect("redis-cli runs");
+            if !out.status.success() {
+                return Err(format!("cluster add-node: {}", text(&out)));
+            }
         }
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         for port in cluster.ports.clone() {
@@ -916,7 +947,39 @@ impl RedisCluster {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
+        for i in 3..cluster.ports.len() {
+            while !cluster.replication(i).contains("master_link_status:up") {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "replica {i} never synced: {}",
+                    cluster.replication(i)
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
         Ok(cluster)
+    }
+
+    /// The id of the node on `port` (`CLUSTER MYID`).
+    fn node_id(&self, port: u16) -> String {
+        redis_cli(port, &["CLUSTER", "MYID"]).trim().to_string()
+    }
+
+    /// `INFO replication` of node `i` (empty if it does not answer).
+    pub fn replication(&self, i: usize) -> String {
+        redis_cli(self.ports[i], &["INFO", "replication"])
+    }
+
+    /// Whether node `i` answers as a primary.
+    pub fn is_primary(&self, i: usize) -> bool {
+        self.replication(i).contains("role:master")
+    }
+
+    /// Start node `i` again after [`Self::kill`]: empty, with its cluster
+    /// configuration, so it rejoins (as a replica, once it was failed over).
+    pub fn restart(&mut self, i: usize) {
+        let dir = self.dir.as_ref().expect("the cluster has its directory");
+        self.children[i] = Some(Self::spawn_node(dir.path(), self.ports[i]));
     }
 
     /// `CLUSTER INFO` of the node on `port` (empty if it does not answer).
