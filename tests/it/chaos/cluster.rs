@@ -1,8 +1,9 @@
 //! What the nemesis breaks: two real idemgate processes sharing one store
 //! (a private PostgreSQL cluster, a private, durable Redis, a SQLite file,
-//! or a private PostgreSQL cluster with a private Redis front that keeps
-//! nothing on disk), each of which can be killed and restarted while
-//! clients keep sending.
+//! a private PostgreSQL cluster with a private Redis front that keeps
+//! nothing on disk, or a replicated store to fail over: a PostgreSQL
+//! primary with a synchronous standby, or Redis under Sentinel), each of
+//! which can be killed and restarted while clients keep sending.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -15,7 +16,7 @@ use toml::{Table, Value};
 
 use crate::support::http::{get_status, try_send};
 use crate::support::process::GatewayProcess;
-use crate::support::servers::{PgCluster, PrivateRedis, kill};
+use crate::support::servers::{PgCluster, PrivateRedis, PrivateSentinel, kill};
 use crate::support::store::Backend;
 use crate::support::{Set, TestConfig, client, eventually};
 
@@ -33,6 +34,19 @@ pub enum ChaosStore {
     Front {
         pg: PgCluster,
         front: PrivateRedis,
+    },
+    /// A PostgreSQL primary and its synchronous standby, both named in the
+    /// gateways' URL (libpq's multi-host form, `read-write`); a failover
+    /// swaps them ([`ChaosStore::fail_over`]).
+    PostgresPair {
+        primary: PgCluster,
+        standby: PgCluster,
+    },
+    /// A Redis primary with two replicas (no persistence), followed by
+    /// three sentinels; the gateways use `redis+sentinel://`.
+    RedisSentinel {
+        servers: Vec<PrivateRedis>,
+        sentinels: Vec<PrivateSentinel>,
     },
 }
 
@@ -94,11 +108,133 @@ impl ChaosStore {
         }
     }
 
+    /// A replicated store of `kind` (PostgreSQL or Redis) for the
+    /// failover runs.
+    pub async fn replicated(kind: Backend) -> Self {
+        match kind {
+            Backend::Postgres => {
+                let primary = PgCluster::new().await;
+                let standby = PgCluster::standby_of(&primary, true).await;
+                ChaosStore::PostgresPair { primary, standby }
+            }
+            Backend::Redis => {
+                let primary = PrivateRedis::start();
+                let replicas = [
+                    PrivateRedis::replica_of(&primary),
+                    PrivateRedis::replica_of(&primary),
+                ];
+                let sentinels: Vec<PrivateSentinel> = (0..3)
+                    .map(|_| PrivateSentinel::watching(&primary))
+                    .collect();
+                for sentinel in &sentinels {
+                    sentinel.wait_for(replicas.len(), sentinels.len());
+                }
+                let mut servers = vec![primary];
+                servers.extend(replicas);
+                ChaosStore::RedisSentinel { servers, sentinels }
+            }
+            other => unreachable!("no failover run on {}", other.name()),
+        }
+    }
+
     pub fn url(&self) -> String {
         match self {
             ChaosStore::Postgres(pg) | ChaosStore::Front { pg, .. } => pg.url(),
             ChaosStore::Redis(redis) => redis.url(),
             ChaosStore::Sqlite(file) => file.url(),
+            ChaosStore::PostgresPair { primary, standby } => format!(
+                "postgres://postgres@{},{}/postgres?target_session_attrs=read-write",
+                standby.host(),
+                primary.host()
+            ),
+            ChaosStore::RedisSentinel { sentinels, .. } => {
+                let hosts: Vec<String> = sentinels.iter().map(PrivateSentinel::host).collect();
+                format!(
+                    "redis+sentinel://{}/{}",
+                    hosts.join(","),
+                    PrivateSentinel::PRIMARY
+                )
+            }
+        }
+    }
+
+    /// Fail the replicated store over: kill its primary (SIGKILL, or
+    /// PostgreSQL's `stop -m immediate`), let the replica take over
+    /// (PostgreSQL: `pg_ctl promote`; Redis: the sentinels' choice), and
+    /// bring the killed server back as the new primary's replica
+    /// (PostgreSQL: rebuilt by `pg_basebackup`, synchronous; Redis:
+    /// restarted empty, as a supervisor would, for the sentinels to turn
+    /// into a replica). Returns once the killed server is back.
+    ///
+    /// Not `safely` (Redis only, the negative control): the killed primary
+    /// is restarted at once, empty, before the sentinels can act, as
+    /// Redis's replication docs warn against for servers without
+    /// persistence: its replicas sync from it again and wipe themselves.
+    pub async fn fail_over(&mut self, rng: &mut fastrand::Rng, safely: bool) -> &'static str {
+        match self {
+            ChaosStore::PostgresPair { primary, standby } => {
+                primary.stop_immediate().await;
+                tokio::time::sleep(Duration::from_millis(rng.u64(200..1_000))).await;
+                standby.promote().await;
+                std::mem::swap(primary, standby);
+                standby.rejoin_as_standby_of(primary, true).await;
+                "PostgreSQL failover (primary stopped -m immediate, synchronous standby promoted, old primary rebuilt)"
+            }
+            ChaosStore::RedisSentinel { servers, sentinels } => {
+                let is_primary = |redis: &PrivateRedis| {
+                    let info = redis.cli(&["INFO", "replication"]);
+                    info.contains("role:master") && !info.contains("connected_slaves:0")
+                };
+                let Some(killed) = servers.iter().position(is_primary) else {
+                    return "Redis failover skipped: no primary with a replica";
+                };
+                servers[killed].kill();
+                if !safely {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    servers[killed].restart();
+                    return "Redis primary SIGKILLed and restarted empty at once (unsafe)";
+                }
+                // Restarted only once the failover is complete: every
+                // sentinel names the new primary and the other replica
+                // follows it. An empty server restarted earlier is where
+                // a replica still pointing at the old address syncs from
+                // (wiping itself), as Redis's replication docs warn for
+                // servers without persistence that restart on their own.
+                let others: Vec<usize> = (0..servers.len()).filter(|i| *i != killed).collect();
+                let complete = eventually(Duration::from_secs(30), || async {
+                    let promoted = others.iter().copied().find(|&i| {
+                        servers[i]
+                            .cli(&["INFO", "replication"])
+                            .contains("role:master")
+                    })?;
+                    let port = servers[promoted].port().to_string();
+                    let named = sentinels.iter().all(|sentinel| {
+                        sentinel
+                            .cli(&[
+                                "SENTINEL",
+                                "get-master-addr-by-name",
+                                PrivateSentinel::PRIMARY,
+                            ])
+                            .lines()
+                            .any(|line| line.trim() == port)
+                    });
+                    let followed = others.iter().filter(|&&i| i != promoted).all(|&i| {
+                        let info = servers[i].cli(&["INFO", "replication"]);
+                        info.contains(&format!("master_port:{port}"))
+                            && info.contains("master_link_status:up")
+                    });
+                    (named && followed).then_some(())
+                })
+                .await;
+                assert!(
+                    complete.is_some(),
+                    "the sentinels did not complete the failover within 30 s"
+                );
+                tokio::time::sleep(Duration::from_millis(rng.u64(200..1_000))).await;
+                servers[killed].restart();
+                "Redis failover (primary SIGKILLed, Sentinel promoted a replica, old primary restarted empty once it was done)"
+            }
+            _ => unreachable!("only a replicated store fails over"),
         }
     }
 
@@ -112,7 +248,12 @@ impl ChaosStore {
 
     /// Where the store listens; `None` for a file.
     pub fn addr(&self) -> Option<SocketAddr> {
-        if let ChaosStore::Sqlite(_) = self {
+        // A file, and the replicated stores, whose URLs name several hosts
+        // (reached directly: their fault is the failover).
+        if let ChaosStore::Sqlite(_)
+        | ChaosStore::PostgresPair { .. }
+        | ChaosStore::RedisSentinel { .. } = self
+        {
             return None;
         }
         let url = url::Url::parse(&self.url()).expect("a store URL");

@@ -50,13 +50,22 @@
 //! scraped from every gateway process), and `front-health.log` what the
 //! gateways logged about it (down, back up).
 //!
-//! Three negative controls run too: the same harness on a Redis without
+//! The failover runs (`postgres_failover`, `redis_failover`) put the
+//! gateways on a replicated store, reached directly: a PostgreSQL primary
+//! with a synchronous standby (multi-host URL), or Redis under Sentinel
+//! with two replicas and `[store] replicas = 1`; every other fault fails
+//! the store over (`ChaosStore::fail_over`), and nothing may be lost.
+//!
+//! Four negative controls run too: the same harness on a Redis without
 //! persistence, restarted by SIGKILL, must be caught with duplicate
 //! executions; with lease renewal disabled, retries on the slow `release`
 //! route must be caught executing beside a live attempt; and with the
 //! upstream's lookup lying (`404` for keys it acted on) until the final
 //! check, the inquiring route's retries must be caught executing keys a
-//! second time (a checker that cannot fail proves nothing).
+//! second time; and on the Sentinel setup, a primary restarted at once,
+//! empty, before the sentinels act, must be caught with duplicate
+//! executions (its replicas wipe themselves) (a checker that cannot fail
+//! proves nothing).
 //!
 //! Durations, as docs/src/development/testing.md gives them:
 //! `CHAOS_SECONDS` (default 30) of chaos per store run and
@@ -90,9 +99,9 @@ use nemesis::FaultRecord;
 use proxy::{FaultProxy, Mode, Rates};
 use workload::{KeyInfo, Workload};
 
-use crate::support::serial;
 use crate::support::store::Backend;
 use crate::support::upstream::{Execution, Lookup, Upstream};
+use crate::support::{Set, serial};
 
 /// The lease of the `hold` and `release` routes: short, so that lapses
 /// happen during the run (and the longest lease of any route).
@@ -180,6 +189,52 @@ fn sqlite() {
     serial::alone(|| async { passes(chaos(Backend::Sqlite, Variant::Normal).await) });
 }
 
+/// PostgreSQL failed over under the chaos: a primary with a synchronous
+/// standby, both named in the gateways' URL; every other fault stops the
+/// primary (`-m immediate`), promotes the standby and rebuilds the old
+/// primary as its standby (src/store/postgres/hosts.rs finds the writable
+/// one). Nothing acknowledged may be lost.
+#[test]
+fn postgres_failover() {
+    serial::alone(|| async { passes(chaos(Backend::Postgres, Variant::Failover).await) });
+}
+
+/// Redis under Sentinel failed over under the chaos: a primary, two
+/// replicas (no persistence) and three sentinels, `[store] replicas = 1`;
+/// every other fault SIGKILLs the primary, lets the sentinels promote a
+/// replica and restarts the killed server empty. Nothing acknowledged may
+/// be lost.
+#[test]
+fn redis_failover() {
+    serial::alone(|| async { passes(chaos(Backend::Redis, Variant::Failover).await) });
+}
+
+/// The failover run's negative control: the same setup, but the killed
+/// primary is restarted at once, empty, before the sentinels act (what
+/// Redis's replication docs warn against for servers without
+/// persistence): its replicas sync from it again and wipe themselves, so
+/// acknowledged records are lost and their retries execute again, which
+/// the checker must report. (`replicas = 0` would be the natural control,
+/// but on one host a replica is rarely behind at the kill, so it loses
+/// nothing reliably: tests/it/stores/redis_replicas.rs cuts a replica off
+/// to show what `WAIT` buys.)
+#[test]
+fn negative_control_redis_restarted_empty_at_once_is_caught() {
+    serial::alone(|| async {
+        let run = chaos(Backend::Redis, Variant::UnsafeRestart).await;
+        assert!(
+            run.verdict.duplicates_hold > 0
+                && run
+                    .verdict
+                    .violations
+                    .iter()
+                    .any(|v| v.starts_with("property 1")),
+            "the checker missed the records an empty restarted primary wiped:\n{}",
+            run.report
+        );
+    });
+}
+
 /// The negative control: a checker that cannot fail proves nothing. A
 /// Redis that keeps nothing on disk, SIGKILLed and restarted during the
 /// run, forgets completed records, so their retries execute again; the
@@ -260,6 +315,12 @@ enum Variant {
     /// The negative control of the status inquiry: no faults, a lookup
     /// that lies until the final check, only the inquiring route.
     LyingLookup,
+    /// A replicated store, failed over by the nemesis; Redis with
+    /// `[store] replicas = 1`.
+    Failover,
+    /// The failover run's negative control: the Redis primary restarted
+    /// at once, empty, instead of failed over.
+    UnsafeRestart,
 }
 
 /// `CHAOS_CONTROL_SECONDS`: how long a negative control runs.
@@ -337,11 +398,32 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
             settings.inquiring_clients = 3;
             (true, None, Failpoints::Off, "inquiry-control".to_string())
         }
+        Variant::Failover => (
+            true,
+            Some(nemesis::Faults::Failovers),
+            Failpoints::KillWindows,
+            format!("{}-failover", kind.name()),
+        ),
+        Variant::UnsafeRestart => {
+            settings.requests = None;
+            settings.duration = control_duration();
+            (
+                true,
+                Some(nemesis::Faults::UnsafeRestarts),
+                Failpoints::Off,
+                "failover-control".to_string(),
+            )
+        }
     };
+    let fails_over = matches!(variant, Variant::Failover | Variant::UnsafeRestart);
     println!("chaos {label}: seed {}", settings.seed);
     let epoch = Instant::now();
     let wall_epoch = std::time::SystemTime::now();
-    let store = ChaosStore::start(kind, durable).await;
+    let store = if fails_over {
+        ChaosStore::replicated(kind).await
+    } else {
+        ChaosStore::start(kind, durable).await
+    };
     let store_url = store.url();
     let upstream = Upstream::start().await;
     if variant == Variant::LyingLookup {
@@ -376,6 +458,12 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         None => store_url.clone(),
     };
     let mut config = gateway_config(&gateway_store_url, &format!("http://{}", proxy.addr), LEASE);
+    if fails_over && kind == Backend::Redis {
+        // What a claim and a record wait for: one replica's acknowledgement.
+        config = config.store(|s| {
+            s.set("replicas", 1);
+        });
+    }
     // The front store: its Redis is reached directly (the nemesis faults
     // the server itself), with the default `[store.front] timeout`.
     let front_url = store.front_url();
@@ -575,6 +663,11 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
             "the upstream's lookup was never asked: the run did not exercise the inquiring route"
                 .into(),
         );
+    }
+    if variant == Variant::Failover && !faults.iter().any(|f| f.name.contains(" failover (")) {
+        verdict
+            .violations
+            .push("the store was never failed over: the run did not exercise the failover".into());
     }
     for crash in gateways.windows.crashes.lock().unwrap().iter() {
         verdict
@@ -1093,7 +1186,7 @@ fn report(
         None => {
             let _ = writeln!(
                 out,
-                "- store: a file shared by the gateway processes (no store proxy)"
+                "- store: a file shared by the gateway processes, or a replicated store reached directly (no store proxy)"
             );
         }
     }

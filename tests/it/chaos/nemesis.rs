@@ -5,7 +5,8 @@
 //! or frozen (Redis SIGSTOP, SQLite's write lock held by another
 //! connection) and brought back, an upstream that hangs,
 //! resets everything or refuses connections — and after each, measures how
-//! long until a new key goes through again.
+//! long until a new key goes through again. On a replicated store (the
+//! failover runs) every other fault is a failover of the store instead.
 //!
 //! On the front store (PostgreSQL with a Redis front) every other fault is
 //! one of the front's, in turn (the one injected least so far): its
@@ -84,6 +85,13 @@ pub enum Faults {
     /// nothing on disk, each one loses every record, which the checker must
     /// report (the negative control).
     StoreRestarts,
+    /// On a replicated store: every other fault a failover
+    /// ([`ChaosStore::fail_over`]), the others drawn from the gateway and
+    /// upstream faults of `All`.
+    Failovers,
+    /// `Failovers`, with the Redis primary restarted at once, empty,
+    /// instead (the negative control: its replicas wipe themselves).
+    UnsafeRestarts,
 }
 
 /// Inject faults until the workload stops; return what was done.
@@ -140,8 +148,14 @@ pub async fn run(
         let draw = match faults_drawn {
             Faults::All => rng.u32(..6),
             Faults::StoreRestarts => 1,
+            Faults::Failovers | Faults::UnsafeRestarts if faults.len().is_multiple_of(2) => 6,
+            Faults::Failovers | Faults::UnsafeRestarts => [0, 2, 3, 4, 5][rng.usize(..5)],
         };
         let (name, store_fault) = match draw {
+            6 => {
+                let safely = faults_drawn == Faults::Failovers;
+                (store.fail_over(&mut rng, safely).await, true)
+            }
             0 => {
                 let instance = rng.usize(..workload.gateways.len());
                 workload.gateways.kill(instance).await;
@@ -167,6 +181,9 @@ pub async fn run(
                     file.hold_write_lock(held).await;
                     ("SQLite write lock held by another connection", true)
                 }
+                ChaosStore::PostgresPair { .. } | ChaosStore::RedisSentinel { .. } => {
+                    unreachable!("a replicated store only fails over")
+                }
                 ChaosStore::Redis(redis) => {
                     redis.kill();
                     pause(&mut rng, 500, 2_000).await;
@@ -174,6 +191,9 @@ pub async fn run(
                     let name = match faults_drawn {
                         Faults::All => "Redis SIGKILL + restart (AOF always)",
                         Faults::StoreRestarts => "Redis SIGKILL + restart (no persistence)",
+                        Faults::Failovers | Faults::UnsafeRestarts => {
+                            unreachable!("a single Redis does not fail over")
+                        }
                     };
                     (name, true)
                 }

@@ -140,16 +140,34 @@ impl PgCluster {
             let out = run(chown).await;
             assert!(out.status.success(), "chown failed: {}", text(&out));
         }
+        standby.follow(primary, synchronous).await;
+        standby
+    }
+
+    /// Make this stopped cluster a streaming standby of `primary`, on its
+    /// own port: its data is replaced by a fresh `pg_basebackup -R` (as a
+    /// failed primary is rebuilt after a failover), then it starts and
+    /// streams ([`Self::standby_of`]).
+    pub async fn rejoin_as_standby_of(&mut self, primary: &PgCluster, synchronous: bool) {
+        assert!(!self.running, "stop the cluster before it rejoins");
+        std::fs::remove_dir_all(self.data_dir()).unwrap();
+        self.follow(primary, synchronous).await;
+    }
+
+    /// Base-backup `primary` into this cluster's empty data directory,
+    /// start it (on a free port the first time, on its own port after),
+    /// and wait until `primary` sees it streaming, synchronously if asked.
+    async fn follow(&mut self, primary: &PgCluster, synchronous: bool) {
         let conninfo = format!(
             "host=127.0.0.1 port={} user=postgres application_name=standby",
             primary.port
         );
-        let out = run(standby.command(&[
-            standby.tool("pg_basebackup"),
+        let out = run(self.command(&[
+            self.tool("pg_basebackup"),
             "-d".into(),
             conninfo.clone(),
             "-D".into(),
-            standby.path(&standby.data_dir()),
+            self.path(&self.data_dir()),
             "-R".into(),
             "-X".into(),
             "stream".into(),
@@ -159,19 +177,23 @@ impl PgCluster {
         assert!(out.status.success(), "pg_basebackup failed: {}", text(&out));
         // -R wrote standby.signal and a primary_conninfo; this one names
         // the standby, which synchronous_standby_names refers to.
-        let auto = standby.data_dir().join("postgresql.auto.conf");
+        let auto = self.data_dir().join("postgresql.auto.conf");
         let mut settings = std::fs::read_to_string(&auto).unwrap();
         settings.push_str(&format!("primary_conninfo = '{conninfo}'\n"));
         std::fs::write(&auto, settings).unwrap();
-        let mut last = String::new();
-        for _ in 0..3 {
-            standby.port = free_port();
-            match standby.try_start().await {
-                Ok(()) => break,
-                Err(error) => last = error,
+        if self.port != 0 {
+            self.start().await;
+        } else {
+            let mut last = String::new();
+            for _ in 0..3 {
+                self.port = free_port();
+                match self.try_start().await {
+                    Ok(()) => break,
+                    Err(error) => last = error,
+                }
             }
+            assert!(self.running, "the standby did not start: {last}");
         }
-        assert!(standby.running, "the standby did not start: {last}");
         let wanted = if synchronous { "'standby'" } else { "''" };
         // (Two statements: ALTER SYSTEM cannot run in a transaction block.)
         primary
@@ -187,11 +209,11 @@ impl PgCluster {
         );
         for _ in 0..300 {
             if primary.sql(&check).await.trim() == "1" {
-                return standby;
+                return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        panic!("the standby never streamed as {state}:\n{}", standby.log());
+        panic!("the standby never streamed as {state}:\n{}", self.log());
     }
 
     /// `pg_ctl promote`: the standby leaves recovery and takes writes;
@@ -660,6 +682,11 @@ impl PrivateRedis {
     /// Its `redis://` URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Its port on the loopback interface.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 }
 
