@@ -13,7 +13,7 @@ use super::{MIGRATOR, PgStore, millis};
 /// planner can see (a stable function): with `clock_timestamp()`, which
 /// is volatile, the `expires_at` index went unused and every pass read the
 /// whole table, past `[store] timeout` at 10 M records. Public for the
-/// test that checks its plan (tests/it/stores/postgres_sweep.rs).
+/// test that checks its plan (tests/it/stores/postgres_plans.rs).
 pub const SWEEP: &str = "DELETE FROM idemgate_records
       WHERE ctid IN (SELECT ctid FROM idemgate_records
                       WHERE expires_at <= statement_timestamp()
