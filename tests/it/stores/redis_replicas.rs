@@ -11,11 +11,17 @@
 //! - `replicas = 0` (the negative control): the keys acknowledged while
 //!   the replica was cut off are not on it, and their retries execute
 //!   again. The same check must flag exactly those.
+//!
+//! A record waits too: a replica cut off while the upstream works (after
+//! the claim was acknowledged) fails the record closed, and the answer is
+//! not sent.
 
 use http::StatusCode;
 
 use crate::support::servers::PrivateRedis;
-use crate::support::{Gateway, Set, TestConfig, Upstream, client, not_replayed, post};
+use crate::support::{
+    Gateway, Set, TestConfig, Upstream, client, eventually, not_replayed, post, spawn_slow_post,
+};
 
 const BODY: &str = r#"{"amount":1}"#;
 
@@ -153,4 +159,31 @@ async fn replays_do_not_wait_for_replicas() {
         "a replay waited for the replicas"
     );
     gateway.shutdown().await;
+}
+
+/// With the replica cut off after the claim was acknowledged, the record's
+/// `WAIT` falls short: `503 record-failed`, the upstream's answer is not
+/// sent (a record written without `WAIT` would be sent as `201`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_the_replica_did_not_acknowledge_is_not_sent() {
+    let primary = PrivateRedis::start();
+    let replica = PrivateRedis::replica_of(&primary);
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&config(&primary.url(), &upstream, 1)).await;
+    let (http, url) = (client(), gateway.url("/v1/payments"));
+
+    let slow = spawn_slow_post(&http, &url, "slow", "1000");
+    let forwarded = eventually(std::time::Duration::from_secs(10), || async {
+        (upstream.count("slow") == 1).then_some(())
+    })
+    .await;
+    assert!(forwarded.is_some(), "the claim was not acknowledged");
+    replica.cli(&["REPLICAOF", "NO", "ONE"]);
+    let reply = slow.await.unwrap();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    assert_eq!(
+        reply.problem_type(),
+        "urn:idemgate:problem:record-failed",
+        "{reply:?}"
+    );
 }
