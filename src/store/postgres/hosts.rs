@@ -90,6 +90,12 @@ impl Hosts {
         &self.candidates[self.current.load(Ordering::Relaxed)].1
     }
 
+    /// Which host served last (an index into the URL's hosts): it changes
+    /// when connections go to another host.
+    pub(super) fn serving(&self) -> usize {
+        self.current.load(Ordering::Relaxed)
+    }
+
     /// Whether the URL names more than one host.
     pub(super) fn several(&self) -> bool {
         self.candidates.len() > 1

@@ -7,6 +7,7 @@
 //! operation is bounded by `[store] timeout`.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnection, PgSslMode};
@@ -40,6 +41,10 @@ pub struct PgStore {
 
 /// The channel of the announcements of settled records (`concurrent = "wait"`).
 const WAKE_CHANNEL: &str = "idemgate_keys";
+
+/// How often the wake-up listener checks that the store's connections
+/// still go to the host it listens on (several hosts only).
+const HOST_WATCH: Duration = Duration::from_secs(1);
 
 /// A duration in whole milliseconds, as the statements (and the front's
 /// absolute expiry times) take it.
@@ -215,26 +220,59 @@ impl PgStore {
 
     /// Listen on `idemgate_keys` and wake the waiters each notification
     /// names, until the connection is lost (`Ok`) or cannot be made.
+    ///
+    /// With several hosts, the listener also ends (`Ok`) once the store's
+    /// connections went to another host: after a switchover that keeps
+    /// the old primary's sessions open, its connection would otherwise
+    /// stay there, hearing nothing, and waiters would only poll.
     async fn listen(&self, waiters: &Waiters) -> Result<(), sqlx::Error> {
         if self.hosts.several() {
             // Notifications come from the host that takes the writes:
             // find it first.
             sqlx::Connection::close(self.hosts.connect(self.timeout).await?).await?;
         }
+        let serving = self.hosts.serving();
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(self.timeout)
             .connect_lazy_with(self.hosts.current().clone());
         let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
         listener.listen(WAKE_CHANNEL).await?;
+        // Closing the pool ends a `try_recv` in progress (PoolClosed).
+        let moved = Arc::new(AtomicBool::new(false));
+        let watch = self.hosts.several().then(|| {
+            let (hosts, pool, moved) = (self.hosts.clone(), pool.clone(), moved.clone());
+            tokio::spawn(async move {
+                while hosts.serving() == serving {
+                    tokio::time::sleep(HOST_WATCH).await;
+                }
+                moved.store(true, Ordering::Relaxed);
+                pool.close().await;
+            })
+        });
         // Anything announced before this connection listened is lost.
         waiters.wake_all();
-        while let Some(notification) = listener.try_recv().await? {
-            if let Some(id) = parse_wake_id(notification.payload()) {
-                waiters.wake(&id);
+        let heard = loop {
+            match listener.try_recv().await {
+                Ok(Some(notification)) => {
+                    if let Some(id) = parse_wake_id(notification.payload()) {
+                        waiters.wake(&id);
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(sqlx::Error::PoolClosed) if moved.load(Ordering::Relaxed) => {
+                    tracing::warn!(
+                        "store wake-up listener follows the store to another PostgreSQL host"
+                    );
+                    break Ok(());
+                }
+                Err(error) => break Err(error),
             }
+        };
+        if let Some(watch) = watch {
+            watch.abort();
         }
-        Ok(())
+        heard
     }
 
     /// Apply the embedded migrations (safe to run from many instances at once).

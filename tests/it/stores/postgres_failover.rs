@@ -20,8 +20,10 @@ use std::time::Duration;
 use http::StatusCode;
 
 use crate::support::servers::PgCluster;
+use crate::support::upstream::DELAY_HEADER;
 use crate::support::{
-    Gateway, HttpClient, TestConfig, Upstream, client, eventually, not_replayed, post,
+    Gateway, HttpClient, Set, TestConfig, Upstream, client, eventually, not_replayed, post, sample,
+    send,
 };
 
 const BODY: &str = r#"{"amount":1}"#;
@@ -230,5 +232,71 @@ async fn read_only_primary_sends_the_gateway_to_the_new_one() {
         assert!(again.is_replay(), "{key}: {again:?}");
         assert_eq!(upstream.count(&key), 1);
     }
+    gateway.shutdown().await;
+}
+
+/// After a switchover that keeps the old primary's sessions open, a
+/// waiting duplicate (`concurrent = "wait"`) is woken by the new primary's
+/// announcement when the first attempt settles: the wake-up listener
+/// follows the store's connections to the new host. Left on the old one,
+/// it hears nothing, and every waiter is woken by its poll instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_hear_the_new_primary_after_a_switchover() {
+    let primary = PgCluster::new().await;
+    let standby = PgCluster::standby_of(&primary, true).await;
+    let upstream = Upstream::start().await;
+    let store = format!(
+        "postgres://postgres@{},{}/postgres?target_session_attrs=read-write",
+        primary.host(),
+        standby.host()
+    );
+    let config = TestConfig::new(&store, &upstream.url()).route(|r| {
+        r.set("concurrent", "wait").set("wait_timeout", "5s");
+    });
+    let gateway = Gateway::start(&config).await;
+    let (http, url) = (client(), gateway.url("/v1/payments"));
+    assert_eq!(new_key(&http, &url, "before").await, StatusCode::CREATED);
+
+    primary
+        .sql("ALTER SYSTEM SET default_transaction_read_only = on")
+        .await;
+    primary.sql("SELECT pg_reload_conf()").await;
+    standby.promote().await;
+    assert!(
+        served_again(&http, &url).await.is_some(),
+        "no new key served on the new primary within 30 s"
+    );
+
+    // A first attempt held by the upstream, and its duplicate waiting.
+    let mut round = 0;
+    let woken = eventually(Duration::from_secs(30), || {
+        round += 1;
+        let (http, url, gateway, upstream) = (http.clone(), url.clone(), &gateway, &upstream);
+        async move {
+            let key = format!("waited-{round}");
+            let first = {
+                let (http, url, key) = (http.clone(), url.clone(), key.clone());
+                tokio::spawn(async move {
+                    let headers = [("idempotency-key", key.as_str()), (DELAY_HEADER, "500")];
+                    send(&http, "POST", &url, &headers, BODY).await
+                })
+            };
+            eventually(Duration::from_secs(10), || async {
+                (upstream.count(&key) == 1).then_some(())
+            })
+            .await?;
+            let duplicate = post(&http, &url, &key, BODY).await;
+            let first = first.await.unwrap();
+            assert_eq!(first.status, StatusCode::CREATED, "{first:?}");
+            assert!(duplicate.is_replay(), "{duplicate:?}");
+            let metrics = gateway.metrics().await;
+            (sample(&metrics, r#"idemgate_wait_wakeups_total{cause="store"}"#) > 0.0).then_some(())
+        }
+    })
+    .await;
+    assert!(
+        woken.is_some(),
+        "no waiter was woken by an announcement within 30 s of the switchover"
+    );
     gateway.shutdown().await;
 }
