@@ -7,7 +7,7 @@
 
 use deadpool_redis::redis::aio::{ConnectionLike, MultiplexedConnection};
 use deadpool_redis::redis::cluster_async::ClusterConnection;
-use deadpool_redis::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use deadpool_redis::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use deadpool_redis::redis::{self, Cmd, FromRedisValue, Pipeline, RedisFuture, Value};
 
 /// A connection to a single server or to a cluster.
@@ -43,31 +43,6 @@ impl Conn {
                 Ok(T::from_redis_value(value)?)
             }
             (conn, _) => cmd.query_async(conn).await,
-        }
-    }
-}
-
-impl Conn {
-    /// `WAIT replicas ms` after a write to `key`, on the server that took
-    /// it: how many replicas acknowledged this connection's writes so far.
-    /// On a cluster it goes to the primary of `key`'s slot (the cluster
-    /// client would otherwise ask every primary and answer the least).
-    pub(super) async fn wait(
-        &mut self,
-        replicas: u32,
-        ms: u64,
-        key: &[u8],
-    ) -> redis::RedisResult<i64> {
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(replicas).arg(ms);
-        match self {
-            Conn::Single(conn) => cmd.query_async(conn).await,
-            Conn::Cluster(conn) => {
-                let primary = Route::with_key(key, SlotAddr::Master);
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(primary));
-                let value = conn.route_command(cmd, routing).await?;
-                Ok(i64::from_redis_value(value)?)
-            }
         }
     }
 }

@@ -79,6 +79,8 @@ pub struct RedisStore {
     runtime: StoreRuntime,
     /// Connections opened for serving threads' own lanes.
     local_opens: AtomicU64,
+    /// When the cluster connections were last dropped ([`Self::reset`]).
+    cluster_reset: Mutex<Option<crate::clock::Instant>>,
 }
 
 impl std::fmt::Debug for RedisStore {
@@ -130,12 +132,19 @@ impl OneServer {
     }
 }
 
+/// Least time between two drops of a cluster's connections.
+const CLUSTER_RESET_PAUSE: Duration = Duration::from_secs(10);
+
 /// A cluster client starting from `urls` (the seed node, then every
-/// primary seen), bounded by the store's timeout.
+/// primary seen at start), each connection and answer bounded by a quarter
+/// of the store's timeout: a new cluster connection waits for every
+/// starting node, so one that does not answer (frozen, cut off) must cost
+/// an operation on a new lane only part of its `[store] timeout`.
 fn cluster_client(urls: Vec<String>, timeout: Duration) -> redis::RedisResult<ClusterClient> {
+    let part = timeout / 4;
     ClusterClient::builder(urls)
-        .connection_timeout(timeout)
-        .response_timeout(timeout)
+        .connection_timeout(part)
+        .response_timeout(part)
         // MOVED/ASK after a resharding or failover, and a few transport
         // retries; `bounded` ends whatever is still waiting at the timeout.
         // A script re-sent after its reply was lost finds its own write: a
@@ -212,6 +221,7 @@ impl RedisStore {
             // (A cluster connection is many connections: shared ones only.)
             lanes: Lanes::new(lane_count(config.pool_size), !config.cluster),
             local_opens: AtomicU64::new(0),
+            cluster_reset: Mutex::new(None),
             layout: Layout {
                 prefix: config.prefix.clone(),
                 cluster: config.cluster,
@@ -309,11 +319,14 @@ impl RedisStore {
     /// Run `op` on a lane's connection, bounded by `[store] timeout`. A
     /// connection that fails or does not answer in time is dropped from its
     /// lane (a half-open TCP connection would otherwise time out forever).
-    /// On a cluster too: the redis crate's cluster connection reconnects to
-    /// a node by itself, but does not ask for the slot map again when the
-    /// node stays down, so it went on sending a killed primary's slots to
-    /// it after its replica was promoted (a third of new keys answered
-    /// `503` for more than a minute). A new one asks the nodes afresh.
+    /// On a cluster too, at most once per [`CLUSTER_RESET_PAUSE`]: the
+    /// redis crate's cluster connection reconnects to a node by itself,
+    /// but after a killed primary was restarted at once it went on sending
+    /// that primary's slots to the wrong place (a third of new keys
+    /// answered `503` for more than a minute after the promotion); a new
+    /// one asks the nodes afresh. Not more often: a new cluster connection
+    /// waits for every starting node, so with one frozen, dropping the
+    /// connections after each of its timeouts took every key down.
     pub(in crate::store) async fn bounded<T, F, Fut>(&self, op: F) -> Result<T, StoreError>
     where
         F: FnOnce(Conn) -> Fut,
@@ -398,6 +411,16 @@ impl RedisStore {
 
     /// Forget every lane's connection (see [`Self::bounded`]).
     fn reset(&self, generation: u64) {
+        if self.layout.cluster {
+            let mut last = self
+                .cluster_reset
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if last.is_some_and(|at| at.elapsed() < CLUSTER_RESET_PAUSE) {
+                return;
+            }
+            *last = Some(crate::clock::Instant::now());
+        }
         self.lanes.reset(generation);
     }
 }

@@ -6,7 +6,8 @@
 //! that takes the key, a record, a hold) are followed by `WAIT N timeout`
 //! on the connection that wrote: a record and a hold in the same round
 //! trip (pipelined: `WAIT` may not run inside a script), a claim once its
-//! answer says it took the key (so replays, `409`s and `422`s never wait),
+//! answer says it took the key (so replays, `409`s and `422`s never wait;
+//! on a cluster, every claim pipelined with its `WAIT`, see the claim),
 //! and fewer acknowledgements fail the operation as the store being
 //! unavailable, so what the gateway acknowledged is on N replicas. The
 //! write stays on the primary: a failed claim is then abandoned by its
@@ -151,9 +152,25 @@ impl Store for RedisStore {
             .arg(req.attempt)
             .arg(&wake.0)
             .arg(&wake.1);
-        let (invocation, wait, record) = (&invocation, self.replicas, &record);
+        let (invocation, wait) = (&invocation, self.replicas);
         let (reply, acked): (Vec<Value>, _) = self
             .bounded(|mut conn| async move {
+                if let (Conn::Cluster(_), Some(_)) = (&conn, wait) {
+                    // On a cluster the WAIT rides with the script: sent
+                    // alone it could reach another node or connection than
+                    // the write (the cluster client re-sends a command to
+                    // any node when its own is gone), which would count
+                    // nothing pending and acknowledge at once. A pipeline
+                    // goes, and is re-sent, whole, to one connection; so
+                    // on a cluster every claim waits, replays included.
+                    let (reply, acked): (Vec<Value>, _) =
+                        invoke(invocation, wait, &mut conn).await?;
+                    let took = matches!(
+                        bytes(reply.first()).as_deref(),
+                        Some(b"claimed" | b"takeover")
+                    );
+                    return Ok((reply, acked.filter(|_| took)));
+                }
                 let reply: Vec<Value> = invocation.invoke_async(&mut conn).await?;
                 // Only a claim that took the key wrote what G1 rests on:
                 // it alone waits, on the connection that wrote (a replay,
@@ -163,7 +180,13 @@ impl Store for RedisStore {
                     Some(b"claimed" | b"takeover")
                 );
                 let acked = match wait {
-                    Some((replicas, ms)) if took => Some(conn.wait(replicas, ms, record).await?),
+                    Some((replicas, ms)) if took => Some(
+                        redis::cmd("WAIT")
+                            .arg(replicas)
+                            .arg(ms)
+                            .query_async::<i64>(&mut conn)
+                            .await?,
+                    ),
                     _ => None,
                 };
                 Ok((reply, acked))

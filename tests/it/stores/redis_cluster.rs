@@ -266,3 +266,46 @@ async fn cluster_needs_a_redis_url() {
     );
     assert!(stderr.contains("store.cluster"), "stderr: {stderr}");
 }
+
+/// A primary that stops answering (SIGSTOP: a frozen host, a partition)
+/// takes only its own slots down: the other primaries' keys go on being
+/// served while connections are made again around it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_primary_takes_down_only_its_own_keys() {
+    let cluster = RedisCluster::start();
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&on_cluster(&cluster, &upstream)).await;
+    let url = gateway.url("/v1/payments");
+    let http = client();
+    assert_eq!(
+        post(&http, &url, "before", "{}").await.status,
+        StatusCode::CREATED
+    );
+
+    cluster.signal(1, "-STOP");
+    let mut served = 0;
+    let mut sent = 0;
+    for round in 0..4 {
+        let mut sends = JoinSet::new();
+        for i in 0..16 {
+            let (http, url) = (http.clone(), url.clone());
+            sends.spawn(
+                async move { post(&http, &url, &format!("frozen-{round}-{i}"), "{}").await },
+            );
+        }
+        for reply in sends.join_all().await {
+            sent += 1;
+            match reply.status {
+                StatusCode::CREATED => served += 1,
+                StatusCode::SERVICE_UNAVAILABLE => {}
+                other => panic!("unexpected {other}: {reply:?}"),
+            }
+        }
+    }
+    cluster.signal(1, "-CONT");
+    // Two thirds of the keys are on the live primaries.
+    assert!(
+        served * 2 >= sent,
+        "only {served} of {sent} keys were served while one primary of three was frozen"
+    );
+}

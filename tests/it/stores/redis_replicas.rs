@@ -186,4 +186,5 @@ async fn a_record_the_replica_did_not_acknowledge_is_not_sent() {
         "urn:idemgate:problem:record-failed",
         "{reply:?}"
     );
+    gateway.shutdown().await;
 }

@@ -1002,6 +1002,12 @@ impl RedisCluster {
         self.replication(i).contains("role:master")
     }
 
+    /// Send `signal` (`-STOP`, `-CONT`) to node `i`.
+    pub fn signal(&self, i: usize, signal: &str) {
+        let child = self.children[i].as_ref().expect("node i runs");
+        kill(signal, &child.id().to_string());
+    }
+
     /// Start node `i` again after [`Self::kill`]: empty, with its cluster
     /// configuration, so it rejoins (as a replica, once it was failed over).
     pub fn restart(&mut self, i: usize) {
