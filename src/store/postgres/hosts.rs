@@ -85,9 +85,10 @@ impl Hosts {
         })
     }
 
-    /// The options of the host that served last (the first, at start).
-    pub(super) fn current(&self) -> &PgConnectOptions {
-        &self.candidates[self.current.load(Ordering::Relaxed)].1
+    /// The options of host `i` ([`Self::serving`]: the host that served
+    /// last, the first at start).
+    pub(super) fn options(&self, i: usize) -> &PgConnectOptions {
+        &self.candidates[i].1
     }
 
     /// Which host served last (an index into the URL's hosts): it changes

@@ -235,24 +235,26 @@ impl PgStore {
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(1)
             .acquire_timeout(self.timeout)
-            .connect_lazy_with(self.hosts.current().clone());
+            .connect_lazy_with(self.hosts.options(serving).clone());
         let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
         listener.listen(WAKE_CHANNEL).await?;
         // Closing the pool ends a `try_recv` in progress (PoolClosed).
         let moved = Arc::new(AtomicBool::new(false));
-        let watch = self.hosts.several().then(|| {
+        // Aborted when this ends, however it ends (the relay is aborted
+        // at shutdown).
+        let _watch = self.hosts.several().then(|| {
             let (hosts, pool, moved) = (self.hosts.clone(), pool.clone(), moved.clone());
-            tokio::spawn(async move {
+            tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
                 while hosts.serving() == serving {
                     tokio::time::sleep(HOST_WATCH).await;
                 }
-                moved.store(true, Ordering::Relaxed);
+                moved.store(true, Ordering::Release);
                 pool.close().await;
-            })
+            }))
         });
         // Anything announced before this connection listened is lost.
         waiters.wake_all();
-        let heard = loop {
+        loop {
             match listener.try_recv().await {
                 Ok(Some(notification)) => {
                     if let Some(id) = parse_wake_id(notification.payload()) {
@@ -260,7 +262,7 @@ impl PgStore {
                     }
                 }
                 Ok(None) => break Ok(()),
-                Err(sqlx::Error::PoolClosed) if moved.load(Ordering::Relaxed) => {
+                Err(sqlx::Error::PoolClosed) if moved.load(Ordering::Acquire) => {
                     tracing::warn!(
                         "store wake-up listener follows the store to another PostgreSQL host"
                     );
@@ -268,11 +270,7 @@ impl PgStore {
                 }
                 Err(error) => break Err(error),
             }
-        };
-        if let Some(watch) = watch {
-            watch.abort();
         }
-        heard
     }
 
     /// Apply the embedded migrations (safe to run from many instances at once).

@@ -267,9 +267,24 @@ async fn waiters_hear_the_new_primary_after_a_switchover() {
         "no new key served on the new primary within 30 s"
     );
 
-    // A first attempt held by the upstream, and its duplicate waiting.
+    // The wake-up listener moves to the new primary. (Its reconnection
+    // wakes every waiter once; the rounds below start after it.)
+    let listening = eventually(Duration::from_secs(30), || async {
+        let listeners = standby
+            .sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'")
+            .await;
+        (listeners.trim() == "1").then_some(())
+    })
+    .await;
+    assert!(
+        listening.is_some(),
+        "the wake-up listener did not move to the new primary within 30 s"
+    );
+
+    // A first attempt held by the upstream, and its duplicate waiting: it
+    // is woken by the announcement when the first attempt settles.
     let mut round = 0;
-    let woken = eventually(Duration::from_secs(30), || {
+    let woken = eventually(Duration::from_secs(10), || {
         round += 1;
         let (http, url, gateway, upstream) = (http.clone(), url.clone(), &gateway, &upstream);
         async move {
@@ -285,18 +300,19 @@ async fn waiters_hear_the_new_primary_after_a_switchover() {
                 (upstream.count(&key) == 1).then_some(())
             })
             .await?;
+            let store_wakeups = r#"idemgate_wait_wakeups_total{cause="store"}"#;
+            let before = sample(&gateway.metrics().await, store_wakeups);
             let duplicate = post(&http, &url, &key, BODY).await;
             let first = first.await.unwrap();
             assert_eq!(first.status, StatusCode::CREATED, "{first:?}");
             assert!(duplicate.is_replay(), "{duplicate:?}");
-            let metrics = gateway.metrics().await;
-            (sample(&metrics, r#"idemgate_wait_wakeups_total{cause="store"}"#) > 0.0).then_some(())
+            (sample(&gateway.metrics().await, store_wakeups) > before).then_some(())
         }
     })
     .await;
     assert!(
         woken.is_some(),
-        "no waiter was woken by an announcement within 30 s of the switchover"
+        "no waiter was woken by an announcement from the new primary"
     );
     gateway.shutdown().await;
 }
