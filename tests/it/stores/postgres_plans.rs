@@ -107,8 +107,11 @@ async fn flush_counts(store: &dyn Store, phase: &str) {
     claim(store, &format!("{phase}-flush")).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_find_their_key_by_index_after_stats_of_an_empty_table() {
+/// On a fresh store: plans cached on an analyzed empty table, the table
+/// grown to 200,000 rows without new statistics, then 50 claims; their
+/// sequential and index scans of the table. `seq_scans_allowed`: the
+/// functions' `enable_seqscan = off` (migration 0009) reset first.
+async fn claim_scans(seq_scans_allowed: bool) -> (i64, i64) {
     let storage = TestStore::new(Backend::Postgres).await;
     // One connection: the one whose cached plans are under test.
     let config = StoreConfig {
@@ -117,6 +120,22 @@ async fn claims_find_their_key_by_index_after_stats_of_an_empty_table() {
     };
     let store = idemgate::store::open(&config).await.unwrap();
     let mut conn = sqlx::PgConnection::connect(&storage.url).await.unwrap();
+    if seq_scans_allowed {
+        // The migration's statements, undone.
+        let migration = include_str!("../../../migrations/0009_plans.sql");
+        for statement in migration
+            .split(';')
+            .filter(|s| s.contains("ALTER FUNCTION"))
+        {
+            let start = statement.find("ALTER FUNCTION").unwrap();
+            let reset =
+                statement[start..].replace("SET enable_seqscan = off", "RESET enable_seqscan");
+            sqlx::query(sqlx::AssertSqlSafe(reset))
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
     sqlx::query("ANALYZE idemgate_records")
         .execute(&mut conn)
         .await
@@ -143,11 +162,21 @@ async fn claims_find_their_key_by_index_after_stats_of_an_empty_table() {
     flush_counts(store.as_ref(), "late").await;
     let (seq, idx) = scans(&mut conn).await;
     assert!(idx > idx_before, "the claims' scans were not counted");
+    (seq - seq_before, idx - idx_before)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_find_their_key_by_index_after_stats_of_an_empty_table() {
+    let (seq, idx) = claim_scans(false).await;
     assert_eq!(
-        seq - seq_before,
-        0,
-        "claims scanned the whole table ({} sequential scans, {} index scans)",
-        seq - seq_before,
-        idx - idx_before
+        seq, 0,
+        "claims scanned the whole table ({seq} sequential scans, {idx} index scans)"
+    );
+    // The negative control: without the setting, the same steps must
+    // scan, or this test could not tell the two apart.
+    let (seq, idx) = claim_scans(true).await;
+    assert!(
+        seq > 0,
+        "without enable_seqscan = off the claims scanned by index too ({idx}), so this test proves nothing"
     );
 }
