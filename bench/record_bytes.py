@@ -2,12 +2,15 @@
 """Bytes per record on each shared store: what a completed key costs.
 
 Puts the release gateway in front of a small upstream that answers every
-POST 201 with a 512-byte JSON body and typical headers (Content-Type,
-Location, X-Request-Id), sends N new keys (each a 512-byte JSON request),
+POST 201 with a JSON body of about 512 bytes and typical headers
+(Content-Type, Location, X-Request-Id), sends N new keys (each a JSON
+request of about 512 bytes),
 and reads what the store grew by:
 
 - Redis (a private redis-server, no persistence): INFO memory's
-  used_memory before and after, and MEMORY USAGE of one record key;
+  used_memory before and after (the record's hash, its key and its entries
+  in the keyspace and expiry tables), and MEMORY USAGE ... SAMPLES 0 of one
+  record key (the hash and its key only);
 - PostgreSQL (a fresh database on the server bench/run.sh uses):
   pg_total_relation_size of idemgate_records (heap, TOAST and indexes),
   and its heap and index shares;
@@ -146,7 +149,7 @@ def measure_redis(upstream, work):
         stop(proc)
         after = used_memory(port)
         key = redis_cli(port, "--scan", "--pattern", "bytes:rec:*").split()[0]
-        one = int(redis_cli(port, "MEMORY", "USAGE", key).strip())
+        one = int(redis_cli(port, "MEMORY", "USAGE", key, "SAMPLES", "0").strip())
         keys = int(redis_cli(port, "DBSIZE").strip())
         return {"store": "Redis", "per_record": (after - before) / N,
                 "detail": f"used_memory +{after - before:,} B for {N:,} records ({keys:,} keys); "
@@ -169,13 +172,14 @@ def measure_postgres(upstream, work):
         load(gw, "pg")
         stop(proc)
         rows = int(psql(db, "SELECT count(*) FROM idemgate_records"))
-        total, heap, index = (int(v) for v in psql(
-            db, "SELECT pg_total_relation_size('idemgate_records'), "
-                "pg_relation_size('idemgate_records'), "
-                "pg_indexes_size('idemgate_records')").split("|"))
+        total, heap, index, dead = (int(v) for v in psql(
+            db, "SELECT pg_total_relation_size(relid), pg_relation_size(relid), "
+                "pg_indexes_size(relid), n_dead_tup "
+                "FROM pg_stat_user_tables WHERE relname = 'idemgate_records'").split("|"))
         return {"store": "PostgreSQL", "per_record": total / rows,
                 "detail": f"idemgate_records {total:,} B for {rows:,} rows: heap {heap / rows:.0f} B, "
-                          f"indexes {index / rows:.0f} B, TOAST and maps the rest (no VACUUM)"}
+                          f"indexes {index / rows:.0f} B, TOAST and maps the rest; {dead:,} dead row "
+                          "versions (a completion leaves its claim's) not vacuumed yet"}
     finally:
         psql("postgres", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
@@ -204,7 +208,7 @@ def main():
                             capture_output=True, text=True).stdout.strip()
     lines = [f"# Bytes per record — {datetime.date.today()}", "",
              f"Commit {commit}. `python3 bench/record_bytes.py {N}`: {N:,} new keys through the release "
-             "gateway, each a 512-byte JSON request answered 201 with a 512-byte JSON body and "
+             "gateway, each a JSON request of about 512 bytes answered 201 with a JSON body of about 512 bytes and "
              "Content-Type, Location and X-Request-Id headers (the recorded response).", "",
              "| store | bytes per record | how it was read |", "|---|---|---|"]
     lines += [f"| {r['store']} | {r['per_record']:,.0f} | {r['detail']} |" for r in rows]

@@ -794,8 +794,8 @@ fi # ceil
 # bench's Redis (no persistence), then two gateways identical to
 # idemgate-redis and idemgate-redis-nocache (the same Redis database 0 and
 # prefix: the hot set preloaded through idemgate-redis serves all four) but
-# with replicas = 1: a claim, a record and a hold are pipelined with WAIT 1
-# 100. WAIT waits for the replication offset, which is the server's, so the
+# with replicas = 1: a record and a hold are pipelined with WAIT 1 100, a
+# claim that took its key is followed by it in a second round trip. WAIT waits for the replication offset, which is the server's, so the
 # shared database changes nothing. The primary must report the replica
 # connected and online before and after the rows, or the part fails.
 if want wait; then
@@ -1065,7 +1065,7 @@ if os.path.exists(f"{work}/wait_gateways"):
     L += ["", "## wait: what `[store] replicas = 1` costs (Redis)", "",
           "A Redis replica of the bench's Redis (no persistence, same host) runs for this part only (it comes last). `wait-B-0`: new keys",
           "on idemgate-redis (replicas = 0, replay cache \"5s\"); `wait-B-1`: an identical gateway with `replicas = 1`,",
-          "`replica_timeout = \"100ms\"` (a claim that takes a key, a record and a hold pipelined with `WAIT 1 100`).",
+          "`replica_timeout = \"100ms\"` (a record and a hold pipelined with `WAIT 1 100`; a claim that takes its key followed by it in a second round trip).",
           "`wait-C-0`, `wait-C-1`: replays of the hot set on the same pair with the replay cache off (\"0s\"; with it on, replays",
           "do not reach Redis). All four gateways share Redis database 0 and prefix (WAIT waits for the server's replication",
           "offset, whatever the database); the replica is attached during all four rows, so the replicas = 0 rows pay the",
