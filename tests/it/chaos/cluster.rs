@@ -16,7 +16,7 @@ use toml::{Table, Value};
 
 use crate::support::http::{get_status, try_send};
 use crate::support::process::GatewayProcess;
-use crate::support::servers::{PgCluster, PrivateRedis, PrivateSentinel, kill};
+use crate::support::servers::{PgCluster, PrivateRedis, PrivateSentinel, kill, try_redis_cli};
 use crate::support::store::Backend;
 use crate::support::{Set, TestConfig, client, eventually};
 
@@ -181,12 +181,25 @@ impl ChaosStore {
                 "PostgreSQL failover (primary stopped -m immediate, synchronous standby promoted, old primary rebuilt)"
             }
             ChaosStore::RedisSentinel { servers, sentinels } => {
-                let is_primary = |redis: &PrivateRedis| {
-                    let info = redis.cli(&["INFO", "replication"]);
-                    info.contains("role:master") && !info.contains("connected_slaves:0")
+                // Asked without failing: a server restarting or changing
+                // roles may close the connection (an empty answer).
+                let ask = |port: u16, args: &[&str]| try_redis_cli(port, args).unwrap_or_default();
+                // Only a whole topology is failed over: a primary with
+                // every other server its replica, synced (a replica still
+                // syncing after its restart has no data, and Sentinel may
+                // promote a replica whose link has been down for less
+                // than ten down-after periods).
+                let whole = |redis: &PrivateRedis| {
+                    let info = ask(redis.port(), &["INFO", "replication"]);
+                    info.contains("role:master")
+                        && info.matches("state=online").count() == servers.len() - 1
                 };
-                let Some(killed) = servers.iter().position(is_primary) else {
-                    return "Redis failover skipped: no primary with a replica";
+                let healthy = eventually(Duration::from_secs(30), || async {
+                    servers.iter().position(whole)
+                })
+                .await;
+                let Some(killed) = healthy else {
+                    return "Redis failover skipped: no primary with every replica synced";
                 };
                 servers[killed].kill();
                 if !safely {
@@ -203,23 +216,23 @@ impl ChaosStore {
                 let others: Vec<usize> = (0..servers.len()).filter(|i| *i != killed).collect();
                 let complete = eventually(Duration::from_secs(30), || async {
                     let promoted = others.iter().copied().find(|&i| {
-                        servers[i]
-                            .cli(&["INFO", "replication"])
-                            .contains("role:master")
+                        ask(servers[i].port(), &["INFO", "replication"]).contains("role:master")
                     })?;
                     let port = servers[promoted].port().to_string();
                     let named = sentinels.iter().all(|sentinel| {
-                        sentinel
-                            .cli(&[
+                        ask(
+                            sentinel.port(),
+                            &[
                                 "SENTINEL",
                                 "get-master-addr-by-name",
                                 PrivateSentinel::PRIMARY,
-                            ])
-                            .lines()
-                            .any(|line| line.trim() == port)
+                            ],
+                        )
+                        .lines()
+                        .any(|line| line.trim() == port)
                     });
                     let followed = others.iter().filter(|&&i| i != promoted).all(|&i| {
-                        let info = servers[i].cli(&["INFO", "replication"]);
+                        let info = ask(servers[i].port(), &["INFO", "replication"]);
                         info.contains(&format!("master_port:{port}"))
                             && info.contains("master_link_status:up")
                     });

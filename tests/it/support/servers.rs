@@ -690,6 +690,20 @@ impl PrivateRedis {
     }
 }
 
+/// `redis-cli` on the loopback server at `port`; its output, or `None` if
+/// it failed (a server restarting, or changing roles, may close the
+/// connection).
+pub fn try_redis_cli(port: u16, args: &[&str]) -> Option<String> {
+    let out = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli runs");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// `redis-cli` on the loopback server at `port`; its output.
 fn redis_cli(port: u16, args: &[&str]) -> String {
     let out = Command::new("redis-cli")
@@ -802,6 +816,11 @@ impl PrivateSentinel {
     /// Run a command with `redis-cli`; its output.
     pub fn cli(&self, args: &[&str]) -> String {
         redis_cli(self.port, args)
+    }
+
+    /// Its port on the loopback interface.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// `host:port`, as a `redis+sentinel://` URL lists it.
