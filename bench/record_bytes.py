@@ -84,7 +84,9 @@ def wait_port(port, proc, what):
     raise SystemExit(f"{what} did not listen on {port}")
 
 
-def gateway(store_url, upstream_port, work):
+def gateway(store_url, upstream_port, work, store_extra="", retention="24h"):
+    """The release gateway on `store_url` in front of the upstream; the
+    `[store]` lines `store_extra` added, and the route's `retention`."""
     port = free_port()
     config = os.path.join(work, "gateway.toml")
     with open(config, "w") as f:
@@ -92,12 +94,13 @@ def gateway(store_url, upstream_port, work):
             f'listen = "127.0.0.1:{port}"\n'
             f'admin_listen = "127.0.0.1:{free_port()}"\n'
             f'[store]\nurl = "{store_url}"\nprefix = "bytes:"\nreplay_cache_ttl = "0s"\n'
-            f'[[routes]]\nname = "payments"\nmatch = "/*"\n'
-            f'upstream = "http://127.0.0.1:{upstream_port}"\nretention = "24h"\n'
+            f'{store_extra}'
+            f'[[routes]]\nname = "payments"\nmatch = "/*"\nlease = "5s"\n'
+            f'upstream = "http://127.0.0.1:{upstream_port}"\nretention = "{retention}"\n'
         )
     env = dict(os.environ, RUST_LOG="warn")
     proc = subprocess.Popen([BIN, "serve", "--config", config], env=env,
-                            stderr=open(os.path.join(work, "gateway.log"), "w"))
+                            stderr=open(os.path.join(work, "gateway.log"), "a"))
     wait_port(port, proc, "idemgate")
     return proc, port
 

@@ -50,23 +50,8 @@ def pg_bin(tool):
 
 def gateway(store_url, upstream_port, work):
     """rb.gateway with a short retention and a sweeper every second."""
-    port = rb.free_port()
-    config = os.path.join(work, "gateway.toml")
-    with open(config, "w") as f:
-        f.write(
-            f'listen = "127.0.0.1:{port}"\n'
-            f'admin_listen = "127.0.0.1:{rb.free_port()}"\n'
-            f'[store]\nurl = "{store_url}"\nreplay_cache_ttl = "0s"\n'
-            f'sweep_interval = "1s"\nsweep_batch = 1000\n'
-            f'[defaults]\nlease = "5s"\n'
-            f'[[routes]]\nname = "payments"\nmatch = "/*"\n'
-            f'upstream = "http://127.0.0.1:{upstream_port}"\nretention = "{RETENTION}"\n'
-        )
-    env = dict(os.environ, RUST_LOG="warn")
-    proc = subprocess.Popen([rb.BIN, "serve", "--config", config], env=env,
-                            stderr=open(os.path.join(work, "gateway.log"), "a"))
-    rb.wait_port(port, proc, "idemgate")
-    return proc, port
+    sweeper = 'sweep_interval = "1s"\nsweep_batch = 1000\n'
+    return rb.gateway(store_url, upstream_port, work, store_extra=sweeper, retention=RETENTION)
 
 
 def cycles(store_url, upstream, work, remaining, measure):
