@@ -24,10 +24,13 @@
 //!   relay reads every [`WAKE_POLL`] (the sweeper prunes it).
 //! - **Clock**: the wall clock, in microseconds, shared by the processes of
 //!   one host.
+//! - **Room**: the sweeper's deletions free pages that new records reuse;
+//!   beyond a quarter of the file they are given back ([`room`]).
 
 mod admin;
 mod inquiries;
 mod ops;
+mod room;
 mod rows;
 mod schema;
 mod store;
@@ -39,8 +42,8 @@ use std::time::{Duration, SystemTime};
 
 use sqlx::Connection;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
+    SqliteAutoVacuum, SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool,
+    SqlitePoolOptions, SqliteSynchronous,
 };
 
 use self::ops::{AttemptWrite, ClaimOp, Op, Removal, Reply, claim_step, read_only_answer};
@@ -108,6 +111,9 @@ impl SqliteStore {
                 StoreError::Unavailable(format!("invalid store URL {:?}: {e}", config.url))
             })?
             .create_if_missing(true)
+            // Before the first table only: a new file gives the room of
+            // swept records back ([`room`]); an existing one keeps its mode.
+            .auto_vacuum(SqliteAutoVacuum::Incremental)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             // Another process holding the write lock: wait, up to the
@@ -128,6 +134,14 @@ impl SqliteStore {
             if applied > 0 {
                 tracing::info!(file = %shown, applied, "SQLite store schema created or upgraded");
             }
+        }
+        if !room::gives_room_back(&mut conn).await.unwrap_or(true) {
+            tracing::info!(
+                file = %shown,
+                "this SQLite file keeps the room of swept records for new ones but never gives it back \
+                 (it was created without auto_vacuum = INCREMENTAL); to convert it, stop every gateway \
+                 using it and run: sqlite3 FILE 'PRAGMA auto_vacuum = INCREMENTAL; VACUUM;'"
+            );
         }
         let context = Context {
             wait_routes: config.wait_routes.clone(),

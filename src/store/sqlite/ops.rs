@@ -208,6 +208,7 @@ pub(super) async fn execute(
                 .execute(&mut *conn)
                 .await
                 .map_err(unavailable)?;
+            super::room::release(&mut *conn).await?;
             Ok(Reply::Swept(done.rows_affected()))
         }
         Op::TakeInquiries {

@@ -1,6 +1,7 @@
 //! The SQLite store as a user runs it (docs/src/stores/sqlite.md): the real binary
 //! on a file, killed and restarted, several processes sharing the file, the
-//! schema applied by `migrate` and by processes starting together. (The
+//! schema applied by `migrate` and by processes starting together, the room
+//! of swept records given back. (The
 //! conformance suite and the guarantees' tests run on SQLite through
 //! `per_backend!`, like every other store.)
 
@@ -213,4 +214,80 @@ async fn an_older_file_is_upgraded_with_its_records() {
     assert_eq!(info.state, idemgate::store::RecordState::Held);
     assert_eq!(info.held_reason, Some("upstream_timeout"));
     assert_eq!(info.token, 7);
+}
+
+/// The file's pages, and how many of them are free.
+async fn pages(url: &str) -> (i64, i64) {
+    let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+    let count = sqlx::query_scalar("PRAGMA page_count")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    let free = sqlx::query_scalar("PRAGMA freelist_count")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    (count, free)
+}
+
+/// A swept peak gives its room back: on a file the store created
+/// (`auto_vacuum = INCREMENTAL`), 20,000 expired records of 2 KB are swept
+/// and the file shrinks to its live data plus at most a quarter free. The
+/// control: a file created without it (as older releases did, here an
+/// empty file made by hand before the store opened it) keeps its peak size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swept_peak_gives_its_room_back() {
+    for made_by_the_store in [true, false] {
+        let store = TestStore::new(Backend::Sqlite).await;
+        if !made_by_the_store {
+            let options = store
+                .url
+                .parse::<sqlx::sqlite::SqliteConnectOptions>()
+                .unwrap()
+                .create_if_missing(true);
+            let mut conn = sqlx::SqliteConnection::connect_with(&options)
+                .await
+                .unwrap();
+            sqlx::raw_sql("PRAGMA auto_vacuum = NONE; CREATE TABLE made_by_hand (x INTEGER)")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+        let opened = store.open().await;
+        {
+            let mut conn = sqlx::SqliteConnection::connect(&store.url).await.unwrap();
+            sqlx::raw_sql(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000)
+                 INSERT INTO idemgate_records (route, scope, key, fingerprint, state, token,
+                     expires_at, created_at, updated_at, status, headers, body)
+                 SELECT 'api', x'', 'peak-' || i, x'00', 'completed', i, 0, 0, 0, 201, x'',
+                        randomblob(2000)
+                   FROM n",
+            )
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+        let (peak, _) = pages(&store.url).await;
+        let swept = idemgate::sweep_once(opened.as_ref(), 1000, None)
+            .await
+            .unwrap();
+        assert_eq!(swept, 20_000);
+        let (after, free) = pages(&store.url).await;
+        println!(
+            "made by the store: {made_by_the_store}; pages at the peak {peak}, after the sweep {after} ({free} free)"
+        );
+        assert!(peak > 10_000, "the peak was not written: {peak} pages");
+        if made_by_the_store {
+            assert!(
+                after < peak / 5 && free <= after / 4 + 1,
+                "the swept room was not given back: {peak} pages at the peak, {after} after ({free} free)"
+            );
+        } else {
+            assert!(
+                after >= peak * 9 / 10,
+                "a file made without auto_vacuum shrank ({peak} → {after} pages): the control proves nothing"
+            );
+        }
+    }
 }
