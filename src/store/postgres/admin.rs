@@ -115,8 +115,10 @@ impl StoreAdmin for PgStore {
 
     async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
         let done = self
+            // Unnamed, planned at each pass (see `unnamed`): passes are
+            // a minute apart, and the table's size changes between them.
             .bounded(async |conn| {
-                sqlx::query(SWEEP)
+                super::unnamed(SWEEP)
                     .bind(i64::try_from(batch).unwrap_or(i64::MAX))
                     .execute(conn)
                     .await
@@ -136,7 +138,9 @@ impl StoreAdmin for PgStore {
         let retentions: Vec<i64> = routes.iter().map(|r| millis(r.retention)).collect();
         let rows: Vec<Row> = self
             .bounded(async |conn| {
+                // Unnamed, as the sweep: planned at each round.
                 sqlx::query_as(TAKE)
+                    .persistent(false)
                     .bind(&names)
                     .bind(millis(lease))
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))

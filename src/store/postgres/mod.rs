@@ -96,8 +96,24 @@ macro_rules! settling {
     };
 }
 
-/// Choose the plain or the announcing form of a [`settling!`] statement,
-/// and bind the announcement's parameters (after all the others).
+/// A single statement on a record (a renewal, release, hold, inquiry or
+/// abandonment), sent unnamed: PostgreSQL plans it at every execution with
+/// the table's current size. A named (prepared) statement settles on a
+/// generic plan after five executions; planned while the table was small,
+/// that plan reads the whole table and keeps doing so as it grows (the
+/// claim and the completion run in functions with `enable_seqscan = off`
+/// instead: migrations/0009_plans.sql). These statements are rare beside
+/// claims, so planning each costs little. Tested in
+/// tests/it/stores/postgres_plans.rs.
+fn unnamed<'q>(
+    sql: &'static str,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql).persistent(false)
+}
+
+/// Choose the plain or the announcing form of a [`settling!`] statement
+/// ([`unnamed`]), and bind the announcement's parameters (after all the
+/// others).
 fn settle_query<'q>(
     forms: (&'static str, &'static str),
     wake_id: Option<&'q str>,
@@ -106,8 +122,8 @@ fn settle_query<'q>(
     ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     match wake_id {
-        None => bind(sqlx::query(forms.0)),
-        Some(id) => bind(sqlx::query(forms.1)).bind(WAKE_CHANNEL).bind(id),
+        None => bind(unnamed(forms.0)),
+        Some(id) => bind(unnamed(forms.1)).bind(WAKE_CHANNEL).bind(id),
     }
 }
 

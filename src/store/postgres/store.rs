@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{PgStore, batch, cas, millis, settle_query};
+use super::{PgStore, batch, cas, millis, settle_query, unnamed};
 use crate::store::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse,
     Token, encode_headers,
@@ -40,7 +40,7 @@ impl Store for PgStore {
     ) -> Result<Cas, StoreError> {
         let done = self
             // transitions::write_applies(Renew): the token, in flight.
-            .bounded(async |conn| bind_key!(sqlx::query(at_key!(
+            .bounded(async |conn| bind_key!(unnamed(at_key!(
                     "UPDATE idemgate_records
                         SET lease_until = clock_timestamp() + $5 * INTERVAL '1 millisecond',
                             expires_at = GREATEST(expires_at, clock_timestamp() + $5 * INTERVAL '1 millisecond'),
