@@ -103,8 +103,9 @@ macro_rules! settling {
 /// that plan reads the whole table and keeps doing so as it grows (the
 /// claim and the completion run in functions with `enable_seqscan = off`
 /// instead: migrations/0009_plans.sql). These statements are rare beside
-/// claims, so planning each costs little. Tested in
-/// tests/it/stores/postgres_plans.rs.
+/// claims, so planning each costs little; sqlx still prepares an unnamed
+/// statement before running it, so each takes two round trips, not one.
+/// Tested in tests/it/stores/postgres_plans.rs.
 fn unnamed<'q>(
     sql: &'static str,
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
