@@ -21,7 +21,6 @@ cargo build --release --locked --bin idemgate.
 
 import datetime
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,23 +28,12 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import record_bytes as rb  # noqa: E402  (the gateway, upstream and load helpers)
+import scale  # noqa: E402  (the private PostgreSQL cluster)
 
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 50000
 CYCLES = int(sys.argv[2]) if len(sys.argv) > 2 else 3
 RETENTION = "10s"
 rb.N = N
-
-
-def as_postgres(args, **kw):
-    """Run a PostgreSQL tool as the postgres user when we are root."""
-    if os.geteuid() == 0:
-        args = ["runuser", "-u", "postgres", "--"] + args
-    return subprocess.run(args, capture_output=True, text=True, check=True, **kw)
-
-
-def pg_bin(tool):
-    versions = sorted(os.listdir("/usr/lib/postgresql"), key=int)
-    return f"/usr/lib/postgresql/{versions[-1]}/bin/{tool}"
 
 
 def gateway(store_url, upstream_port, work):
@@ -76,20 +64,9 @@ def cycles(store_url, upstream, work, remaining, measure):
 
 
 def postgres(upstream, work):
-    data = os.path.join(work, "pg")
-    os.makedirs(data)
-    if os.geteuid() == 0:
-        shutil.chown(work, "postgres", "postgres")
-        shutil.chown(data, "postgres", "postgres")
-    as_postgres([pg_bin("initdb"), "-D", data, "-A", "trust", "-U", "postgres", "--no-sync"])
-    port = rb.free_port()
-    as_postgres([pg_bin("pg_ctl"), "-D", data, "-l", os.path.join(work, "pg.log"), "-w",
-                 "-o", f"-p {port} -k {work} -c listen_addresses=127.0.0.1", "start"])
-    url = f"postgres://postgres@127.0.0.1:{port}/postgres"
-
-    def sql(query):
-        return subprocess.run(["psql", url, "-XAtqc", query], capture_output=True, text=True,
-                              check=True).stdout.strip()
+    # The server's defaults (autovacuum on), listening on loopback.
+    pg = scale.Cluster(work, {"listen_addresses": "127.0.0.1"})
+    sql = pg.sql
 
     def remaining():
         return int(sql("SELECT count(*) FROM idemgate_records"))
@@ -104,9 +81,9 @@ def postgres(upstream, work):
                 f"autovacuum runs so far {autovacuums}")
 
     try:
-        return cycles(url, upstream, work, remaining, measure)
+        return cycles(pg.url, upstream, work, remaining, measure)
     finally:
-        as_postgres([pg_bin("pg_ctl"), "-D", data, "-m", "fast", "-w", "stop"])
+        pg.stop()
 
 
 def sqlite(upstream, work):

@@ -92,9 +92,11 @@ def pg_bin(tool):
 
 
 class Cluster:
-    """A private PostgreSQL cluster with production settings."""
+    """A private PostgreSQL cluster in `work`, with `settings` (`-c`
+    options; by default [`SETTINGS`], production's). Also used by
+    retention_cycles.py, with the server's defaults."""
 
-    def __init__(self, work):
+    def __init__(self, work, settings=None):
         self.data = os.path.join(work, "pg")
         self.log = os.path.join(work, "pg.log")
         os.makedirs(self.data)
@@ -104,7 +106,8 @@ class Cluster:
         as_postgres([pg_bin("initdb"), "-D", self.data, "-A", "trust", "-U", "postgres",
                      "--no-sync"])
         self.port = rb.free_port()
-        options = " ".join(f"-c {k}={v}" for k, v in SETTINGS.items())
+        settings = SETTINGS if settings is None else settings
+        options = " ".join(f"-c {k}={v}" for k, v in settings.items())
         as_postgres([pg_bin("pg_ctl"), "-D", self.data, "-l", self.log, "-w",
                      "-o", f"-p {self.port} -k {work} {options}", "start"])
         self.url = f"postgres://postgres@127.0.0.1:{self.port}/postgres"
