@@ -10,8 +10,10 @@
 //! logged), one store operation at a time, backing off while the store
 //! fails, and gives each lost claim up after [`PATIENCE`] of failures. A record
 //! that is not there once the store answers is looked for again for one
-//! lease, since a claim delayed by the stall can commit just after the
-//! store resumes. A graceful shutdown lets the worker finish its queue
+//! lease, and at least twice `[store] timeout`, since a claim delayed by
+//! the stall can commit just after the store resumes (PostgreSQL cancels
+//! a claim statement still running `[store] timeout` after it began:
+//! src/store/postgres/pool.rs). A graceful shutdown lets the worker finish its queue
 //! (within `shutdown_timeout`). An instance that dies before the store
 //! answers leaves its lost claims to lapse: the one residual case, stated in
 //! docs/src/design/state-machine.md.
@@ -43,7 +45,9 @@ struct LostClaim {
     route: String,
     key: RecordKey,
     attempt: AttemptId,
-    lease: Duration,
+    /// How long its record is looked for once the store answers that it
+    /// is not there.
+    absent_for: Duration,
     /// When the claim failed.
     since: Instant,
     /// When the store first answered that the record is not this attempt's.
@@ -60,6 +64,9 @@ struct LostClaim {
 pub(super) struct LostClaims {
     queue: mpsc::Sender<LostClaim>,
     metrics: Arc<Metrics>,
+    /// `[store] timeout`: a claim may still commit this long after its
+    /// caller gave up.
+    store_timeout: Duration,
     /// Cancelled at shutdown: the worker ends once its queue is empty.
     finishing: CancellationToken,
 }
@@ -67,13 +74,19 @@ pub(super) struct LostClaims {
 impl LostClaims {
     /// Start the worker on `store`, as a task of `tasks` (graceful
     /// shutdown waits for it, after [`LostClaims::finish`]).
-    pub(super) fn start(store: Arc<dyn Store>, metrics: Arc<Metrics>, tasks: &TaskTracker) -> Self {
+    pub(super) fn start(
+        store: Arc<dyn Store>,
+        store_timeout: Duration,
+        metrics: Arc<Metrics>,
+        tasks: &TaskTracker,
+    ) -> Self {
         let (queue, intake) = mpsc::channel(MAX_PENDING);
         let finishing = CancellationToken::new();
         tasks.spawn(work(intake, store, metrics.clone(), finishing.clone()));
         Self {
             queue,
             metrics,
+            store_timeout,
             finishing,
         }
     }
@@ -91,7 +104,7 @@ impl LostClaims {
             route: route.to_string(),
             key,
             attempt,
-            lease,
+            absent_for: lease.max(self.store_timeout * 2),
             since: now,
             absent_since: None,
             due: now,
@@ -152,7 +165,7 @@ async fn work(
                 Ok(Cas::Fenced) => {
                     failing_pause = FIRST_PAUSE;
                     let since = *lost.absent_since.get_or_insert(now);
-                    if since.elapsed() >= lost.lease {
+                    if since.elapsed() >= lost.absent_for {
                         Some("absent")
                     } else {
                         lost.due = Instant::now() + lost.pause;

@@ -128,7 +128,12 @@ impl Gateway {
         let pools = config.server_threads + 1;
         Self {
             table: ArcSwap::from_pointee(RouteTable::new(&config.routes, pools, &metrics)),
-            lost_claims: LostClaims::start(store.clone(), metrics.clone(), &tasks),
+            lost_claims: LostClaims::start(
+                store.clone(),
+                config.store.timeout,
+                metrics.clone(),
+                &tasks,
+            ),
             store,
             tasks,
             docs_url: config.docs_url.clone(),

@@ -297,11 +297,17 @@ impl PgStore {
             .get()
             .await
             .map_err(|e| StoreError::Migration(e.to_string()))?;
+        // A migration may take long (an index on a big table), and waits
+        // for another instance's: unbounded here, so this connection is
+        // closed afterwards, never pooled without its bounds.
+        sqlx::raw_sql("SET statement_timeout = 0; SET idle_in_transaction_session_timeout = 0")
+            .execute(checkout.conn())
+            .await
+            .map_err(|e| StoreError::Migration(e.to_string()))?;
         MIGRATOR
             .run(checkout.conn())
             .await
             .map_err(|e| StoreError::Migration(e.to_string()))?;
-        checkout.clean();
         Ok(())
     }
 

@@ -8,6 +8,13 @@
 //! cancelled (by `[store] timeout` or a shutdown) part way through the
 //! protocol, is closed instead, so the pool never hands out a connection in
 //! an unknown state.
+//!
+//! Closing the socket does not stop a statement the server already runs:
+//! a claim waiting on a row lock would still commit once the lock goes,
+//! long after its caller answered 503 and stopped looking for it. So every
+//! connection bounds its own statements and open transactions on the
+//! server by `[store] timeout` too ([`session_bounds`]): nothing the
+//! gateway gave up on commits more than that after it was sent.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +35,21 @@ pub(super) struct Connector {
     timeout: Duration,
     /// Where connections are opened, whoever asks.
     runtime: StoreRuntime,
+    /// Sent on every new connection ([`session_bounds`]).
+    bounds: String,
+}
+
+/// The statement that bounds, on the server, every statement and every
+/// open transaction of a session by `timeout`: a statement still running
+/// when its caller gave up is cancelled (SQLSTATE 57014), and a session
+/// left idle inside a transaction (its connection hung) is ended, its row
+/// locks released. One round trip per new connection, none per operation.
+/// Behind PgBouncer in transaction mode these are session settings on
+/// whichever server connection runs them: give idemgate a pool (user) of
+/// its own there.
+pub(super) fn session_bounds(timeout: Duration) -> String {
+    let ms = timeout.as_millis().max(1);
+    format!("SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}")
 }
 
 impl Manager for Connector {
@@ -36,8 +58,13 @@ impl Manager for Connector {
 
     async fn create(&self) -> Result<PgConnection, sqlx::Error> {
         let (hosts, timeout) = (self.hosts.clone(), self.timeout);
+        let bounds = sqlx::AssertSqlSafe(self.bounds.clone());
         self.runtime
-            .run(async move { hosts.connect(timeout).await })
+            .run(async move {
+                let mut conn = hosts.connect(timeout).await?;
+                sqlx::raw_sql(bounds).execute(&mut conn).await?;
+                Ok(conn)
+            })
             .await
             .map_err(|e| sqlx::Error::Io(std::io::Error::other(e)))?
     }
@@ -96,6 +123,7 @@ impl PgPool {
             hosts,
             timeout,
             runtime,
+            bounds: session_bounds(timeout),
         };
         let pool = Pool::builder(connector)
             .max_size(max)
@@ -136,6 +164,9 @@ impl PgPool {
                     // with it.
                     self.close_idle();
                 }
+                // Only this session ended (it idled in a transaction past
+                // its bound): closed, the others are fine.
+                Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some(IDLE_TIMED_OUT) => {}
                 Ok(_) | Err(sqlx::Error::Database(_)) => checkout.clean(),
                 Err(sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_)) => {
                     self.close_idle();
@@ -174,9 +205,19 @@ impl PgPool {
 /// 08 (connection exception), and `read_only_sql_transaction` (25006): the
 /// server no longer takes writes (a standby, or a primary made read-only),
 /// so the pool connects again, to the host that does ([`Hosts`]).
+/// A statement cancelled by its `statement_timeout` (57014) ends nothing.
 fn ends_the_session(code: Option<&str>) -> bool {
-    code.is_some_and(|code| code.starts_with("57") || code.starts_with("08") || code == "25006")
+    code.is_some_and(|code| {
+        (code.starts_with("57") && code != QUERY_CANCELED)
+            || code.starts_with("08")
+            || code == "25006"
+    })
 }
+
+/// SQLSTATE of a statement cancelled (here: by `statement_timeout`).
+const QUERY_CANCELED: &str = "57014";
+/// SQLSTATE of a session ended for idling in a transaction.
+const IDLE_TIMED_OUT: &str = "25P03";
 
 /// A checked-out connection. It returns to the pool only after
 /// [`Checkout::clean`]; dropped without it, the connection is closed.

@@ -256,3 +256,52 @@ async fn a_session_the_server_ended_costs_one_failed_operation() {
         "the next one gets a new connection: {next:?}"
     );
 }
+
+/// A claim the store does not answer within `[store] timeout` (here: its
+/// insert waits on another transaction's uncommitted row for the same key)
+/// is given up by its caller, which answers 503 and pursues the attempt as
+/// a lost claim. The server must give it up too: closing the socket does
+/// not cancel a statement the server runs, so without a bound of its own
+/// the claim would commit once the lock goes, seconds later, after the
+/// lost-claims worker stopped looking for it: a key in flight, then held,
+/// that was never forwarded.
+#[tokio::test]
+async fn a_claim_its_caller_gave_up_never_commits_later() {
+    let db = TestStore::new(Backend::Postgres).await;
+    let s = store_with(&db, 2, Duration::from_millis(500)).await;
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query(
+        "INSERT INTO idemgate_records (route, scope, key, fingerprint, state, token, expires_at)
+         VALUES ('r', '', 'race', '\\x00', 'completed', 1, now() + interval '1 hour')",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let claimed = s
+        .claim(&ClaimRequest {
+            key: &key(),
+            fingerprint: &[1; 32],
+            attempt: idemgate::store::new_attempt_id(),
+            lease: Duration::from_secs(30),
+            retention: Duration::from_secs(3600),
+            on_unknown_outcome: UnknownOutcome::Hold,
+        })
+        .await;
+    assert!(
+        matches!(claimed, Err(idemgate::store::StoreError::Unavailable(_))),
+        "{claimed:?}"
+    );
+    // Twice the timeout: a statement the server still ran would still wait.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    tx.rollback().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let records: i64 = sqlx::query_scalar("SELECT count(*) FROM idemgate_records")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        records, 0,
+        "the claim committed after its caller had given it up"
+    );
+}
