@@ -34,8 +34,10 @@
 #      with replicas = 1 (WAIT 1 100 after each claim that takes a key and
 #      each record) next to the replicas = 0 ones: new keys, and replays with
 #      the replay cache off; runs last, so no other row has the replica
-#   memory  10,000 idle HTTP/1.1 connections (bench/memory.py, idle-h1)
-#   ceilings: pgbench running idemgate's own claim + complete statements and
+#   memory  10,000 idle HTTP/1.1 and HTTP/2 connections (bench/memory.py,
+#      idle-h1 and idle-h2)
+#   ceilings: pgbench running idemgate's own claim + complete statements, a
+#   plain INSERT ON CONFLICT DO NOTHING + UPDATE pair per key, and
 #   its replay claim; redis-benchmark running idemgate's own claim, complete
 #   and replay (claim on a completed record) scripts; plain SQLite INSERT +
 #   UPDATE pairs in autocommit on idemgate's table and settings
@@ -237,6 +239,7 @@ start_gateway() { # name store_url [replay_cache_ttl] [binary] [log: warn|defaul
     {
         echo "listen = \"127.0.0.1:$GW_PORT\""
         echo "admin_listen = \"127.0.0.1:$admin\""
+        if [ -n "${GW_TOP:-}" ]; then printf '%s\n' "$GW_TOP"; fi
         echo "[store]"
         echo "url = \"$url\""
         echo "prefix = \"bench:\""
@@ -382,6 +385,11 @@ preload() { # port [path]
 # Replay cache: "5s" is idemgate's default (src/config/defaults.rs); written
 # out so the results say which rows have it.
 start_gateway pg "$PGURL" 5s; PG_PORT="$GW_PORT"; PG_PID="$GW_PID"
+if want B; then
+    # The same, serving on the shared runtime (server_threads = 0): what
+    # serving threads cost new keys on PostgreSQL (B-postgres-shared).
+    GW_TOP="server_threads = 0" start_gateway pg-shared "$PGURL" 5s; PS_PORT="$GW_PORT"; PS_PID="$GW_PID"
+fi
 start_gateway redis "redis://127.0.0.1:$REDISPORT/" 5s; RD_PORT="$GW_PORT"; RD_PID="$GW_PID"; RD_ADMIN="$GW_ADMIN"
 start_gateway sqlite "sqlite://$WORK/idemgate.db" 5s; SQ_PORT="$GW_PORT"; SQ_PID="$GW_PID"
 printf 'idemgate-postgres %s\nidemgate-redis %s\nidemgate-sqlite %s\n' "$PG_PID" "$RD_PID" "$SQ_PID" > "$WORK/rss.pids"
@@ -445,7 +453,7 @@ fi
 # ---- B: new key per request --------------------------------------------------------
 if want B || want peer; then
     specs=()
-    want B && specs+=("B-postgres $PG_PORT new $PG_PID")
+    want B && specs+=("B-postgres $PG_PORT new $PG_PID" "B-postgres-shared $PS_PORT new $PS_PID")
     [ -n "$BASE_BIN" ] && want B && specs+=("B-postgres-before $PGB_PORT new $PGB_PID")
     specs+=("B-redis $RD_PORT new $RD_PID")
     [ -n "$BASE_BIN" ] && want B && specs+=("B-redis-before $RDB_PORT new $RDB_PID")
@@ -713,10 +721,11 @@ done < "$WORK/rss.pids"
 # memory:// store and the demo upstream; steps 1,000, 5,000, 10,000): the
 # report takes its 10,000 row.
 if want memory; then
-    log "memory: 10,000 idle HTTP/1.1 connections (bench/memory.py --only idle-h1)"
+    log "memory: 10,000 idle HTTP/1.1 and HTTP/2 connections (bench/memory.py --only idle-h1,idle-h2)"
+    python3 -c "import h2" 2>/dev/null || pip install -q h2 >&2
     (ulimit -n 20000 2>/dev/null || true
      IDEMGATE="$BIN" UPSTREAM="$TARGET_DIR/release/examples/demo_upstream" \
-         python3 bench/memory.py --only idle-h1) > "$WORK/memory.md"
+         python3 bench/memory.py --only idle-h1,idle-h2) > "$WORK/memory.md"
 fi
 
 # ---- ceilings (ONLY ceil) -----------------------------------------------------------
@@ -729,6 +738,14 @@ cat > "$WORK/claim_complete.sql" <<EOF
 SELECT o_token AS tok FROM idemgate_claim('ceiling', ''::bytea, :client_id || '-' || :k, decode('$FP', 'hex'), 30000, 86400000, false) \gset
 UPDATE idemgate_records SET state = 'completed', status = 201, headers = ''::bytea, body = convert_to('{"id":"pay_1","status":"succeeded"}', 'UTF8'), lease_until = NULL, held_reason = NULL, expires_at = clock_timestamp() + 86400000 * INTERVAL '1 millisecond', updated_at = clock_timestamp() WHERE route = 'ceiling' AND scope = ''::bytea AND key = :client_id || '-' || :k AND token = :tok AND state IN ('in_flight', 'completed');
 EOF
+# The plain pair: what any application would send per key to record it
+# (INSERT ON CONFLICT DO NOTHING, then the completion's UPDATE), two
+# autocommit statements on the same table and indexes, no function.
+cat > "$WORK/plain_pair.sql" <<EOF
+\set k random(1, 2000000000)
+INSERT INTO idemgate_records (route, scope, key, fingerprint, state, token, attempt, lease_until, expires_at) VALUES ('plain', ''::bytea, :client_id || '-' || :k, decode('$FP', 'hex'), 'in_flight', :k, :k, clock_timestamp() + INTERVAL '30 seconds', clock_timestamp() + INTERVAL '1 day') ON CONFLICT DO NOTHING;
+UPDATE idemgate_records SET state = 'completed', status = 201, headers = ''::bytea, body = convert_to('{"id":"pay_1","status":"succeeded"}', 'UTF8'), lease_until = NULL, updated_at = clock_timestamp() WHERE route = 'plain' AND scope = ''::bytea AND key = :client_id || '-' || :k AND token = :k;
+EOF
 cat > "$WORK/replay.sql" <<EOF
 \set k random(0, $((HOT - 1)))
 SELECT * FROM idemgate_claim('api', ''::bytea, 'hot-' || lpad(:k::text, 12, '0'), decode('$FP', 'hex'), 30000, 86400000, false);
@@ -740,6 +757,7 @@ pgbench_tps() { # script clients
 for c in $CONCURRENCY; do
     for i in $(seq 1 "$REPEATS"); do
         echo "ceil-pg-claim-complete $c $(pgbench_tps "$WORK/claim_complete.sql" "$c") - - - -" >> "$WORK/raw"
+        echo "ceil-pg-plain-pair $c $(pgbench_tps "$WORK/plain_pair.sql" "$c") - - - -" >> "$WORK/raw"
         echo "ceil-pg-replay $c $(pgbench_tps "$WORK/replay.sql" "$c") - - - -" >> "$WORK/raw"
     done
 done
@@ -922,12 +940,12 @@ for c in {c for _, c in rows}:
     for x, y in zip(a, b):
         rows[("ceil-redis-claim+complete", c)].append((1 / (1 / x[0] + 1 / y[0]), "-", "-", "-", "-"))
 names = ["A-direct", "A-nginx", "A-idemgate", "A-idemgate-before",
-         "B-postgres", "B-postgres-before", "B-redis", "B-redis-before", "B-peer", "B-sqlite",
+         "B-postgres", "B-postgres-shared", "B-postgres-before", "B-redis", "B-redis-before", "B-peer", "B-sqlite",
          "C-postgres", "C-postgres-before", "C-redis", "C-redis-nocache", "C-peer", "C-sqlite",
          "log-A-warn", "log-A-info", "log-C-warn", "log-C-info",
          "trace-B-off", "trace-B-on", "trace-C-off", "trace-C-on",
          "wait-B-0", "wait-B-1", "wait-C-0", "wait-C-1"] + storms + [
-         "ceil-pg-claim-complete", "ceil-pg-replay", "ceil-redis-claim", "ceil-redis-complete",
+         "ceil-pg-claim-complete", "ceil-pg-plain-pair", "ceil-pg-replay", "ceil-redis-claim", "ceil-redis-complete",
          "ceil-redis-claim+complete", "ceil-redis-replay", "ceil-sqlite-insert-update", "ceil-sqlite-serial"]
 measured = [n for n in names if not n.startswith("ceil-")]
 L = [f"# idemgate benchmark — {datetime.date.today()}", "",
@@ -986,7 +1004,9 @@ def ratio(a, b, c):
     return f"{x / y:.2f}" if x and y else "—"
 for label, a, b, target in [
     ("B postgres ÷ pgbench claim+complete", "B-postgres", "ceil-pg-claim-complete", "≥ 1.0 (stretch 2.0)"),
+    ("B postgres ÷ pgbench plain pair (INSERT ON CONFLICT DO NOTHING + UPDATE)", "B-postgres", "ceil-pg-plain-pair", "≥ 1.0"),
     ("B postgres ÷ B redis (PostgreSQL as fast as Redis)", "B-postgres", "B-redis", "≥ 0.9"),
+    ("B postgres, serving threads ÷ shared runtime (server_threads = 0)", "B-postgres", "B-postgres-shared", "≥ 1.0"),
     ("C postgres ÷ pgbench replay", "C-postgres", "ceil-pg-replay", "≥ 0.8"),
     ("B redis ÷ redis claim ⊕ complete scripts", "B-redis", "ceil-redis-claim+complete", "—"),
     ("B sqlite ÷ plain SQLite insert+update pairs", "B-sqlite", "ceil-sqlite-insert-update", "—"),
@@ -995,6 +1015,7 @@ for label, a, b, target in [
     ("A idemgate with its default info log (log-A-info) ÷ nginx proxy", "log-A-info", "A-nginx", "≥ 1.0"),
     ("replay (C postgres) ÷ static upstream direct", "C-postgres", "A-direct", "≥ 0.8"),
     ("replay (C redis) ÷ static upstream direct", "C-redis", "A-direct", "≥ 0.8"),
+    ("replay at the default info log (log-C-info) ÷ static upstream direct", "log-C-info", "A-direct", "≥ 0.8"),
     ("A idemgate ÷ direct", "A-idemgate", "A-direct", "—"),
     ("keyed (B postgres) ÷ unkeyed (A idemgate)", "B-postgres", "A-idemgate", "—"),
     ("keyed (B redis) ÷ unkeyed (A idemgate)", "B-redis", "A-idemgate", "≥ 0.6"),
@@ -1183,12 +1204,14 @@ if serial:
     L += ["", f"Plain SQLite pairs from one connection (no lock contention): {statistics.median(serial):,.0f}/s."]
 if os.path.exists(f"{work}/memory.md"):
     mem = open(f"{work}/memory.md").read()
-    m = re.search(r"^\| 10000 \| (\d+) \| (\d+) \| ([\d.]+) \| ([\d.-]+) \| ([\d,–]+) \|", mem, re.M)
     L += ["", "## Memory: 10,000 idle connections", ""]
-    if m:
-        L.append(f"10,000 idle HTTP/1.1 keep-alive connections (one answered GET each; `bench/memory.py --only idle-h1`, "
-                 f"a fresh gateway on `memory://`): VmRSS {m.group(3)} MiB, {m.group(4)} MiB over the gateway without "
-                 f"connections, {m.group(5)} bytes per open connection ({m.group(1)} still open).")
+    # One section per scenario (### its label), HTTP/1.1 then HTTP/2.
+    for section, what in zip(mem.split("\n### ")[1:], ["HTTP/1.1 keep-alive", "HTTP/2 (h2c prior knowledge)"]):
+        m = re.search(r"^\| 10000 \| (\d+) \| (\d+) \| ([\d.]+) \| ([\d.-]+) \| ([\d,–]+) \|", section, re.M)
+        if m:
+            L.append(f"- 10,000 idle {what} connections (one answered GET each; `bench/memory.py --only idle-h1,idle-h2`, "
+                     f"a fresh gateway on `memory://`): VmRSS {m.group(3)} MiB, {m.group(4)} MiB over the gateway without "
+                     f"connections, {m.group(5)} bytes per open connection ({m.group(1)} still open); target ≤ 64 MiB.")
     table = [l for l in mem.splitlines() if l.startswith("|") or l.startswith("answers:")]
     L += [""] + table
 rss = [l.split() for l in open(f"{work}/rss")]
