@@ -750,15 +750,18 @@ cat > "$WORK/replay.sql" <<EOF
 \set k random(0, $((HOT - 1)))
 SELECT * FROM idemgate_claim('api', ''::bytea, 'hot-' || lpad(:k::text, 12, '0'), decode('$FP', 'hex'), 30000, 86400000, false);
 EOF
+ceil_row() { # name clients value: a ceiling's row (a ceiling that failed is said, not recorded)
+    if [ -n "$3" ]; then echo "$1 $2 $3 - - - -" >> "$WORK/raw"; else log "ceiling $1 c=$2 failed: no figure"; fi
+}
 pgbench_tps() { # script clients
     "$PGBIN/pgbench" -n -h 127.0.0.1 -p "$PGPORT" -U postgres -c "$2" -j 2 -T "$DURATION" -f "$1" postgres 2>/dev/null \
         | awk '/^tps/ {print int($3)}'
 }
 for c in $CONCURRENCY; do
     for i in $(seq 1 "$REPEATS"); do
-        echo "ceil-pg-claim-complete $c $(pgbench_tps "$WORK/claim_complete.sql" "$c") - - - -" >> "$WORK/raw"
-        echo "ceil-pg-plain-pair $c $(pgbench_tps "$WORK/plain_pair.sql" "$c") - - - -" >> "$WORK/raw"
-        echo "ceil-pg-replay $c $(pgbench_tps "$WORK/replay.sql" "$c") - - - -" >> "$WORK/raw"
+        ceil_row ceil-pg-claim-complete $c "$(pgbench_tps "$WORK/claim_complete.sql" "$c")"
+        ceil_row ceil-pg-plain-pair $c "$(pgbench_tps "$WORK/plain_pair.sql" "$c")"
+        ceil_row ceil-pg-replay $c "$(pgbench_tps "$WORK/replay.sql" "$c")"
     done
 done
 
@@ -776,12 +779,14 @@ COMPLETE_SHA="$(redis-cli -p "$REDISPORT" SCRIPT LOAD "$(cat "$WORK/complete.lua
 # One completed record, ceil:done, for the complete and replay ceilings: a
 # completion by its own token of a completed record rewrites it in full, as
 # a first completion does.
-# Claim: fingerprint, lease, retention, release-lapsed, attempt id, then the
-# wake-up channel and id (empty: the route does not wait). Complete: token,
-# status, headers, body, retention, then the same pair.
-TOKEN="$(redis-cli -p "$REDISPORT" EVALSHA "$CLAIM_SHA" 2 ceil:done ceil:token fingerprint 30000 86400000 0 1 "" "" | tail -n 1)"
+# Claim: KEYS record, token counter, due questions (status inquiry); ARGV
+# fingerprint, lease, retention, on unknown outcome (0: hold), attempt id,
+# then the wake-up channel and id (empty: the route does not wait).
+# Complete: KEYS record, due questions; ARGV token, status, headers, body,
+# retention, then the same pair.
+TOKEN="$(redis-cli -p "$REDISPORT" EVALSHA "$CLAIM_SHA" 3 ceil:done ceil:token ceil:due fingerprint 30000 86400000 0 1 "" "" | tail -n 1)"
 RESPONSE='{"id":"pay_1","status":"succeeded"}'
-redis-cli -p "$REDISPORT" EVALSHA "$COMPLETE_SHA" 1 ceil:done "$TOKEN" 201 "" "$RESPONSE" 86400000 "" "" >/dev/null
+redis-cli -p "$REDISPORT" EVALSHA "$COMPLETE_SHA" 2 ceil:done ceil:due "$TOKEN" 201 "" "$RESPONSE" 86400000 "" "" >/dev/null
 redis_rps() { # clients, command...
     local c="$1"; shift
     redis-benchmark -p "$REDISPORT" -c "$c" -n 200000 -r 1000000000 -q "$@" \
@@ -789,16 +794,16 @@ redis_rps() { # clients, command...
 }
 for c in $CONCURRENCY; do
     for i in $(seq 1 "$REPEATS"); do
-        echo "ceil-redis-claim $c $(redis_rps "$c" EVALSHA "$CLAIM_SHA" 2 "ceil:rec:__rand_int__" ceil:token fingerprint 30000 86400000 0 1 "" "") - - - -" >> "$WORK/raw"
-        echo "ceil-redis-complete $c $(redis_rps "$c" EVALSHA "$COMPLETE_SHA" 1 ceil:done "$TOKEN" 201 "" "$RESPONSE" 86400000 "" "") - - - -" >> "$WORK/raw"
-        echo "ceil-redis-replay $c $(redis_rps "$c" EVALSHA "$CLAIM_SHA" 2 ceil:done ceil:token fingerprint 30000 86400000 0 1 "" "") - - - -" >> "$WORK/raw"
+        ceil_row ceil-redis-claim $c "$(redis_rps "$c" EVALSHA "$CLAIM_SHA" 3 "ceil:rec:__rand_int__" ceil:token ceil:due fingerprint 30000 86400000 0 1 "" "")"
+        ceil_row ceil-redis-complete $c "$(redis_rps "$c" EVALSHA "$COMPLETE_SHA" 2 ceil:done ceil:due "$TOKEN" 201 "" "$RESPONSE" 86400000 "" "")"
+        ceil_row ceil-redis-replay $c "$(redis_rps "$c" EVALSHA "$CLAIM_SHA" 3 ceil:done ceil:token ceil:due fingerprint 30000 86400000 0 1 "" "")"
     done
 done
 
 log "SQLite ceiling (plain INSERT + UPDATE pairs, autocommit, WAL, synchronous = FULL)"
 for c in $CONCURRENCY; do
     for i in $(seq 1 "$REPEATS"); do
-        echo "ceil-sqlite-insert-update $c $(python3 bench/sqlite_ceiling.py "$WORK/ceiling.db" "$c" "$DURATION") - - - -" >> "$WORK/raw"
+        ceil_row ceil-sqlite-insert-update $c "$(python3 bench/sqlite_ceiling.py "$WORK/ceiling.db" "$c" "$DURATION")"
     done
 done
 for i in $(seq 1 "$REPEATS"); do
