@@ -298,8 +298,8 @@ impl PgStore {
             .await
             .map_err(|e| StoreError::Migration(e.to_string()))?;
         // A migration may take long (an index on a big table), and waits
-        // for another instance's: unbounded here, so this connection is
-        // closed afterwards, never pooled without its bounds.
+        // for another instance's: unbounded while it runs, bounded again
+        // before the connection goes back to the pool.
         sqlx::raw_sql("SET statement_timeout = 0; SET idle_in_transaction_session_timeout = 0")
             .execute(checkout.conn())
             .await
@@ -308,6 +308,13 @@ impl PgStore {
             .run(checkout.conn())
             .await
             .map_err(|e| StoreError::Migration(e.to_string()))?;
+        if sqlx::raw_sql(sqlx::AssertSqlSafe(pool::session_bounds(self.timeout)))
+            .execute(checkout.conn())
+            .await
+            .is_ok()
+        {
+            checkout.clean();
+        }
         Ok(())
     }
 

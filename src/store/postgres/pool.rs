@@ -167,7 +167,18 @@ impl PgPool {
                 // Only this session ended (it idled in a transaction past
                 // its bound): closed, the others are fine.
                 Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some(IDLE_TIMED_OUT) => {}
-                Ok(_) | Err(sqlx::Error::Database(_)) => checkout.clean(),
+                Ok(_) => checkout.clean(),
+                Err(sqlx::Error::Database(_)) => {
+                    // A refused statement inside a transaction leaves it
+                    // open (aborted), its ROLLBACK only queued by sqlx:
+                    // sent now, or the session would sit idle in a
+                    // transaction, holding its locks, until the server
+                    // ends it (`idle_in_transaction_session_timeout`)
+                    // and the connection's next operation fails.
+                    if sqlx::Connection::ping(checkout.conn()).await.is_ok() {
+                        checkout.clean();
+                    }
+                }
                 Err(sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_)) => {
                     self.close_idle();
                 }

@@ -50,6 +50,27 @@ async fn claim(s: &dyn Store, lease: Duration, retention: Duration) -> Claim {
     .unwrap()
 }
 
+/// Claim key `k` of route `r` with a fresh attempt (30 s lease, 1 h
+/// retention, a lapsed lease held).
+async fn claim_named(
+    s: std::sync::Arc<dyn Store>,
+    k: &'static str,
+) -> Result<Claim, idemgate::store::StoreError> {
+    s.claim(&ClaimRequest {
+        key: &RecordKey {
+            route: "r".into(),
+            scope: Vec::new(),
+            key: k.into(),
+        },
+        fingerprint: &[1; 32],
+        attempt: idemgate::store::new_attempt_id(),
+        lease: Duration::from_secs(30),
+        retention: Duration::from_secs(3600),
+        on_unknown_outcome: UnknownOutcome::Hold,
+    })
+    .await
+}
+
 /// Claim with a short lease and retention, then let both lapse.
 async fn lapsed(s: &dyn Store) {
     let short = Duration::from_millis(100);
@@ -215,24 +236,7 @@ async fn an_operation_cut_off_by_the_timeout_frees_its_connection() {
 async fn a_session_the_server_ended_costs_one_failed_operation() {
     let db = TestStore::new(Backend::Postgres).await;
     let s = store_with(&db, 1, Duration::from_secs(10)).await;
-    let claim_key = |k: &'static str| {
-        let s = s.clone();
-        async move {
-            s.claim(&ClaimRequest {
-                key: &RecordKey {
-                    route: "r".into(),
-                    scope: Vec::new(),
-                    key: k.into(),
-                },
-                fingerprint: &[1; 32],
-                attempt: idemgate::store::new_attempt_id(),
-                lease: Duration::from_secs(30),
-                retention: Duration::from_secs(3600),
-                on_unknown_outcome: UnknownOutcome::Hold,
-            })
-            .await
-        }
-    };
+    let claim_key = |k: &'static str| claim_named(s.clone(), k);
     assert!(matches!(claim_key("a").await, Ok(Claim::Claimed { .. })));
 
     let mut admin = sqlx::PgConnection::connect(&db.url).await.unwrap();
@@ -269,6 +273,10 @@ async fn a_session_the_server_ended_costs_one_failed_operation() {
 async fn a_claim_its_caller_gave_up_never_commits_later() {
     let db = TestStore::new(Backend::Postgres).await;
     let s = store_with(&db, 2, Duration::from_millis(500)).await;
+    let claim_of = |k: &'static str| claim_named(s.clone(), k);
+    // A connection made and used first: the claim below reaches the server
+    // well within its timeout.
+    assert!(matches!(claim_of("warm").await, Ok(Claim::Claimed { .. })));
     let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
     let mut tx = conn.begin().await.unwrap();
     sqlx::query(
@@ -278,16 +286,19 @@ async fn a_claim_its_caller_gave_up_never_commits_later() {
     .execute(&mut *tx)
     .await
     .unwrap();
-    let claimed = s
-        .claim(&ClaimRequest {
-            key: &key(),
-            fingerprint: &[1; 32],
-            attempt: idemgate::store::new_attempt_id(),
-            lease: Duration::from_secs(30),
-            retention: Duration::from_secs(3600),
-            on_unknown_outcome: UnknownOutcome::Hold,
-        })
-        .await;
+    let claiming = tokio::spawn(claim_of("race"));
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let mut admin = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let waiting: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity
+          WHERE datname = current_database() AND application_name = 'idemgate'
+            AND wait_event_type = 'Lock'",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(waiting, 1, "the claim waits on the server for the row");
+    let claimed = claiming.await.unwrap();
     assert!(
         matches!(claimed, Err(idemgate::store::StoreError::Unavailable(_))),
         "{claimed:?}"
@@ -296,10 +307,11 @@ async fn a_claim_its_caller_gave_up_never_commits_later() {
     tokio::time::sleep(Duration::from_millis(1_000)).await;
     tx.rollback().await.unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let records: i64 = sqlx::query_scalar("SELECT count(*) FROM idemgate_records")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
+    let records: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM idemgate_records WHERE key = 'race'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
     assert_eq!(
         records, 0,
         "the claim committed after its caller had given it up"
