@@ -50,10 +50,29 @@ async fn fail_over(replicas: u32, servers: usize) -> Failover {
     tokio::time::sleep(Duration::from_millis(500)).await;
     primary.kill();
     let killed = Instant::now();
+    // Promoted, and named by every sentinel: a replica reporting
+    // role:master is not enough. Until the failover is complete, a
+    // sentinel can still name the old address, and the empty server
+    // restarted below would be taken back as the primary, the promoted
+    // replica made to sync from it (wiping every key it had).
     let promoted = eventually(Duration::from_secs(30), || async {
-        standbys
+        let port = standbys
             .iter()
-            .any(|s| s.cli(&["INFO", "replication"]).contains("role:master"))
+            .find(|s| s.cli(&["INFO", "replication"]).contains("role:master"))?
+            .port()
+            .to_string();
+        sentinels
+            .iter()
+            .all(|sentinel| {
+                sentinel
+                    .cli(&[
+                        "SENTINEL",
+                        "get-master-addr-by-name",
+                        PrivateSentinel::PRIMARY,
+                    ])
+                    .lines()
+                    .any(|line| line.trim() == port)
+            })
             .then_some(())
     })
     .await;
