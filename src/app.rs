@@ -166,8 +166,8 @@ async fn start_threads(
     if let Some(threads) = &threads {
         threads
             .on_each(|| {
-                let records = records.clone();
-                async move { records.open_serving_thread().await }
+                let (records, n) = (records.clone(), config.server_threads);
+                async move { records.open_serving_thread(n).await }
             })
             .await;
     }

@@ -373,7 +373,9 @@ pub trait StoreAdmin: Send + Sync + 'static {
     /// thread's now, so no request waits behind its connect, and a request
     /// sent while the store is frozen is on the wire ahead of any later
     /// retry. A failure is left for the thread's first request to find.
-    async fn open_serving_thread(&self) {}
+    /// `threads`: how many serving threads there are (PostgreSQL splits
+    /// its lanes' sizes by it).
+    async fn open_serving_thread(&self, _threads: usize) {}
     /// After a graceful stop, once nothing uses the store any more: write
     /// out what must be and let go of files and connections (SQLite
     /// checkpoints its log and closes, leaving no `-wal`/`-shm` files).

@@ -547,8 +547,9 @@ impl StoreAdmin for FrontStore {
         self.inner.truth.ping().await
     }
 
-    async fn open_serving_thread(&self) {
-        self.inner.front.open_serving_thread().await;
+    async fn open_serving_thread(&self, threads: usize) {
+        self.inner.truth.open_serving_thread(threads).await;
+        self.inner.front.open_serving_thread(threads).await;
     }
 
     fn pool_stats(&self) -> Option<PoolStats> {

@@ -228,7 +228,12 @@ impl StoreAdmin for PgStore {
     }
 
     fn batch_stats(&self) -> Option<BatchStats> {
+        // Shared with every serving thread's lane.
         Some(self.batcher.stats())
+    }
+
+    async fn open_serving_thread(&self, threads: usize) {
+        self.open_lane(threads).await;
     }
 
     fn pool_stats(&self) -> Option<PoolStats> {

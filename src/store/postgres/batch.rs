@@ -148,8 +148,23 @@ impl Batcher {
     /// Start the dispatcher: batches run on `pool`, at most `concurrency`
     /// at once; callers wait `timeout` for their answer.
     pub(super) fn start(pool: PgPool, timeout: Duration, concurrency: usize) -> Self {
+        Self::counted(pool, timeout, concurrency, Arc::default())
+    }
+
+    /// Another dispatcher on `pool`, started on the runtime this is
+    /// called on (a serving thread's lane: src/store/postgres/lanes.rs),
+    /// counted with this one.
+    pub(super) fn lane(&self, pool: PgPool, concurrency: usize) -> Self {
+        Self::counted(pool, self.timeout, concurrency, self.counters.clone())
+    }
+
+    fn counted(
+        pool: PgPool,
+        timeout: Duration,
+        concurrency: usize,
+        counters: Arc<Counters>,
+    ) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE);
-        let counters = Arc::new(Counters::default());
         let slots = Arc::new(Semaphore::new(concurrency.max(1)));
         tokio::spawn(dispatch(queue, slots, pool, counters.clone()));
         Self {

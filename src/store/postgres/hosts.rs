@@ -47,6 +47,10 @@ pub(super) struct Hosts {
     current: AtomicUsize,
     /// After every host failed: not before this, and the next pause.
     backoff: Mutex<Option<(Instant, Duration, String)>>,
+    /// When a pool of these hosts last saw a session-ending error: every
+    /// pool (the shared one and each serving thread's) reuses no
+    /// connection opened before.
+    reset: Mutex<Option<Instant>>,
 }
 
 /// Not derived: the connection options hold the password.
@@ -82,6 +86,7 @@ impl Hosts {
             target: split.target,
             current: AtomicUsize::new(0),
             backoff: Mutex::new(None),
+            reset: Mutex::new(None),
         })
     }
 
@@ -100,6 +105,20 @@ impl Hosts {
     /// Whether the URL names more than one host.
     pub(super) fn several(&self) -> bool {
         self.candidates.len() > 1
+    }
+
+    /// The connections opened so far are not to be reused (a restart, a
+    /// failover, a host that stopped taking writes).
+    pub(super) fn reset(&self) {
+        *self.reset.lock().expect("never poisoned") = Some(Instant::now());
+    }
+
+    /// Whether a connection opened at `opened` predates the last reset.
+    pub(super) fn reset_since(&self, opened: Instant) -> bool {
+        self.reset
+            .lock()
+            .expect("never poisoned")
+            .is_some_and(|reset| opened <= reset)
     }
 
     /// A connection to a host that qualifies, `timeout` in all. With one

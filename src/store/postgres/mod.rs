@@ -14,6 +14,7 @@ use sqlx::postgres::{PgConnection, PgSslMode};
 
 mod batch;
 mod hosts;
+mod lanes;
 mod pool;
 
 use super::{Cas, RecordKey, StoreConfig, StoreError, redact_url};
@@ -35,8 +36,13 @@ pub struct PgStore {
     hosts: Arc<Hosts>,
     /// The routes whose settled records are announced.
     wait_routes: crate::store::WaitRoutes,
-    /// Claims and completions go through it.
+    /// Claims and completions go through it (or through a serving
+    /// thread's own: [`lanes`]).
     batcher: Batcher,
+    /// Tells this store's lanes apart on a serving thread.
+    id: u64,
+    /// `pool_size` and `batches_in_flight`, which lanes share.
+    sizes: (u32, u32),
 }
 
 /// The channel of the announcements of settled records (`concurrent = "wait"`).
@@ -223,7 +229,35 @@ impl PgStore {
             hosts,
             wait_routes: config.wait_routes.clone(),
             batcher,
+            id: lanes::new_id(),
+            sizes: (config.pool_size, config.batches_in_flight),
         })
+    }
+
+    /// Where this thread's claims and completions go: its own lane on a
+    /// serving thread that opened one, else the shared dispatcher.
+    fn batcher(&self) -> Batcher {
+        lanes::local(self.id).unwrap_or_else(|| self.batcher.clone())
+    }
+
+    /// Open this serving thread's lane (one of `threads`): a pool and a
+    /// dispatcher on its runtime, one connection made now (bounded by
+    /// `[store] timeout`; a failure is left for the first request).
+    async fn open_lane(&self, threads: usize) {
+        if !crate::store::runtime::on_serving_thread() {
+            return;
+        }
+        let (pool_size, in_flight) = self.sizes;
+        let in_flight = lanes::share(in_flight, threads);
+        let pool = PgPool::new(
+            self.hosts.clone(),
+            lanes::share(pool_size, threads),
+            self.timeout,
+        );
+        if let Ok(mut first) = pool.get().await {
+            first.clean();
+        }
+        lanes::keep(self.id, self.batcher.lane(pool, in_flight));
     }
 
     /// The wake id to announce with a settling write of `key`: on a route

@@ -23,6 +23,7 @@ use deadpool::managed::{self, Manager, Metrics, Object, Pool, RecycleResult};
 use sqlx::postgres::PgConnection;
 
 use super::hosts::Hosts;
+use crate::clock::Instant;
 use crate::store::StoreError;
 use crate::store::runtime::StoreRuntime;
 
@@ -69,9 +70,16 @@ impl Manager for Connector {
             .map_err(|e| sqlx::Error::Io(std::io::Error::other(e)))?
     }
 
-    async fn recycle(&self, _: &mut PgConnection, _: &Metrics) -> RecycleResult<sqlx::Error> {
+    async fn recycle(&self, _: &mut PgConnection, metrics: &Metrics) -> RecycleResult<sqlx::Error> {
         // Only connections whose last operation ended cleanly come back
-        // (see `Checkout`): nothing to check.
+        // (see `Checkout`); one opened before another pool of the same
+        // hosts saw the sessions end is not reused (no round trip).
+        // (deadpool stamps it with std's clock, which tokio's follows.)
+        if self.hosts.reset_since(Instant::from_std(metrics.created)) {
+            return Err(deadpool::managed::RecycleError::message(
+                "opened before the store's connections were reset",
+            ));
+        }
         Ok(())
     }
 }
@@ -195,6 +203,9 @@ impl PgPool {
     /// server restarted, the network dropped), the others almost certainly
     /// did too, and each would otherwise fail one operation first.
     pub(super) fn close_idle(&self) {
+        // Every other pool of these hosts (each serving thread's lane)
+        // drops its own when it next hands one out.
+        self.pool.manager().hosts.reset();
         let _ = self.pool.retain(|_, _| false);
     }
 

@@ -24,7 +24,7 @@ impl Store for PgStore {
             retention_ms: millis(req.retention),
             on_unknown: req.on_unknown_outcome,
         };
-        match self.batcher.submit(op).await? {
+        match self.batcher().submit(op).await? {
             batch::Reply::Claim(claim) => Ok(claim),
             batch::Reply::Complete(_) => Err(StoreError::Corrupt(
                 "a claim was answered as a completion".into(),
@@ -71,7 +71,7 @@ impl Store for PgStore {
             retention_ms: millis(retention),
             wake: self.wake_id_for(key),
         };
-        match self.batcher.submit(op).await? {
+        match self.batcher().submit(op).await? {
             batch::Reply::Complete(cas) => Ok(cas),
             batch::Reply::Claim(_) => Err(StoreError::Corrupt(
                 "a completion was answered as a claim".into(),

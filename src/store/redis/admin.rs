@@ -292,7 +292,7 @@ impl StoreAdmin for RedisStore {
         })
     }
 
-    async fn open_serving_thread(&self) {
+    async fn open_serving_thread(&self, _threads: usize) {
         // (A cluster's serving threads share its lanes: nothing to open.)
         if !self.lanes.per_thread() {
             return;

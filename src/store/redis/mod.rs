@@ -511,7 +511,7 @@ mod tests {
         let store = Arc::new(RedisStore::connect(&config()).await.expect("Redis"));
         let served = store.clone();
         let before_first = on_thread(true, move || async move {
-            served.open_serving_thread().await;
+            served.open_serving_thread(2).await;
             served.lanes.pick().conn.is_some()
         });
         assert!(before_first, "the lane is open before the first request");

@@ -1,0 +1,136 @@
+//! Serving threads' own batchers ("lanes") for the PostgreSQL store.
+//!
+//! The store's pool and batch dispatcher live on the shared runtime
+//! (src/store/runtime.rs). A claim or completion made on a serving thread
+//! would cross to that runtime twice: to the dispatcher, and back with the
+//! answer, each crossing waking a thread (new keys ran 0.88× as fast with
+//! serving threads as without them, `bench/results/2026-11-26-hot-path.md`).
+//! So each serving thread gets a dispatcher and a small pool of its own,
+//! opened and driven on its runtime: its requests' batches never leave
+//! the thread. Its share of the configured sizes is `pool_size` and
+//! `batches_in_flight` divided by `server_threads` (at least one each):
+//! the lanes together open at most about `pool_size` connections, beside
+//! the shared pool's `pool_size`. Everything
+//! else (renewals, releases, holds, the sweeper, the admin listener, the
+//! lost-claims worker) stays on the shared pool.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::batch::Batcher;
+use crate::store::runtime;
+
+/// Ids that tell stores apart in a serving thread's registry.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Most stores one serving thread keeps a lane for (one in a gateway;
+/// tests open more).
+const LANES_PER_THREAD: usize = 8;
+
+thread_local! {
+    /// This serving thread's lanes, by store id, newest last.
+    static LOCAL: RefCell<Vec<(u64, Batcher)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A new store's id.
+pub(super) fn new_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Keep `batcher` as store `id`'s lane on this serving thread (the oldest
+/// lane beyond [`LANES_PER_THREAD`] is let go).
+pub(super) fn keep(id: u64, batcher: Batcher) {
+    LOCAL.with_borrow_mut(|lanes| {
+        lanes.retain(|(kept, _)| *kept != id);
+        if lanes.len() >= LANES_PER_THREAD {
+            lanes.remove(0);
+        }
+        lanes.push((id, batcher));
+    });
+}
+
+/// Store `id`'s lane on this thread, if this is a serving thread that
+/// opened one.
+pub(super) fn local(id: u64) -> Option<Batcher> {
+    if !runtime::on_serving_thread() {
+        return None;
+    }
+    LOCAL.with_borrow(|lanes| {
+        lanes
+            .iter()
+            .rev()
+            .find(|(kept, _)| *kept == id)
+            .map(|(_, batcher)| batcher.clone())
+    })
+}
+
+/// One lane's share of a setting shared by `threads` serving threads.
+pub(super) fn share(total: u32, threads: usize) -> usize {
+    (total as usize / threads.max(1)).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::super::hosts::Hosts;
+    use super::super::pool::PgPool;
+    use super::*;
+
+    /// A batcher whose pool has not connected (nor will: nothing is sent).
+    fn idle_batcher() -> Batcher {
+        let hosts = Hosts::parse("postgres://u@127.0.0.1:1/db", |o| o).expect("a URL");
+        let timeout = Duration::from_millis(100);
+        Batcher::start(PgPool::new(Arc::new(hosts), 1, timeout), timeout, 1)
+    }
+
+    /// Run `work` on a thread of its own with a current-thread runtime, a
+    /// serving thread or not.
+    fn on_thread<T: Send + 'static>(serving: bool, work: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::spawn(move || {
+            if serving {
+                runtime::enter_serving_thread();
+            }
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            let _entered = rt.enter();
+            work()
+        })
+        .join()
+        .expect("the thread ends")
+    }
+
+    #[test]
+    fn a_lane_serves_only_the_serving_thread_that_kept_it() {
+        let (id, other) = (new_id(), new_id());
+        let seen = on_thread(true, move || {
+            let before = local(id).is_some();
+            keep(id, idle_batcher());
+            (before, local(id).is_some(), local(other).is_some())
+        });
+        assert_eq!(seen, (false, true, false), "(before, after, another store)");
+        assert!(
+            !on_thread(true, move || local(id).is_some()),
+            "another serving thread has no lane of it"
+        );
+        let off = on_thread(false, move || {
+            keep(id, idle_batcher());
+            local(id).is_some()
+        });
+        assert!(
+            !off,
+            "a thread that does not serve uses the shared dispatcher"
+        );
+    }
+
+    #[test]
+    fn a_share_is_at_least_one() {
+        assert_eq!(share(16, 2), 8);
+        assert_eq!(share(16, 3), 5);
+        assert_eq!(share(1, 4), 1);
+        assert_eq!(share(4, 0), 4);
+    }
+}
