@@ -3,11 +3,13 @@
 //! once accepted, lives on one of them for good — its requests, the forward
 //! tasks they spawn and the upstream connections they use (each thread has
 //! its own upstream pool, [`current`] picks it). Nothing of a request then
-//! moves between threads, except its store operations, whose connections
-//! and batches stay on the process's shared runtime with the admin
-//! listener and the background tasks (stores open their connections
-//! there, whoever asks: `shared` in the PostgreSQL pool and the Redis
-//! store).
+//! moves between threads, except the store operations that have no lane
+//! of the thread's own: a store opens its connections on the process's
+//! shared runtime, whoever asks, and they stay there with the admin
+//! listener and the background tasks, but each serving thread also gets a
+//! Redis lane (one Redis server) or a PostgreSQL batcher and pool of its
+//! own for its requests' claims and completions
+//! (`StoreAdmin::open_serving_thread`).
 //!
 //! Why: on the shared multi-threaded runtime a pass-through request woke
 //! another thread about every other request (a task stolen, or the

@@ -6,9 +6,11 @@
 //! would have its socket (and, for Redis, its driver task) on that
 //! thread's runtime: every other thread's operations on it would depend on
 //! that thread being free, and it would die with that runtime at shutdown,
-//! while the admin listener and the sweeper still use the store. (The one
-//! deliberate exception: a serving thread's own Redis lane, used only by
-//! that thread's requests: src/store/redis/lanes.rs.)
+//! while the admin listener and the sweeper still use the store. (The
+//! deliberate exceptions: a serving thread's own Redis lane and its own
+//! PostgreSQL batcher and pool, used only by that thread's requests and
+//! ending with its runtime: src/store/redis/lanes.rs,
+//! src/store/postgres/lanes.rs.)
 
 use std::cell::Cell;
 use std::future::Future;

@@ -66,7 +66,7 @@ use entries::{FrontEntry, Mark, Publish, Settled};
 /// Most keys waiting for or under read-repair.
 const MAX_REPAIRS: usize = 256;
 /// Most read-repairs reading PostgreSQL at once: each holds a connection
-/// of the pool the batches use, so few (a repair takes about a round trip
+/// of the shared pool (the shared runtime's batches use it too), so few (a repair takes about a round trip
 /// to each store; a hot set refills in a few of them).
 const REPAIRS_AT_ONCE: usize = 4;
 

@@ -237,7 +237,7 @@ impl StoreAdmin for PgStore {
     }
 
     fn pool_stats(&self) -> Option<PoolStats> {
-        let (connections, idle, max) = self.pool.stats();
+        let (connections, idle, max) = self.pool_figures();
         Some(PoolStats {
             connections,
             idle,

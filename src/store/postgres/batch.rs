@@ -198,6 +198,12 @@ impl Batcher {
             .unwrap_or_else(|_| Err(RunError::TimedOut(self.timeout).into()))
     }
 
+    /// Whether its dispatcher has ended (its runtime stopped, or it
+    /// panicked): nothing submitted would be answered.
+    pub(super) fn is_closed(&self) -> bool {
+        self.jobs.is_closed()
+    }
+
     /// What the dispatcher has done so far.
     pub(super) fn stats(&self) -> BatchStats {
         BatchStats {

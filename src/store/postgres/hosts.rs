@@ -16,7 +16,7 @@
 
 use std::str::FromStr;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use sqlx::Connection;
@@ -47,10 +47,10 @@ pub(super) struct Hosts {
     current: AtomicUsize,
     /// After every host failed: not before this, and the next pause.
     backoff: Mutex<Option<(Instant, Duration, String)>>,
-    /// When a pool of these hosts last saw a session-ending error: every
-    /// pool (the shared one and each serving thread's) reuses no
-    /// connection opened before.
-    reset: Mutex<Option<Instant>>,
+    /// Bumped when a pool of these hosts sees a current connection's
+    /// session end: every pool (the shared one and each serving thread's)
+    /// reuses no connection opened in an earlier generation.
+    generation: AtomicU64,
 }
 
 /// Not derived: the connection options hold the password.
@@ -86,7 +86,7 @@ impl Hosts {
             target: split.target,
             current: AtomicUsize::new(0),
             backoff: Mutex::new(None),
-            reset: Mutex::new(None),
+            generation: AtomicU64::new(0),
         })
     }
 
@@ -107,18 +107,20 @@ impl Hosts {
         self.candidates.len() > 1
     }
 
-    /// The connections opened so far are not to be reused (a restart, a
-    /// failover, a host that stopped taking writes).
-    pub(super) fn reset(&self) {
-        *self.reset.lock().expect("never poisoned") = Some(Instant::now());
+    /// The generation a connection opened now belongs to.
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
-    /// Whether a connection opened at `opened` predates the last reset.
-    pub(super) fn reset_since(&self, opened: Instant) -> bool {
-        self.reset
-            .lock()
-            .expect("never poisoned")
-            .is_some_and(|reset| opened <= reset)
+    /// A connection of generation `seen` found its session ended (a
+    /// restart, a failover, a host that stopped taking writes): the
+    /// connections opened so far are not to be reused. Only the first
+    /// such report of a generation starts a new one, so connections
+    /// failing one after another do not keep discarding new ones.
+    pub(super) fn reset(&self, seen: u64) {
+        let _ =
+            self.generation
+                .compare_exchange(seen, seen + 1, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// A connection to a host that qualifies, `timeout` in all. With one

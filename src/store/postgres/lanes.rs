@@ -7,10 +7,11 @@
 //! serving threads as without them, `bench/results/2026-11-26-hot-path.md`).
 //! So each serving thread gets a dispatcher and a small pool of its own,
 //! opened and driven on its runtime: its requests' batches never leave
-//! the thread. Its share of the configured sizes is `pool_size` and
-//! `batches_in_flight` divided by `server_threads` (at least one each):
-//! the lanes together open at most about `pool_size` connections, beside
-//! the shared pool's `pool_size`. Everything
+//! the thread. It sends `batches_in_flight / server_threads` batches at
+//! once (at least one) and keeps as many connections, each batch holding
+//! one: a gateway opens at most `pool_size` shared connections and about
+//! `max(batches_in_flight, server_threads)` more. A lane whose dispatcher
+//! has ended is passed over for the shared one. Everything
 //! else (renewals, releases, holds, the sweeper, the admin listener, the
 //! lost-claims worker) stays on the shared pool.
 

@@ -41,8 +41,10 @@ pub struct PgStore {
     batcher: Batcher,
     /// Tells this store's lanes apart on a serving thread.
     id: u64,
-    /// `pool_size` and `batches_in_flight`, which lanes share.
-    sizes: (u32, u32),
+    /// `batches_in_flight`, which lanes share.
+    in_flight: u32,
+    /// The lanes' pools, for the pool figures (while each lives).
+    lane_pools: Arc<std::sync::Mutex<Vec<pool::WeakPgPool>>>,
 }
 
 /// The channel of the announcements of settled records (`concurrent = "wait"`).
@@ -230,34 +232,50 @@ impl PgStore {
             wait_routes: config.wait_routes.clone(),
             batcher,
             id: lanes::new_id(),
-            sizes: (config.pool_size, config.batches_in_flight),
+            in_flight: config.batches_in_flight,
+            lane_pools: Arc::default(),
         })
     }
 
     /// Where this thread's claims and completions go: its own lane on a
     /// serving thread that opened one, else the shared dispatcher.
     fn batcher(&self) -> Batcher {
-        lanes::local(self.id).unwrap_or_else(|| self.batcher.clone())
+        lanes::local(self.id)
+            .filter(|lane| !lane.is_closed())
+            .unwrap_or_else(|| self.batcher.clone())
     }
 
-    /// Open this serving thread's lane (one of `threads`): a pool and a
-    /// dispatcher on its runtime, one connection made now (bounded by
-    /// `[store] timeout`; a failure is left for the first request).
+    /// Open this serving thread's lane (one of `threads`): a dispatcher
+    /// on its runtime sending its share of `batches_in_flight` at once, on
+    /// a pool of as many connections (each batch holds one), one made now
+    /// (bounded by `[store] timeout`; a failure is left for the first
+    /// request).
     async fn open_lane(&self, threads: usize) {
         if !crate::store::runtime::on_serving_thread() {
             return;
         }
-        let (pool_size, in_flight) = self.sizes;
-        let in_flight = lanes::share(in_flight, threads);
-        let pool = PgPool::new(
-            self.hosts.clone(),
-            lanes::share(pool_size, threads),
-            self.timeout,
-        );
+        let in_flight = lanes::share(self.in_flight, threads);
+        let pool = PgPool::new(self.hosts.clone(), in_flight, self.timeout);
         if let Ok(mut first) = pool.get().await {
             first.clean();
         }
+        let mut pools = self.lane_pools.lock().expect("never poisoned");
+        pools.retain(|weak| weak.stats().is_some());
+        pools.push(pool.downgrade());
+        drop(pools);
         lanes::keep(self.id, self.batcher.lane(pool, in_flight));
+    }
+
+    /// Open, idle and most connections: the shared pool's and every
+    /// living lane's.
+    fn pool_figures(&self) -> (u64, u64, u64) {
+        let pools = self.lane_pools.lock().expect("never poisoned");
+        pools
+            .iter()
+            .filter_map(pool::WeakPgPool::stats)
+            .fold(self.pool.stats(), |(c, i, m), (c2, i2, m2)| {
+                (c + c2, i + i2, m + m2)
+            })
     }
 
     /// The wake id to announce with a settling write of `key`: on a route

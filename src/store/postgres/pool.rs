@@ -23,7 +23,6 @@ use deadpool::managed::{self, Manager, Metrics, Object, Pool, RecycleResult};
 use sqlx::postgres::PgConnection;
 
 use super::hosts::Hosts;
-use crate::clock::Instant;
 use crate::store::StoreError;
 use crate::store::runtime::StoreRuntime;
 
@@ -53,29 +52,38 @@ pub(super) fn session_bounds(timeout: Duration) -> String {
     format!("SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {ms}")
 }
 
+/// A pooled connection and the hosts' generation it was opened in
+/// ([`Hosts::reset`]).
+#[derive(Debug)]
+pub(super) struct Pooled {
+    conn: PgConnection,
+    generation: u64,
+}
+
 impl Manager for Connector {
-    type Type = PgConnection;
+    type Type = Pooled;
     type Error = sqlx::Error;
 
-    async fn create(&self) -> Result<PgConnection, sqlx::Error> {
+    async fn create(&self) -> Result<Pooled, sqlx::Error> {
         let (hosts, timeout) = (self.hosts.clone(), self.timeout);
+        // Read before connecting: a reset while it connects makes it old.
+        let generation = hosts.generation();
         let bounds = sqlx::AssertSqlSafe(self.bounds.clone());
         self.runtime
             .run(async move {
                 let mut conn = hosts.connect(timeout).await?;
                 sqlx::raw_sql(bounds).execute(&mut conn).await?;
-                Ok(conn)
+                Ok(Pooled { conn, generation })
             })
             .await
             .map_err(|e| sqlx::Error::Io(std::io::Error::other(e)))?
     }
 
-    async fn recycle(&self, _: &mut PgConnection, metrics: &Metrics) -> RecycleResult<sqlx::Error> {
+    async fn recycle(&self, pooled: &mut Pooled, _: &Metrics) -> RecycleResult<sqlx::Error> {
         // Only connections whose last operation ended cleanly come back
-        // (see `Checkout`); one opened before another pool of the same
-        // hosts saw the sessions end is not reused (no round trip).
-        // (deadpool stamps it with std's clock, which tokio's follows.)
-        if self.hosts.reset_since(Instant::from_std(metrics.created)) {
+        // (see `Checkout`); one opened before a pool of the same hosts saw
+        // the sessions end is not reused (no round trip).
+        if pooled.generation < self.hosts.generation() {
             return Err(deadpool::managed::RecycleError::message(
                 "opened before the store's connections were reset",
             ));
@@ -88,6 +96,17 @@ impl Manager for Connector {
 #[derive(Debug, Clone)]
 pub(super) struct PgPool {
     pool: Pool<Connector>,
+}
+
+/// A pool that may have ended ([`PgPool::downgrade`]).
+#[derive(Debug)]
+pub(super) struct WeakPgPool(deadpool::managed::WeakPool<Connector>);
+
+impl WeakPgPool {
+    /// [`PgPool::stats`], while the pool lives.
+    pub(super) fn stats(&self) -> Option<(u64, u64, u64)> {
+        self.0.upgrade().map(|pool| PgPool { pool }.stats())
+    }
 }
 
 /// Why no connection could be had.
@@ -170,7 +189,7 @@ impl PgPool {
                     // The server ended this session (a restart, a
                     // failover, pg_terminate_backend): the others went
                     // with it.
-                    self.close_idle();
+                    self.close_idle(checkout.generation());
                 }
                 // Only this session ended (it idled in a transaction past
                 // its bound): closed, the others are fine.
@@ -188,7 +207,7 @@ impl PgPool {
                     }
                 }
                 Err(sqlx::Error::Io(_) | sqlx::Error::Protocol(_) | sqlx::Error::Tls(_)) => {
-                    self.close_idle();
+                    self.close_idle(checkout.generation());
                 }
                 Err(_) => {}
             }
@@ -199,14 +218,21 @@ impl PgPool {
             .unwrap_or(Err(RunError::TimedOut(timeout)))
     }
 
-    /// Close every idle connection: after one failed at the transport (the
-    /// server restarted, the network dropped), the others almost certainly
-    /// did too, and each would otherwise fail one operation first.
-    pub(super) fn close_idle(&self) {
-        // Every other pool of these hosts (each serving thread's lane)
-        // drops its own when it next hands one out.
-        self.pool.manager().hosts.reset();
+    /// Close every idle connection: after one (of generation `seen`)
+    /// failed at the transport (the server restarted, the network
+    /// dropped), the others almost certainly did too, and each would
+    /// otherwise fail one operation first. Every other pool of these hosts
+    /// (each serving thread's lane) drops its own when it next hands one
+    /// out ([`Hosts::reset`]).
+    pub(super) fn close_idle(&self, seen: u64) {
+        self.pool.manager().hosts.reset(seen);
         let _ = self.pool.retain(|_, _| false);
+    }
+
+    /// A handle that does not keep the pool alive (a serving thread's
+    /// lane, counted in the store's pool figures while it lives).
+    pub(super) fn downgrade(&self) -> WeakPgPool {
+        WeakPgPool(self.pool.weak())
     }
 
     /// Open connections, idle ones, and the most the pool opens.
@@ -251,9 +277,19 @@ pub(super) struct Checkout {
 impl Checkout {
     /// The connection.
     pub(super) fn conn(&mut self) -> &mut PgConnection {
-        self.object
+        &mut self
+            .object
             .as_mut()
             .expect("present until the checkout is dropped")
+            .conn
+    }
+
+    /// The hosts' generation it was opened in.
+    fn generation(&self) -> u64 {
+        self.object
+            .as_ref()
+            .expect("present until the checkout is dropped")
+            .generation
     }
 
     /// The operation ended at a protocol boundary: the connection may be
