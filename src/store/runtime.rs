@@ -12,8 +12,11 @@
 //! ending with its runtime: src/store/redis/lanes.rs,
 //! src/store/postgres/lanes.rs.)
 
-use std::cell::Cell;
+use std::any::Any;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::runtime::Handle;
 use tokio::task::JoinError;
@@ -21,6 +24,60 @@ use tokio::task::JoinError;
 thread_local! {
     /// This thread is a serving thread (src/server/serving_threads.rs).
     static SERVING: Cell<bool> = const { Cell::new(false) };
+    /// A serving thread's own lanes, by the id of the store they belong
+    /// to, newest last ([`serving_lane`]).
+    static LANES: RefCell<Vec<(u64, Rc<dyn Any>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Ids that tell stores' lanes apart in a serving thread's registry.
+static NEXT_LANE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Most stores one serving thread keeps a lane of its own for (one in a
+/// gateway; tests open more): the oldest beyond is let go.
+const LANES_PER_THREAD: usize = 8;
+
+/// A new store's id for [`serving_lane`] and [`keep_serving_lane`].
+pub(crate) fn new_lane_id() -> u64 {
+    NEXT_LANE_ID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Store `id`'s lane on this serving thread: the one kept, else what
+/// `make` gives (kept from now on); `None` off serving threads, or when
+/// there is none and `make` gives none.
+pub(crate) fn serving_lane<T: Clone + 'static>(
+    id: u64,
+    make: impl FnOnce() -> Option<T>,
+) -> Option<T> {
+    if !on_serving_thread() {
+        return None;
+    }
+    let kept = LANES.with_borrow(|lanes| {
+        lanes
+            .iter()
+            .rev()
+            .find(|(kept, _)| *kept == id)
+            .and_then(|(_, lane)| lane.downcast_ref::<T>().cloned())
+    });
+    kept.or_else(|| {
+        let lane = make()?;
+        keep_serving_lane(id, lane.clone());
+        Some(lane)
+    })
+}
+
+/// Keep `lane` as store `id`'s on this serving thread, replacing any
+/// (nothing is kept off serving threads).
+pub(crate) fn keep_serving_lane<T: 'static>(id: u64, lane: T) {
+    if !on_serving_thread() {
+        return;
+    }
+    LANES.with_borrow_mut(|lanes| {
+        lanes.retain(|(kept, _)| *kept != id);
+        if lanes.len() >= LANES_PER_THREAD {
+            lanes.remove(0);
+        }
+        lanes.push((id, Rc::new(lane)));
+    });
 }
 
 /// Called by a serving thread before its runtime runs: this thread serves

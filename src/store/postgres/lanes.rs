@@ -15,54 +15,13 @@
 //! else (renewals, releases, holds, the sweeper, the admin listener, the
 //! lost-claims worker) stays on the shared pool.
 
-use std::cell::RefCell;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use super::batch::Batcher;
 use crate::store::runtime;
-
-/// Ids that tell stores apart in a serving thread's registry.
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// Most stores one serving thread keeps a lane for (one in a gateway;
-/// tests open more).
-const LANES_PER_THREAD: usize = 8;
-
-thread_local! {
-    /// This serving thread's lanes, by store id, newest last.
-    static LOCAL: RefCell<Vec<(u64, Batcher)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// A new store's id.
-pub(super) fn new_id() -> u64 {
-    NEXT_ID.fetch_add(1, Ordering::Relaxed)
-}
-
-/// Keep `batcher` as store `id`'s lane on this serving thread (the oldest
-/// lane beyond [`LANES_PER_THREAD`] is let go).
-pub(super) fn keep(id: u64, batcher: Batcher) {
-    LOCAL.with_borrow_mut(|lanes| {
-        lanes.retain(|(kept, _)| *kept != id);
-        if lanes.len() >= LANES_PER_THREAD {
-            lanes.remove(0);
-        }
-        lanes.push((id, batcher));
-    });
-}
 
 /// Store `id`'s lane on this thread, if this is a serving thread that
 /// opened one.
 pub(super) fn local(id: u64) -> Option<Batcher> {
-    if !runtime::on_serving_thread() {
-        return None;
-    }
-    LOCAL.with_borrow(|lanes| {
-        lanes
-            .iter()
-            .rev()
-            .find(|(kept, _)| *kept == id)
-            .map(|(_, batcher)| batcher.clone())
-    })
+    runtime::serving_lane(id, || None)
 }
 
 /// One lane's share of a setting shared by `threads` serving threads.
@@ -106,10 +65,10 @@ mod tests {
 
     #[test]
     fn a_lane_serves_only_the_serving_thread_that_kept_it() {
-        let (id, other) = (new_id(), new_id());
+        let (id, other) = (runtime::new_lane_id(), runtime::new_lane_id());
         let seen = on_thread(true, move || {
             let before = local(id).is_some();
-            keep(id, idle_batcher());
+            runtime::keep_serving_lane(id, idle_batcher());
             (before, local(id).is_some(), local(other).is_some())
         });
         assert_eq!(seen, (false, true, false), "(before, after, another store)");
@@ -118,7 +77,7 @@ mod tests {
             "another serving thread has no lane of it"
         );
         let off = on_thread(false, move || {
-            keep(id, idle_batcher());
+            runtime::keep_serving_lane(id, idle_batcher());
             local(id).is_some()
         });
         assert!(

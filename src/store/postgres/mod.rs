@@ -171,6 +171,7 @@ mod admin;
 mod store;
 
 pub use admin::SWEEP;
+pub use pool::LANE_APPLICATION;
 
 fn cas(rows: u64) -> Cas {
     if rows == 1 { Cas::Applied } else { Cas::Fenced }
@@ -231,7 +232,7 @@ impl PgStore {
             hosts,
             wait_routes: config.wait_routes.clone(),
             batcher,
-            id: lanes::new_id(),
+            id: crate::store::runtime::new_lane_id(),
             in_flight: config.batches_in_flight,
             lane_pools: Arc::default(),
         })
@@ -255,7 +256,7 @@ impl PgStore {
             return;
         }
         let in_flight = lanes::share(self.in_flight, threads);
-        let pool = PgPool::new(self.hosts.clone(), in_flight, self.timeout);
+        let pool = PgPool::for_lane(self.hosts.clone(), in_flight, self.timeout);
         if let Ok(mut first) = pool.get().await {
             first.clean();
         }
@@ -263,7 +264,7 @@ impl PgStore {
         pools.retain(|weak| weak.stats().is_some());
         pools.push(pool.downgrade());
         drop(pools);
-        lanes::keep(self.id, self.batcher.lane(pool, in_flight));
+        crate::store::runtime::keep_serving_lane(self.id, self.batcher.lane(pool, in_flight));
     }
 
     /// Open, idle and most connections: the shared pool's and every

@@ -39,6 +39,10 @@ pub(super) struct Connector {
     bounds: String,
 }
 
+/// What a serving thread's own connections are called on the server (the
+/// shared pool's are `idemgate`).
+pub const LANE_APPLICATION: &str = "idemgate serving thread";
+
 /// The statement that bounds, on the server, every statement and every
 /// open transaction of a session by `timeout`: a statement still running
 /// when its caller gave up is cancelled (SQLSTATE 57014), and a session
@@ -145,12 +149,28 @@ impl PgPool {
     /// are each bounded by `timeout`. Connects lazily, on the runtime this
     /// is called on ([`StoreRuntime`]).
     pub(super) fn new(hosts: Arc<Hosts>, max: usize, timeout: Duration) -> Self {
+        Self::with_setup(hosts, max, timeout, session_bounds(timeout))
+    }
+
+    /// [`PgPool::new`] for a serving thread's lane
+    /// (src/store/postgres/lanes.rs): its connections are named
+    /// [`LANE_APPLICATION`] in `pg_stat_activity`.
+    pub(super) fn for_lane(hosts: Arc<Hosts>, max: usize, timeout: Duration) -> Self {
+        let setup = format!(
+            "{}; SET application_name = '{LANE_APPLICATION}'",
+            session_bounds(timeout)
+        );
+        Self::with_setup(hosts, max, timeout, setup)
+    }
+
+    /// A pool whose every new connection first runs `setup` (one round trip).
+    fn with_setup(hosts: Arc<Hosts>, max: usize, timeout: Duration, setup: String) -> Self {
         let runtime = StoreRuntime::here();
         let connector = Connector {
             hosts,
             timeout,
             runtime,
-            bounds: session_bounds(timeout),
+            bounds: setup,
         };
         let pool = Pool::builder(connector)
             .max_size(max)

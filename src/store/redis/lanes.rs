@@ -1,24 +1,10 @@
 //! The Redis store's connections ("lanes").
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::conn::Conn;
 use crate::store::runtime;
-
-/// Most stores one serving thread keeps a lane of its own for (one in a
-/// gateway; tests open more).
-const LOCAL_LANES_PER_THREAD: usize = 8;
-
-/// Ids that tell stores' lanes apart in a serving thread's registry.
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-thread_local! {
-    /// A serving thread's own lanes, by the id of the [`Lanes`] they
-    /// belong to, newest last.
-    static LOCAL: RefCell<Vec<(u64, Arc<Lane>)>> = const { RefCell::new(Vec::new()) };
-}
 
 /// One connection, opened on first use and kept until an operation on it
 /// fails at the transport or times out.
@@ -98,11 +84,7 @@ impl Lanes {
             shared: (0..count).map(|_| Arc::new(Lane::default())).collect(),
             generation: AtomicU64::new(0),
             next: AtomicUsize::new(0),
-            id: if local {
-                NEXT_ID.fetch_add(1, Ordering::Relaxed)
-            } else {
-                0
-            },
+            id: if local { runtime::new_lane_id() } else { 0 },
         }
     }
 
@@ -137,20 +119,10 @@ impl Lanes {
     /// This serving thread's lane (made on first use), if it is one and
     /// these lanes have them.
     fn local_lane(&self) -> Option<Arc<Lane>> {
-        if !self.per_thread() || !runtime::on_serving_thread() {
+        if !self.per_thread() {
             return None;
         }
-        LOCAL.with_borrow_mut(|lanes| {
-            if let Some((_, lane)) = lanes.iter().find(|(id, _)| *id == self.id) {
-                return Some(lane.clone());
-            }
-            if lanes.len() >= LOCAL_LANES_PER_THREAD {
-                lanes.remove(0);
-            }
-            let lane = Arc::new(Lane::default());
-            lanes.push((self.id, lane.clone()));
-            Some(lane)
-        })
+        runtime::serving_lane(self.id, || Some(Arc::new(Lane::default())))
     }
 
     /// Forget every lane's connection: when one breaks at the transport

@@ -2,8 +2,10 @@
 //! operations submitted together share commits, and each keeps the meaning
 //! it has alone — duplicates inside a batch resolve as if sequential, a key
 //! the database refuses fails alone, and concurrent batches never deadlock.
-//! Every test also checks, through the store's batch counters, that the
-//! situation it is about really happened (operations did share batches).
+//! Every test of the store also checks, through its batch counters, that
+//! the situation it is about really happened (operations did share
+//! batches); the last checks that a serving thread's batches run on its
+//! own connection.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -261,4 +263,47 @@ async fn concurrent_batches_on_overlapping_keys_never_deadlock() {
         assert_eq!(after.split, before.split, "no batch was refused (deadlock)");
         assert!(shared(before, after), "{before:?} → {after:?}");
     }
+}
+
+/// On a serving thread, a request's claim and completion go through that
+/// thread's own dispatcher and connection (src/store/postgres/lanes.rs),
+/// which PostgreSQL lists as `idemgate serving thread`: after a few new
+/// keys through the gateway, such a connection has run a batch. Sent
+/// through the shared dispatcher instead, the lanes' connections would
+/// show only the statement that opened them.
+#[tokio::test]
+async fn a_serving_threads_keys_go_through_its_own_connection() {
+    use crate::support::{Gateway, TestConfig, Upstream, client, post};
+    let db = TestStore::new(Backend::Postgres).await;
+    let upstream = Upstream::start().await;
+    let gateway = Gateway::start(&TestConfig::new(&db.url, &upstream.url())).await;
+    let http = client();
+    for i in 0..4 {
+        let reply = post(
+            &http,
+            &gateway.url("/v1/payments"),
+            &format!("lane-{i}"),
+            "{}",
+        )
+        .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{reply:?}");
+    }
+    let mut admin = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let (lanes, batched): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE query LIKE '%idemgate_batch%')
+           FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1",
+    )
+    .bind(idemgate::store::postgres::LANE_APPLICATION)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert!(
+        lanes >= 1,
+        "no serving thread opened a connection of its own"
+    );
+    assert!(
+        batched >= 1,
+        "no serving thread's own connection ran a batch ({lanes} open)"
+    );
+    gateway.shutdown().await;
 }
