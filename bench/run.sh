@@ -783,10 +783,12 @@ COMPLETE_SHA="$(redis-cli -p "$REDISPORT" SCRIPT LOAD "$(cat "$WORK/complete.lua
 # a first completion does.
 # Claim: KEYS record, token counter, due questions (status inquiry); ARGV
 # fingerprint, lease, retention, on unknown outcome (0: hold), attempt id,
-# then the wake-up channel and id (empty: the route does not wait).
+# the instant it must run by (ms since the epoch; here far ahead), then the
+# wake-up channel and id (empty: the route does not wait).
+FOREVER=99999999999999
 # Complete: KEYS record, due questions; ARGV token, status, headers, body,
 # retention, then the same pair.
-TOKEN="$(redis-cli -p "$REDISPORT" EVALSHA "$CLAIM_SHA" 3 ceil:done ceil:token ceil:due fingerprint 30000 86400000 0 1 "" "" | tail -n 1)"
+TOKEN="$(redis-cli -p "$REDISPORT" EVALSHA "$CLAIM_SHA" 3 ceil:done ceil:token ceil:due fingerprint 30000 86400000 0 1 "$FOREVER" "" "" | tail -n 1)"
 RESPONSE='{"id":"pay_1","status":"succeeded"}'
 redis-cli -p "$REDISPORT" EVALSHA "$COMPLETE_SHA" 2 ceil:done ceil:due "$TOKEN" 201 "" "$RESPONSE" 86400000 "" "" >/dev/null
 redis_rps() { # clients, command...
@@ -796,9 +798,9 @@ redis_rps() { # clients, command...
 }
 for c in $CONCURRENCY; do
     for i in $(seq 1 "$REPEATS"); do
-        ceil_row ceil-redis-claim $c "$(redis_rps "$c" EVALSHA "$CLAIM_SHA" 3 "ceil:rec:__rand_int__" ceil:token ceil:due fingerprint 30000 86400000 0 1 "" "")"
+        ceil_row ceil-redis-claim $c "$(redis_rps "$c" EVALSHA "$CLAIM_SHA" 3 "ceil:rec:__rand_int__" ceil:token ceil:due fingerprint 30000 86400000 0 1 "$FOREVER" "" "")"
         ceil_row ceil-redis-complete $c "$(redis_rps "$c" EVALSHA "$COMPLETE_SHA" 2 ceil:done ceil:due "$TOKEN" 201 "" "$RESPONSE" 86400000 "" "")"
-        ceil_row ceil-redis-replay $c "$(redis_rps "$c" EVALSHA "$CLAIM_SHA" 3 ceil:done ceil:token ceil:due fingerprint 30000 86400000 0 1 "" "")"
+        ceil_row ceil-redis-replay $c "$(redis_rps "$c" EVALSHA "$CLAIM_SHA" 3 ceil:done ceil:token ceil:due fingerprint 30000 86400000 0 1 "$FOREVER" "" "")"
     done
 done
 

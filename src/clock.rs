@@ -4,6 +4,8 @@
 //! of sleeping; `clippy.toml` forbids `std::time::Instant` elsewhere.
 //!
 //! Wall-clock times (`SystemTime`) appear only where a record's timestamps
-//! are shown to an operator.
+//! are shown to an operator, and in the instant a Redis claim must run by
+//! (`store::transitions::claim_write_limit`), which the server compares with
+//! its own clock.
 
 pub use tokio::time::Instant;

@@ -10,7 +10,7 @@
 //! logged), one store operation at a time, backing off while the store
 //! fails, and gives each lost claim up after [`PATIENCE`] of failures. A record
 //! that is not there once the store answers is looked for again for one
-//! lease, and at least [`absent_for`], since a claim delayed by the stall
+//! lease, and at least [`transitions::lost_claim_window`], since a claim delayed by the stall
 //! can commit just after the store resumes. A graceful shutdown lets the worker finish its queue
 //! (within `shutdown_timeout`). An instance that dies before the store
 //! answers leaves its lost claims to lapse: the one residual case, stated in
@@ -26,7 +26,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::Instant;
 use crate::metrics::{LostClaimLabels, Metrics};
-use crate::store::{AttemptId, Cas, RecordKey, Store};
+use crate::store::{AttemptId, Cas, RecordKey, Store, transitions};
 
 /// Lost claims queued at once by one instance.
 pub(super) const MAX_PENDING: usize = 10_000;
@@ -102,7 +102,7 @@ impl LostClaims {
             route: route.to_string(),
             key,
             attempt,
-            absent_for: absent_for(lease, self.store_timeout),
+            absent_for: transitions::lost_claim_window(lease, self.store_timeout),
             since: now,
             absent_since: None,
             due: now,
@@ -117,20 +117,6 @@ impl LostClaims {
             );
         }
     }
-}
-
-/// How long a lost claim's record is looked for once the store says it
-/// is not there: one lease, and at least `2 × [store] timeout` and a
-/// second. On PostgreSQL a claim travels in a batch, sent before the
-/// latest deadline among its operations (at most one `[store] timeout`
-/// after this caller's, which is when it reported the claim lost), and
-/// the server cancels its statement one `[store] timeout` after that at
-/// the latest (`statement_timeout`, src/store/postgres/pool.rs); the
-/// second covers the network. (A commit waiting for a synchronous
-/// standby is not bounded by `statement_timeout`: a stalled standby can
-/// still make a claim visible later.)
-fn absent_for(lease: Duration, store_timeout: Duration) -> Duration {
-    lease.max(store_timeout * 2 + Duration::from_secs(1))
 }
 
 fn count(metrics: &Metrics, route: &str, result: &'static str) {

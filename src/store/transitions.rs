@@ -223,6 +223,39 @@ pub fn deletable(phase: Phase, force: bool) -> bool {
     force || !phase.lease_live()
 }
 
+/// How long a lost claim's record is still looked for once the store
+/// says it is not there (the lost-claims worker): one lease, and at least
+/// `2 × [store] timeout` and a second.
+///
+/// A claim can commit after its caller gave up only within this window:
+/// - On PostgreSQL a claim travels in a batch, sent before the latest
+///   deadline among its operations (at most one `[store] timeout` after
+///   this caller's, which is when it reported the claim lost), and the
+///   server cancels its statement one `[store] timeout` after that at the
+///   latest (`statement_timeout`, src/store/postgres/pool.rs); the second
+///   covers the network. (A commit waiting for a synchronous standby is
+///   not bounded by `statement_timeout`: a stalled standby can still make
+///   a claim visible later.)
+/// - On Redis a script queued behind others on its connection (a `WAIT`
+///   holds the connection up to `replica_timeout` each) or sent to a
+///   paused server runs whenever the server reaches it, so the claim
+///   carries its own limit ([`claim_write_limit`]).
+pub fn lost_claim_window(lease: Duration, store_timeout: Duration) -> Duration {
+    lease.max(store_timeout * 2 + Duration::from_secs(1))
+}
+
+/// How long after it was sent a claim may still write, where the store
+/// cannot cancel it (Redis): `[store] timeout` plus half of
+/// [`lost_claim_window`]. The limit is a wall-clock instant taken on the
+/// gateway and compared with the server's clock, so the other half of the
+/// window (at least half a second) is what a server clock behind the
+/// gateway's may lag before a late claim escapes the worker; a server
+/// clock ahead by more than `[store] timeout` plus that half would refuse
+/// claims on time.
+pub fn claim_write_limit(lease: Duration, store_timeout: Duration) -> Duration {
+    store_timeout + lost_claim_window(lease, store_timeout) / 2
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,6 +392,26 @@ mod tests {
         assert!(abandon_applies(true, DUE));
         assert!(!abandon_applies(true, HELD));
         assert!(!abandon_applies(true, Phase::Completed));
+    }
+
+    #[test]
+    fn a_late_claim_is_refused_inside_the_window_the_worker_watches() {
+        for (lease, timeout) in [(1, 2), (30, 2), (2, 10), (5, 1)] {
+            let (lease, timeout) = (Duration::from_secs(lease), Duration::from_secs(timeout));
+            let window = lost_claim_window(lease, timeout);
+            // The worker looks from (at the earliest) the moment the claim
+            // was sent; the claim stops writing before that window ends,
+            // with at least half a second to spare for the clocks.
+            let limit = claim_write_limit(lease, timeout);
+            assert!(
+                limit >= timeout,
+                "the caller's own wait is inside the limit"
+            );
+            assert!(
+                limit + Duration::from_millis(500) <= window,
+                "{lease:?} {timeout:?}"
+            );
+        }
     }
 
     #[test]

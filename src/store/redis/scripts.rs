@@ -18,8 +18,12 @@ local function announce() if ARGV[#ARGV - 1] ~= '' then redis.call('PUBLISH', AR
 
 /// The claim: KEYS = record, token counter, due questions; ARGV =
 /// fingerprint, lease ms, retention ms, what a lapsed lease turns into (1:
-/// taken over, 0: held, 2: inquiring), attempt id, wake-up channel, wake
-/// id. Implements `transitions::claim` (the record expires by its TTL,
+/// taken over, 0: held, 2: inquiring), attempt id, the instant (ms since
+/// the epoch) after which it must not run, wake-up channel, wake id. A
+/// claim past that instant answers `late` and reads and writes nothing
+/// (`transitions::claim_write_limit`: its caller has given up, and the
+/// lost-claims worker may have stopped looking for its record).
+/// Implements `transitions::claim` (the record expires by its TTL,
 /// which a live lease extends: `transitions::expired`). On a route that
 /// inquires, a new record is entered in the due questions at its lease's
 /// end, so the inquirer finds it if its gateway dies.
@@ -27,6 +31,7 @@ pub(super) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
         r#"
+if now > tonumber(ARGV[6]) then return {'late'} end
 local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'held_reason', 'status', 'headers', 'body')
 if not r[2] then
   local token = redis.call('INCR', KEYS[2])

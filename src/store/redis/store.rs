@@ -14,7 +14,7 @@
 //! attempt id (the lost-claims worker), a failed record write is retried
 //! (the scripts accept their own earlier write), as after any store error.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use deadpool_redis::redis::{
@@ -27,7 +27,7 @@ use super::conn::Conn;
 use super::scripts::{ABANDON, CLAIM, COMPLETE, HOLD, INQUIRE, RELEASE, RENEW};
 use crate::store::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse,
-    Token, UnknownOutcome, decode_headers, encode_headers,
+    Token, UnknownOutcome, decode_headers, encode_headers, transitions,
 };
 
 pub(in crate::store) fn millis(d: Duration) -> u64 {
@@ -141,6 +141,13 @@ impl Store for RedisStore {
             UnknownOutcome::Hold => "0",
             UnknownOutcome::Inquire => "2",
         };
+        // Compared with the server's clock: a claim that reaches the server
+        // later (queued behind other scripts' WAITs, or a paused server)
+        // writes nothing.
+        let write_by = SystemTime::now() + transitions::claim_write_limit(req.lease, self.timeout);
+        let write_by = write_by
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |since| since.as_millis());
         let mut invocation = CLAIM.key(&record[..]);
         invocation
             .key(token_key)
@@ -150,6 +157,7 @@ impl Store for RedisStore {
             .arg(millis(req.retention))
             .arg(lapsed)
             .arg(req.attempt)
+            .arg(write_by.to_string())
             .arg(&wake.0)
             .arg(&wake.1);
         let (invocation, wait) = (&invocation, self.replicas);
@@ -220,6 +228,14 @@ impl Store for RedisStore {
             b"inquiring" => Claim::Inquiring {
                 retry_after: Duration::from_millis(int(reply.get(2)).unwrap_or(0).max(0) as u64),
             },
+            b"late" => {
+                return Err(StoreError::Unavailable(
+                    "the claim reached Redis after the instant it had to run by, and did nothing: \
+                     the server was paused or its connection backed up (or the server's clock is \
+                     ahead of this host's); the request was not forwarded"
+                        .into(),
+                ));
+            }
             other => {
                 return Err(corrupt(&format!(
                     "outcome {:?}",
