@@ -712,6 +712,17 @@ impl Gateways {
     }
 
     /// Every instance's stderr, for a failure report.
+    /// Write each running gateway's whole stderr to
+    /// `dir/{label}-gateway-{i}.log` (a failed run's, for reading after).
+    pub async fn keep_logs(&self, dir: &std::path::Path, label: &str) {
+        for (i, slot) in self.processes.iter().enumerate() {
+            if let Some(process) = slot.lock().await.as_ref() {
+                let path = dir.join(format!("{label}-gateway-{i}.log"));
+                std::fs::write(path, process.stderr()).unwrap();
+            }
+        }
+    }
+
     pub async fn logs(&self) -> String {
         let mut out = String::new();
         for (i, slot) in self.processes.iter().enumerate() {

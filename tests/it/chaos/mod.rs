@@ -460,8 +460,15 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
     let mut config = gateway_config(&gateway_store_url, &format!("http://{}", proxy.addr), LEASE);
     if fails_over && kind == Backend::Redis {
         // What a claim and a record wait for: one replica's acknowledgement.
+        // (`IDEMGATE_CHAOS_REPLICAS` asks for more: with 2, every claim
+        // waits its full `replica_timeout` while a restarted replica
+        // resyncs, which is where late claims were found.)
+        let replicas: u32 = std::env::var("IDEMGATE_CHAOS_REPLICAS")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1);
         config = config.store(|s| {
-            s.set("replicas", 1);
+            s.set("replicas", i64::from(replicas));
         });
     }
     // The front store: its Redis is reached directly (the nemesis faults
@@ -720,6 +727,7 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
     let logs = if verdict.violations.is_empty() {
         String::new()
     } else {
+        gateways.keep_logs(&dir, &label).await;
         gateways.logs().await
     };
     Run {
