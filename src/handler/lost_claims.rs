@@ -7,7 +7,7 @@
 //!
 //! Bounded on every side: one worker per instance works through a queue of
 //! at most [`MAX_PENDING`] lost claims (beyond it they are counted `dropped` and
-//! logged), one store operation at a time, backing off while the store
+//! logged), [`AT_ONCE`] store operations at a time, backing off while the store
 //! fails, and gives each lost claim up after [`PATIENCE`] of failures. A record
 //! that is not there once the store answers is looked for again for one
 //! lease, and at least [`transitions::lost_claim_window`], since a claim delayed by the stall
@@ -33,6 +33,9 @@ pub(super) const MAX_PENDING: usize = 10_000;
 
 /// How long a lost claim is retried while the store keeps failing.
 const PATIENCE: Duration = Duration::from_secs(600);
+
+/// Lost claims whose abandons are sent together.
+const AT_ONCE: usize = 32;
 
 /// The first and the longest pause between tries.
 const FIRST_PAUSE: Duration = Duration::from_millis(100);
@@ -129,7 +132,7 @@ fn count(metrics: &Metrics, route: &str, result: &'static str) {
         .inc();
 }
 
-/// The worker: take in lost claims, try those due, one at a time.
+/// The worker: take in lost claims, try those due, [`AT_ONCE`] at a time.
 async fn work(
     mut intake: mpsc::Receiver<LostClaim>,
     store: Arc<dyn Store>,
@@ -150,55 +153,69 @@ async fn work(
             () = sleep_until(next_due), if next_due.is_some() => {}
             () = finishing.cancelled(), if open && queue.is_empty() => return,
         }
+        // Up to AT_ONCE due lost claims are tried together: one at a time,
+        // each behind whatever holds its connection (a WAIT, a recovering
+        // server), a backlog of hundreds outlived their leases.
         let now = Instant::now();
-        let mut i = 0;
-        while i < queue.len() {
-            if queue[i].due > now {
-                i += 1;
-                continue;
-            }
+        let due: Vec<usize> = (0..queue.len())
+            .filter(|&i| queue[i].due <= now)
+            .take(AT_ONCE)
+            .collect();
+        if due.is_empty() {
+            continue;
+        }
+        let answers = futures_util::future::join_all(
+            due.iter()
+                .map(|&i| store.abandon(&queue[i].key, queue[i].attempt)),
+        )
+        .await;
+        let mut store_failed = false;
+        let mut finished: Vec<(usize, &'static str)> = Vec::new();
+        for (&i, answer) in due.iter().zip(answers) {
             let lost = &mut queue[i];
-            let finished = match store.abandon(&lost.key, lost.attempt).await {
-                Ok(Cas::Applied) => Some("abandoned"),
+            match answer {
+                Ok(Cas::Applied) => finished.push((i, "abandoned")),
                 Ok(Cas::Fenced) => {
-                    failing_pause = FIRST_PAUSE;
-                    let since = *lost.absent_since.get_or_insert(now);
+                    // When this answer came, not when the round began.
+                    let since = *lost.absent_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= lost.absent_for {
-                        Some("absent")
+                        finished.push((i, "absent"));
                     } else {
                         lost.due = Instant::now() + lost.pause;
                         lost.pause = (lost.pause * 2).min(LONGEST_PAUSE);
-                        None
                     }
                 }
-                Err(_) if lost.since.elapsed() >= PATIENCE => Some("gave_up"),
-                Err(_) => {
-                    // The store still fails: every due lost claim waits a round.
-                    let later = Instant::now() + failing_pause;
-                    failing_pause = (failing_pause * 2).min(LONGEST_PAUSE);
-                    for waiting in queue.iter_mut() {
-                        waiting.due = waiting.due.max(later);
-                    }
-                    break;
-                }
-            };
-            if let Some(result) = finished {
-                let lost = queue.remove(i).expect("index within the queue");
-                count(&metrics, &lost.route, result);
-                let (route, attempt) = (lost.route.as_str(), lost.attempt);
-                match result {
-                    "abandoned" => tracing::info!(
-                        route,
-                        attempt,
-                        "removed the record of a claim whose answer was lost (never forwarded)"
-                    ),
-                    "gave_up" => tracing::warn!(
-                        route,
-                        attempt,
-                        "the store did not answer in time to remove a lost claim; if it committed, its key stays in flight until its lease lapses"
-                    ),
-                    _ => {}
-                }
+                Err(_) if lost.since.elapsed() >= PATIENCE => finished.push((i, "gave_up")),
+                Err(_) => store_failed = true,
+            }
+        }
+        if store_failed {
+            // The store still fails: every lost claim waits a round.
+            let later = Instant::now() + failing_pause;
+            failing_pause = (failing_pause * 2).min(LONGEST_PAUSE);
+            for waiting in queue.iter_mut() {
+                waiting.due = waiting.due.max(later);
+            }
+        } else {
+            failing_pause = FIRST_PAUSE;
+        }
+        // Highest index first, so the lower ones stay valid.
+        for (i, result) in finished.into_iter().rev() {
+            let lost = queue.remove(i).expect("index within the queue");
+            count(&metrics, &lost.route, result);
+            let (route, attempt) = (lost.route.as_str(), lost.attempt);
+            match result {
+                "abandoned" => tracing::info!(
+                    route,
+                    attempt,
+                    "removed the record of a claim whose answer was lost (never forwarded)"
+                ),
+                "gave_up" => tracing::warn!(
+                    route,
+                    attempt,
+                    "the store did not answer in time to remove a lost claim; if it committed, its key stays in flight until its lease lapses"
+                ),
+                _ => {}
             }
         }
     }
