@@ -246,6 +246,13 @@ pub enum StoreError {
     /// replicas` acknowledged it: not an outage, so it never fails open.
     #[error("the store's replicas did not acknowledge the write: {0}")]
     NotReplicated(String),
+    /// The store refused a claim that reached it after the instant it had
+    /// to run by (Redis: `transitions::claim_write_limit`). Its caller
+    /// normally gave up long before, so one seen means the server's clock
+    /// is ahead of the gateway's: a misconfiguration, so it never fails
+    /// open, and nothing was written, so it is no lost claim.
+    #[error("the store refused a claim that reached it too late: {0}")]
+    LateClaim(String),
     /// The store answered with something idemgate cannot read.
     #[error("store returned an unreadable record: {0}")]
     Corrupt(String),

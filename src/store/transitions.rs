@@ -247,11 +247,13 @@ pub fn lost_claim_window(lease: Duration, store_timeout: Duration) -> Duration {
 /// How long after it was sent a claim may still write, where the store
 /// cannot cancel it (Redis): `[store] timeout` plus half of
 /// [`lost_claim_window`]. The limit is a wall-clock instant taken on the
-/// gateway and compared with the server's clock, so the other half of the
-/// window (at least half a second) is what a server clock behind the
-/// gateway's may lag before a late claim escapes the worker; a server
-/// clock ahead by more than `[store] timeout` plus that half would refuse
-/// claims on time.
+/// gateway and compared with the server's clock. The worker watches for
+/// the window from (at the earliest) the send, so a server clock behind
+/// the gateway's by up to the window minus this limit (half the window
+/// minus `[store] timeout`: at least half a second, 13 s with a 30 s lease
+/// and a 2 s timeout) still stops a late claim inside it; a server clock
+/// ahead by more than the limit minus the claim's time on the way would
+/// refuse claims sent on time.
 pub fn claim_write_limit(lease: Duration, store_timeout: Duration) -> Duration {
     store_timeout + lost_claim_window(lease, store_timeout) / 2
 }

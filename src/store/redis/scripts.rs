@@ -20,7 +20,8 @@ local function announce() if ARGV[#ARGV - 1] ~= '' then redis.call('PUBLISH', AR
 /// fingerprint, lease ms, retention ms, what a lapsed lease turns into (1:
 /// taken over, 0: held, 2: inquiring), attempt id, the instant (ms since
 /// the epoch) after which it must not run, wake-up channel, wake id. A
-/// claim past that instant answers `late` and reads and writes nothing
+/// claim past that instant answers `late` (and by how many ms, by the
+/// server's clock) and reads and writes nothing
 /// (`transitions::claim_write_limit`: its caller has given up, and the
 /// lost-claims worker may have stopped looking for its record).
 /// Implements `transitions::claim` (the record expires by its TTL,
@@ -31,7 +32,7 @@ pub(super) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
         r#"
-if now > tonumber(ARGV[6]) then return {'late'} end
+if now > tonumber(ARGV[6]) then return {'late', now - tonumber(ARGV[6])} end
 local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'held_reason', 'status', 'headers', 'body')
 if not r[2] then
   local token = redis.call('INCR', KEYS[2])

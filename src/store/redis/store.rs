@@ -229,12 +229,16 @@ impl Store for RedisStore {
                 retry_after: Duration::from_millis(int(reply.get(2)).unwrap_or(0).max(0) as u64),
             },
             b"late" => {
-                return Err(StoreError::Unavailable(
-                    "the claim reached Redis after the instant it had to run by, and did nothing: \
-                     the server was paused or its connection backed up (or the server's clock is \
-                     ahead of this host's); the request was not forwarded"
-                        .into(),
-                ));
+                // Its caller gives up after [store] timeout, well before the
+                // limit: an answer this caller still hears means the
+                // server's clock runs ahead of this host's.
+                let past = int(reply.get(1)).unwrap_or(0);
+                return Err(StoreError::LateClaim(format!(
+                    "by Redis's clock the claim arrived {past} ms after the instant it had to run \
+                     by ({} ms after it was sent, by this host's clock), and did nothing: is the \
+                     server's clock ahead of this host's?",
+                    transitions::claim_write_limit(req.lease, self.timeout).as_millis()
+                )));
             }
             other => {
                 return Err(corrupt(&format!(

@@ -13,7 +13,7 @@ use std::time::Duration;
 use idemgate::config::{StoreConfig, UnknownOutcome};
 use idemgate::store::{Backend, Claim, ClaimRequest, RecordKey, StoreError, transitions};
 
-use crate::support::servers::PrivateRedis;
+use crate::support::servers::{PrivateRedis, try_redis_cli};
 use crate::support::{Backend as TestBackend, TestStore};
 
 const TIMEOUT: Duration = Duration::from_millis(200);
@@ -46,11 +46,15 @@ async fn claim(s: Arc<dyn Backend>, k: &'static str) -> Result<Claim, StoreError
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_the_server_reaches_after_its_limit_writes_nothing() {
     let redis = PrivateRedis::start();
-    // The test suite's Redis settings, on the private server.
+    // The test suite's Redis settings, on the private server, with one
+    // connection: each claim below goes out on the one the warm-up opened
+    // (a claim on a lane still to be opened would wait in its handshake
+    // and never be sent).
     let shared = TestStore::new(TestBackend::Redis).await;
     let s = idemgate::store::open(&StoreConfig {
         url: redis.url(),
         timeout: TIMEOUT,
+        pool_size: 1,
         ..shared.store_config()
     })
     .await
@@ -72,6 +76,7 @@ async fn a_claim_the_server_reaches_after_its_limit_writes_nothing() {
         // waits in the stopped server's socket.
         let warmed = claim(s.clone(), warm).await;
         assert!(matches!(warmed, Ok(Claim::Claimed { .. })), "{warmed:?}");
+        let scripts_before = scripts_run(&redis);
         redis.signal("-STOP");
         let sent = claim(s.clone(), k).await;
         assert!(
@@ -83,6 +88,10 @@ async fn a_claim_the_server_reaches_after_its_limit_writes_nothing() {
         // Long enough for the script to have run; still inside the window
         // the lost-claims worker would watch for "past".
         tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            scripts_run(&redis) > scripts_before,
+            "{k}: the claim never reached the server, so this proves nothing"
+        );
         let found = eventually_inspect(&s, k).await;
         assert_eq!(
             found,
@@ -95,6 +104,24 @@ async fn a_claim_the_server_reaches_after_its_limit_writes_nothing() {
             }
         );
     }
+}
+
+/// Scripts the server has run so far (`INFO commandstats`: EVALSHA and
+/// EVAL calls).
+fn scripts_run(redis: &PrivateRedis) -> u64 {
+    let stats = try_redis_cli(redis.port(), &["INFO", "commandstats"]).expect("INFO answers");
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }
 
 /// Whether `k` has a record, asked until the store answers.
