@@ -185,8 +185,12 @@ async fn work(
                         lost.pause = (lost.pause * 2).min(LONGEST_PAUSE);
                     }
                 }
-                Err(_) if lost.since.elapsed() >= PATIENCE => finished.push((i, "gave_up")),
-                Err(_) => store_failed = true,
+                Err(_) => {
+                    store_failed = true;
+                    if lost.since.elapsed() >= PATIENCE {
+                        finished.push((i, "gave_up"));
+                    }
+                }
             }
         }
         if store_failed {

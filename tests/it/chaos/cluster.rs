@@ -711,7 +711,6 @@ impl Gateways {
         true
     }
 
-    /// Every instance's stderr, for a failure report.
     /// Write each running gateway's whole stderr to
     /// `dir/{label}-gateway-{i}.log` (a failed run's, for reading after).
     pub async fn keep_logs(&self, dir: &std::path::Path, label: &str) {
@@ -723,6 +722,7 @@ impl Gateways {
         }
     }
 
+    /// Every instance's stderr, for a failure report.
     pub async fn logs(&self) -> String {
         let mut out = String::new();
         for (i, slot) in self.processes.iter().enumerate() {

@@ -463,10 +463,10 @@ async fn chaos(kind: Backend, variant: Variant) -> Run {
         // (`IDEMGATE_CHAOS_REPLICAS` asks for more: with 2, every claim
         // waits its full `replica_timeout` while a restarted replica
         // resyncs, which is where late claims were found.)
-        let replicas: u32 = std::env::var("IDEMGATE_CHAOS_REPLICAS")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(1);
+        let replicas: u32 = std::env::var("IDEMGATE_CHAOS_REPLICAS").map_or(1, |n| {
+            n.parse()
+                .unwrap_or_else(|_| panic!("IDEMGATE_CHAOS_REPLICAS={n:?} is not a count"))
+        });
         config = config.store(|s| {
             s.set("replicas", i64::from(replicas));
         });

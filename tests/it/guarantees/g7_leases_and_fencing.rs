@@ -11,7 +11,7 @@
 //! forwarded, so its key must not stay in flight or turn `held`: the
 //! gateway abandons exactly that attempt's record once the store answers.
 //! The reproduction, on a private Redis and a private PostgreSQL
-//! cluster, each frozen with SIGSTOP for 1.5 s.
+//! cluster, each frozen with SIGSTOP for 1 s.
 
 use std::time::Duration;
 
@@ -41,8 +41,8 @@ async fn gateway(store_url: &str, upstream: &Upstream) -> Gateway {
 }
 
 /// Freeze the store, send a keyed POST (503 after `[store] timeout`), thaw
-/// 1 s later (1.5 s frozen, within the instant a Redis claim must run by:
-/// 2 s here), then retry until the key is forwarded: never a held answer,
+/// 0.5 s later (1 s frozen, well within the instant a Redis claim must run
+/// by: 2 s here), then retry until the key is forwarded: never a held answer,
 /// one execution, and the orphan counted as abandoned.
 async fn a_lost_claim_never_blocks_its_key(
     freeze: impl Fn(),
@@ -59,7 +59,7 @@ async fn a_lost_claim_never_blocks_its_key(
 
     freeze();
     let lost = post(&c, &url, "blip", "{}").await;
-    thaw_after(Duration::from_millis(1000), &thaw).await;
+    thaw_after(Duration::from_millis(500), &thaw).await;
     assert_eq!(lost.status, StatusCode::SERVICE_UNAVAILABLE, "{lost:?}");
     assert_eq!(upstream.count("blip"), 0);
 
