@@ -12,7 +12,15 @@ For each level, in ascending order:
    500,000 rows) until the table holds the level: completed records with a
    512-byte body and about 140 bytes of headers, on the gateway's own route,
    in time order, their expiry spread over 24 h so that the older half has
-   already expired (the sweeper's backlog).
+   already expired (the sweeper's backlog). Between the halves the fill
+   waits for the sweeper and autovacuum to settle, as a day of production
+   lets them: the expired half is deleted and its room reused by the newer
+   half, so the table then holds about half the level live (what a day's
+   retention leaves of a day's keys), not every row ever written. Below
+   `DISK_FLOOR_GB` (default 12) free on the cluster's disk the fill waits
+   for them again (VACUUM gives room back to the table, rarely to the
+   disk), and stops if that frees nothing: the level is measured as
+   reached, and the retention cycles are skipped.
 2. Rounds: `ROUNDS` times, `SECONDS` of new keys (wrk -t2 -c32, a 512-byte
    JSON POST through the gateway to nginx, one new key per request), then
    `SECONDS` of replays of 20,000 keys that round created (replay cache off,
@@ -31,7 +39,9 @@ if the size stays flat from cycle to cycle.
 Usage: LEVELS="0 1000000 10000000" ROUNDS=3 SECONDS=20 CYCLES=3 \
        CYCLE_ROWS=5000000 python3 bench/scale.py
 (writes bench/results/<date>-scale.md; SCALE_DIR picks where the cluster's
-files go, default /var/tmp). Needs about 1.5 GB of disk per million rows.
+files go, default /var/tmp). Needs about 0.6 GB of disk per million rows
+(half of them live at once, 820 bytes of heap and 110 of indexes each), plus
+max_wal_size.
 Build first: cargo build --release --locked --bin idemgate.
 """
 
@@ -55,6 +65,7 @@ CYCLES = int(os.environ.get("CYCLES", "3"))
 CYCLE_ROWS = int(os.environ.get("CYCLE_ROWS", "0"))  # rows per cycle; 0: half the top level
 CHUNK = 500_000
 SPAN = 10_000  # replayed keys per wrk thread
+DISK_FLOOR = int(os.environ.get("DISK_FLOOR_GB", "12")) * 2**30  # the fill stops short of it
 SETTINGS = {
     "shared_buffers": "4GB",
     "effective_cache_size": "12GB",
@@ -168,33 +179,65 @@ FROM generate_series({first}, {last}) AS i
 """
 
 
+def free_disk(pg):
+    return shutil.disk_usage(pg.data).free
+
+
 def fill(pg, first, last, expires):
-    """Add rows `first`..`last` (inclusive), in chunks."""
+    """Add rows `first`..`last` (inclusive), in chunks. Below `DISK_FLOOR`
+    free bytes it waits for the sweeper and autovacuum to settle; if that
+    frees nothing it stops, and returns the last row written."""
     for start in range(first, last + 1, CHUNK):
+        if free_disk(pg) < DISK_FLOOR:
+            log(f"{free_disk(pg) / 2**30:.1f} GiB free: waiting for the sweeper and autovacuum")
+            settle(pg)
+            if free_disk(pg) < DISK_FLOOR:
+                log(f"stopping the fill at {start - 1:,} rows: the disk is full")
+                return start - 1
         end = min(last, start + CHUNK - 1)
         pg.sql(FILL.format(first=start, last=end, expires=expires))
+    return last
 
 
 def fill_level(pg, have, level):
     """Fill the table from `have` filled rows to `level`, in time order,
-    the older half of the new rows already expired."""
+    the older half of the new rows already expired; returns the rows
+    filled (below `level` only if the disk ran out) and a note of how long
+    the sweeper and autovacuum took to settle between the halves."""
     if level <= have:
-        return
+        return have, ""
     started = time.monotonic()
     n = level - have
     # Row i expires at now - 12 h + 24 h × (i - have) / n: the first half
     # has expired (spread over the last 12 h), the rest expire within 12 h.
     expires = (f"now() - interval '12 hours' + interval '24 hours' * "
                f"((i - {have + 1})::float8 / {n})")
-    fill(pg, have + 1, level, expires)
-    log(f"filled {n:,} rows in {time.monotonic() - started:.0f} s")
+    middle = have + n // 2
+    reached = fill(pg, have + 1, middle, expires)
+    # Production writes a level over a day, while the sweeper deletes what
+    # expires and autovacuum frees its room for the newer half; a fill of
+    # minutes waits for them here instead, so the table holds what a day's
+    # retention leaves, not every version ever written.
+    if reached < middle:
+        note = " (the disk ran out before the middle)"
+    else:
+        waited = settle(pg)
+        note = (" (not settled midway within SETTLE_LIMIT)" if waited is None
+                else f" (settled midway in {round(waited)} s)")
+        reached = fill(pg, middle + 1, level, expires)
+    log(f"filled {reached - have:,} rows in {time.monotonic() - started:.0f} s{note}")
+    return reached, note
 
 
 def cycle_rows(pg, first, last):
     """Rows written as the gateway writes them: claimed in flight (an
     INSERT), then completed (an UPDATE of body, headers, expiry), already
-    expired so the sweeper takes them."""
+    expired so the sweeper takes them. Stops short (returns False) below
+    `DISK_FLOOR` free bytes."""
     for start in range(first, last + 1, 100_000):
+        if free_disk(pg) < DISK_FLOOR:
+            log(f"{free_disk(pg) / 2**30:.1f} GiB free: the retention cycles stop here")
+            return False
         end = min(last, start + 99_999)
         pg.sql(
             "BEGIN; "
@@ -210,6 +253,7 @@ def cycle_rows(pg, first, last):
             "body = convert_to(repeat(md5(g.i::text), 16), 'UTF8') "
             f"FROM generate_series({start}, {end}) AS g(i) "
             "WHERE route = 'api' AND scope = '\\x'::bytea AND key = 'cycle-' || g.i")
+    return True
 
 
 def start_nginx(work):
@@ -346,22 +390,28 @@ def main():
         have = 0
         for level in LEVELS:
             started = time.monotonic()
-            fill_level(pg, have, level)
+            reached, waited = fill_level(pg, have, level)
             fill_s = time.monotonic() - started
-            have = max(have, level)
-            label = f"{level:,}"
-            sizes.append((label, "filled", fill_s, pg.stats()))
+            short = reached < level
+            have = reached
+            label = f"{reached:,}"
+            sizes.append((label, "filled" + waited, fill_s, pg.stats()))
             measure(pg, port, admin, label, ROUNDS, rows)
             sizes.append((label, "after the rounds", None, pg.stats()))
             sweeps.append((label, sweeper(admin)))
-        top = LEVELS[-1]
+            if short:
+                break
+        top = have
         half = CYCLE_ROWS or max(top // 2, 100_000)
-        log(f"retention cycles: {CYCLES} x {half:,} rows")
+        cycles_run = 0 if short else CYCLES
+        log(f"retention cycles: {cycles_run} x {half:,} rows"
+            + (" (skipped: the fill ran out of disk)" if short else ""))
         waited = settle(pg)
         sizes.append((f"{top:,}", "settled before the cycles", waited, pg.stats()))
-        for c in range(1, CYCLES + 1):
+        for c in range(1, cycles_run + 1):
             started = time.monotonic()
-            cycle_rows(pg, (c - 1) * half + 1, c * half)
+            if not cycle_rows(pg, (c - 1) * half + 1, c * half):
+                break
             written = time.monotonic() - started
             waited = settle(pg)
             s = pg.stats()
