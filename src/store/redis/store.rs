@@ -30,6 +30,57 @@ use crate::store::{
     Token, UnknownOutcome, decode_headers, encode_headers, transitions,
 };
 
+/// A claim script's reply as a [`Claim`]; `limit`: how long after its
+/// send the claim had to run (named in a `late` answer's error).
+fn claim_outcome(reply: &[Value], limit: Duration) -> Result<Claim, StoreError> {
+    let outcome = bytes(reply.first()).ok_or_else(|| corrupt("no outcome"))?;
+    Ok(match &outcome[..] {
+        b"claimed" | b"takeover" => Claim::Claimed {
+            token: int(reply.get(1)).ok_or_else(|| corrupt("no token"))?,
+            takeover: outcome == b"takeover",
+        },
+        b"mismatch" => Claim::Mismatch,
+        b"replay" => Claim::Replay(StoredResponse {
+            status: int(reply.get(2))
+                .and_then(|s| u16::try_from(s).ok())
+                .and_then(|s| StatusCode::from_u16(s).ok())
+                .ok_or_else(|| corrupt("a bad status"))?,
+            headers: decode_headers(&bytes(reply.get(3)).unwrap_or_default())
+                .ok_or_else(|| corrupt("undecodable headers"))?,
+            body: Bytes::from(bytes(reply.get(4)).unwrap_or_default()),
+        }),
+        b"held" => Claim::Held(
+            bytes(reply.get(2))
+                .and_then(|r| HeldReason::parse(std::str::from_utf8(&r).ok()?))
+                .ok_or_else(|| corrupt("an unknown held reason"))?,
+        ),
+        b"in_flight" => Claim::InFlight {
+            retry_after: Duration::from_millis(int(reply.get(2)).unwrap_or(0).max(0) as u64),
+        },
+        b"inquiring" => Claim::Inquiring {
+            retry_after: Duration::from_millis(int(reply.get(2)).unwrap_or(0).max(0) as u64),
+        },
+        b"late" => {
+            // Its caller gives up after [store] timeout, well before the
+            // limit: an answer this caller still hears means the
+            // server's clock runs ahead of this host's.
+            let past = int(reply.get(1)).unwrap_or(0);
+            return Err(StoreError::LateClaim(format!(
+                "by Redis's clock the claim arrived {past} ms after the instant it had to run \
+                 by ({} ms after it was sent, by this host's clock), and did nothing: is the \
+                 server's clock ahead of this host's?",
+                limit.as_millis()
+            )));
+        }
+        other => {
+            return Err(corrupt(&format!(
+                "outcome {:?}",
+                String::from_utf8_lossy(other)
+            )));
+        }
+    })
+}
+
 pub(in crate::store) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
@@ -201,52 +252,10 @@ impl Store for RedisStore {
             })
             .await?;
         self.replicated(acked)?;
-        let outcome = bytes(reply.first()).ok_or_else(|| corrupt("no outcome"))?;
-        Ok(match &outcome[..] {
-            b"claimed" | b"takeover" => Claim::Claimed {
-                token: int(reply.get(1)).ok_or_else(|| corrupt("no token"))?,
-                takeover: outcome == b"takeover",
-            },
-            b"mismatch" => Claim::Mismatch,
-            b"replay" => Claim::Replay(StoredResponse {
-                status: int(reply.get(2))
-                    .and_then(|s| u16::try_from(s).ok())
-                    .and_then(|s| StatusCode::from_u16(s).ok())
-                    .ok_or_else(|| corrupt("a bad status"))?,
-                headers: decode_headers(&bytes(reply.get(3)).unwrap_or_default())
-                    .ok_or_else(|| corrupt("undecodable headers"))?,
-                body: Bytes::from(bytes(reply.get(4)).unwrap_or_default()),
-            }),
-            b"held" => Claim::Held(
-                bytes(reply.get(2))
-                    .and_then(|r| HeldReason::parse(std::str::from_utf8(&r).ok()?))
-                    .ok_or_else(|| corrupt("an unknown held reason"))?,
-            ),
-            b"in_flight" => Claim::InFlight {
-                retry_after: Duration::from_millis(int(reply.get(2)).unwrap_or(0).max(0) as u64),
-            },
-            b"inquiring" => Claim::Inquiring {
-                retry_after: Duration::from_millis(int(reply.get(2)).unwrap_or(0).max(0) as u64),
-            },
-            b"late" => {
-                // Its caller gives up after [store] timeout, well before the
-                // limit: an answer this caller still hears means the
-                // server's clock runs ahead of this host's.
-                let past = int(reply.get(1)).unwrap_or(0);
-                return Err(StoreError::LateClaim(format!(
-                    "by Redis's clock the claim arrived {past} ms after the instant it had to run \
-                     by ({} ms after it was sent, by this host's clock), and did nothing: is the \
-                     server's clock ahead of this host's?",
-                    transitions::claim_write_limit(req.lease, self.timeout).as_millis()
-                )));
-            }
-            other => {
-                return Err(corrupt(&format!(
-                    "outcome {:?}",
-                    String::from_utf8_lossy(other)
-                )));
-            }
-        })
+        claim_outcome(
+            &reply,
+            transitions::claim_write_limit(req.lease, self.timeout),
+        )
     }
 
     async fn renew(
