@@ -195,7 +195,8 @@ impl Store for RedisStore {
         // Compared with the server's clock: a claim that reaches the server
         // later (queued behind other scripts' WAITs, or a paused server)
         // writes nothing.
-        let write_by = SystemTime::now() + transitions::claim_write_limit(req.lease, self.timeout);
+        let limit = transitions::claim_write_limit(req.lease, self.timeout);
+        let write_by = SystemTime::now() + limit;
         let write_by = write_by
             .duration_since(UNIX_EPOCH)
             .map_or(0, |since| since.as_millis());
@@ -252,10 +253,7 @@ impl Store for RedisStore {
             })
             .await?;
         self.replicated(acked)?;
-        claim_outcome(
-            &reply,
-            transitions::claim_write_limit(req.lease, self.timeout),
-        )
+        claim_outcome(&reply, limit)
     }
 
     async fn renew(
