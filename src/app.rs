@@ -192,8 +192,8 @@ fn start_relay(
         .then(|| tokio::spawn(relay))
 }
 
-/// Delete expired records until fewer than a batch remain; returns how
-/// many went. With `metrics`, each pass is measured and counted.
+/// Sweep until a step says nothing more is due; returns how many records
+/// went. With `metrics`, each step is measured and counted.
 pub async fn sweep_once(
     store: &dyn StoreAdmin,
     batch: usize,
@@ -202,16 +202,16 @@ pub async fn sweep_once(
     let mut total = 0;
     loop {
         let started = Instant::now();
-        let deleted = store.sweep(batch).await;
+        let step = store.sweep(batch).await;
         if let Some(metrics) = metrics {
-            metrics.store_op("sweep", plain_result(&deleted), started.elapsed());
-            if let Ok(n) = deleted {
-                metrics.records_swept.inc_by(n);
+            metrics.store_op("sweep", plain_result(&step), started.elapsed());
+            if let Ok(step) = step {
+                metrics.records_swept.inc_by(step.records);
             }
         }
-        let deleted = deleted?;
-        total += deleted;
-        if deleted < batch as u64 {
+        let step = step?;
+        total += step.records;
+        if !step.more {
             return Ok(total);
         }
         tokio::task::yield_now().await;

@@ -134,7 +134,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let swept =
                 idemgate::app::sweep_once(store.as_ref(), config.store.sweep_batch, None).await;
             store.close().await;
-            println!("{} expired records deleted", swept?);
+            // PostgreSQL's count is an estimate (a whole generation).
+            println!("{} expired records removed", swept?);
         }
         Command::Keys {
             command,

@@ -61,6 +61,7 @@ pub(super) struct RawStore {
     pub(super) max_records: Option<usize>,
     pub(super) sweep_interval: Option<String>,
     pub(super) sweep_batch: Option<usize>,
+    pub(super) generation: Option<String>,
     pub(super) replay_cache_ttl: Option<String>,
     pub(super) replay_cache_size: Option<String>,
     pub(super) front: Option<RawFront>,

@@ -164,6 +164,7 @@ fn store_changes(running: &StoreConfig, next: &StoreConfig) -> Vec<&'static str>
         max_records,
         sweep_interval,
         sweep_batch,
+        generation,
         replay_cache_ttl,
         replay_cache_size,
     } skip {

@@ -47,6 +47,11 @@ pub struct StoreConfig {
     pub sweep_interval: Duration,
     /// Most records one sweep statement deletes.
     pub sweep_batch: usize,
+    /// PostgreSQL only: how long new keys go to one generation of records
+    /// before the sweeper retires the previous one
+    /// (src/store/postgres/generations.rs). Unset in the file: the longest
+    /// route retention.
+    pub generation: Duration,
     /// PostgreSQL, Redis, SQLite: how long this instance may answer from memory for
     /// a completed record it replayed (zero: no replay cache).
     pub replay_cache_ttl: Duration,
@@ -265,6 +270,7 @@ impl StoreConfig {
             max_records: 1,
             sweep_interval: Duration::from_secs(1),
             sweep_batch: 1,
+            generation: Duration::from_secs(1),
             replay_cache_ttl: Duration::ZERO,
             replay_cache_size: 0,
             wait_routes: WaitRoutes::default(),

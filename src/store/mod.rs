@@ -18,6 +18,7 @@ pub mod postgres;
 pub mod redis;
 pub(crate) mod runtime;
 pub mod sqlite;
+mod swept;
 pub mod transitions;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ pub use config::{FrontConfig, InvalidStoreSetting, StoreConfig, UnknownOutcome, 
 pub use front::FrontStats;
 pub use headers::{decode_headers, encode_headers};
 pub use info::{RecordInfo, RecordState};
+pub use swept::Swept;
 
 /// The key space of docs/src/design/state-machine.md: `(route, scope, key)`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -358,8 +360,10 @@ pub trait StoreAdmin: Send + Sync + 'static {
     /// Remove a record in any state; a live lease only with `force`
     /// ([`transitions::deletable`]).
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError>;
-    /// Delete up to `batch` expired records; returns how many went.
-    async fn sweep(&self, batch: usize) -> Result<u64, StoreError>;
+    /// One step of retention: delete up to `batch` expired records, or
+    /// (PostgreSQL) retire the previous generation once the current one is
+    /// `[store] generation` old (src/store/postgres/generations.rs).
+    async fn sweep(&self, batch: usize) -> Result<Swept, StoreError>;
     /// Take up to `limit` keys of `routes` whose question is due: an
     /// `inquiring` record whose next question has come (or whose inquirer's
     /// lease lapsed), or an `in_flight` one whose lease lapsed. Each taken

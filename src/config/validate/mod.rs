@@ -45,8 +45,13 @@ pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
             "`name` and `match` are per route and cannot be set in [defaults]",
         ));
     }
+    let generation_set = raw.store.generation.is_some();
     let mut store = store::store(std::mem::take(&mut raw.store))?;
     let routes = routes(&raw.routes, &raw.defaults)?;
+    if !generation_set {
+        let longest = routes.iter().map(|r| r.retention).max();
+        store.generation = longest.unwrap_or(store.generation);
+    }
     store.wait_routes = crate::store::WaitRoutes::new(
         routes
             .iter()

@@ -5,7 +5,7 @@
 use crate::config::defaults::{
     DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_FRONT_MARK_AFTER, DEFAULT_FRONT_TIMEOUT,
     DEFAULT_REPLAY_CACHE_SIZE, DEFAULT_REPLAY_CACHE_TTL, DEFAULT_REPLICA_TIMEOUT,
-    DEFAULT_STORE_CLUSTER, DEFAULT_STORE_MAX_RECORDS, DEFAULT_STORE_MIGRATE,
+    DEFAULT_RETENTION, DEFAULT_STORE_CLUSTER, DEFAULT_STORE_MAX_RECORDS, DEFAULT_STORE_MIGRATE,
     DEFAULT_STORE_POOL_SIZE, DEFAULT_STORE_PREFIX, DEFAULT_STORE_REPLICAS, DEFAULT_STORE_TIMEOUT,
     DEFAULT_STORE_URL, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, MAX_FRONT_MARK_AFTER,
 };
@@ -45,6 +45,12 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
             DEFAULT_SWEEP_INTERVAL,
         )?,
         sweep_batch: raw.sweep_batch.unwrap_or(DEFAULT_SWEEP_BATCH),
+        // Unset: the longest retention, once the routes are known.
+        generation: duration(
+            "store.generation",
+            raw.generation.as_deref(),
+            DEFAULT_RETENTION,
+        )?,
         replay_cache_ttl: duration(
             "store.replay_cache_ttl",
             raw.replay_cache_ttl.as_deref(),

@@ -58,7 +58,7 @@ use super::runtime::StoreRuntime;
 use super::{
     AttemptId, BatchStats, Cas, Claim, ClaimRequest, FrontConfig, HeldReason, InquiringRoute,
     Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig,
-    StoreError, StoredResponse, Token,
+    StoreError, StoredResponse, Swept, Token,
 };
 use crate::waiters::Waiters;
 use entries::{FrontEntry, Mark, Publish, Settled};
@@ -536,7 +536,7 @@ impl StoreAdmin for FrontStore {
         self.inner.truth.take_inquiries(routes, lease, limit).await
     }
 
-    async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
+    async fn sweep(&self, batch: usize) -> Result<Swept, StoreError> {
         // Expired records expired in the front too (their TTLs).
         self.inner.truth.sweep(batch).await
     }

@@ -10,8 +10,9 @@ impl StoreAdmin for MemoryStore {
         let _ = self.waiters.set(waiters);
     }
 
-    async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
-        Ok(self.lock().sweep(Instant::now(), batch))
+    async fn sweep(&self, batch: usize) -> Result<Swept, StoreError> {
+        let records = self.lock().sweep(Instant::now(), batch);
+        Ok(Swept::of_batch(records, batch))
     }
 
     async fn take_inquiries(

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use super::transitions::{self, ClaimStep, Phase, Write};
 use super::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, InquiringRoute, Inquiry, RecordInfo,
-    RecordKey, RecordState, Store, StoreAdmin, StoreError, StoredResponse, Token,
+    RecordKey, RecordState, Store, StoreAdmin, StoreError, StoredResponse, Swept, Token,
 };
 use crate::request::fingerprint::Fingerprint;
 use crate::waiters::Waiters;
@@ -315,7 +315,7 @@ mod tests {
         };
         tokio::time::advance(Duration::from_secs(8)).await;
         // Past retention, but the lease is live: nothing sweeps it.
-        assert_eq!(store.sweep(10).await.unwrap(), 0);
+        assert_eq!(store.sweep(10).await.unwrap().records, 0);
         assert_eq!(
             store
                 .renew(&key, token, Duration::from_secs(10))
@@ -337,7 +337,7 @@ mod tests {
             Claim::Replay(response)
         );
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert_eq!(store.sweep(10).await.unwrap(), 1);
+        assert_eq!(store.sweep(10).await.unwrap().records, 1);
         assert!(matches!(
             store.claim(&request).await.unwrap(),
             Claim::Claimed {

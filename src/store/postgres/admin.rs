@@ -5,24 +5,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::generations::{MOST_MOVED, Rotation};
 use super::{MIGRATOR, PgStore, millis};
 
-/// One pass of the sweeper (transitions::expired): delete up to `$1`
-/// expired records, bounded, skipping rows other transactions hold, so
-/// never a long lock. The instant is `statement_timestamp()`, which the
-/// planner can see (a stable function): with `clock_timestamp()`, which
-/// is volatile, the `expires_at` index went unused and every pass read the
-/// whole table, past `[store] timeout` at 10 M records. Public for the
-/// test that checks its plan (tests/it/stores/postgres_plans.rs).
-pub const SWEEP: &str = "DELETE FROM idemgate_records
-      WHERE ctid IN (SELECT ctid FROM idemgate_records
-                      WHERE expires_at <= statement_timestamp()
-                        AND NOT (state = 'in_flight' AND lease_until > statement_timestamp())
-                      LIMIT $1 FOR UPDATE SKIP LOCKED)";
 use crate::store::info::from_epoch_millis;
 use crate::store::{
     BatchStats, InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin,
-    StoreError,
+    StoreError, Swept,
 };
 use crate::waiters::{self, Waiters};
 
@@ -113,18 +102,33 @@ impl StoreAdmin for PgStore {
         waiters::relay(|| self.listen(&waiters)).await;
     }
 
-    async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
-        let done = self
-            // Unnamed, planned at each pass (see `unnamed`): passes are
-            // a minute apart, and the table's size changes between them.
-            .bounded(async |conn| {
-                super::unnamed(SWEEP)
-                    .bind(i64::try_from(batch).unwrap_or(i64::MAX))
-                    .execute(conn)
-                    .await
-            })
-            .await?;
-        Ok(done.rows_affected())
+    async fn sweep(&self, _batch: usize) -> Result<Swept, StoreError> {
+        // Retention by generations: one rotation, when due.
+        let records = match self.rotate(self.generation).await? {
+            Rotation::Rotated { dropped, moved } => {
+                tracing::info!(dropped, moved, "records generation retired");
+                dropped
+            }
+            Rotation::TooManyLive => {
+                tracing::warn!(
+                    most = MOST_MOVED,
+                    "the previous records generation still holds more live records than a \
+                     rotation moves; make [store] generation at least the longest retention"
+                );
+                0
+            }
+            Rotation::Busy => {
+                tracing::warn!(
+                    "records generation rotation waited too long for its locks; next pass"
+                );
+                0
+            }
+            Rotation::NotDue => 0,
+        };
+        Ok(Swept {
+            records,
+            more: false,
+        })
     }
 
     async fn take_inquiries(

@@ -13,6 +13,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnection, PgSslMode};
 
 mod batch;
+mod generations;
 mod hosts;
 mod lanes;
 mod pool;
@@ -43,6 +44,8 @@ pub struct PgStore {
     id: u64,
     /// `batches_in_flight`, which lanes share.
     in_flight: u32,
+    /// `[store] generation`: how long new keys go to one generation.
+    generation: Duration,
     /// The lanes' pools, for the pool figures (while each lives).
     lane_pools: Arc<std::sync::Mutex<Vec<pool::WeakPgPool>>>,
 }
@@ -170,7 +173,7 @@ fn tls_failed(e: &sqlx::Error) -> bool {
 mod admin;
 mod store;
 
-pub use admin::SWEEP;
+pub use generations::{MOST_MOVED, Rotation, live_records_sql};
 pub use pool::LANE_APPLICATION;
 
 fn cas(rows: u64) -> Cas {
@@ -234,6 +237,7 @@ impl PgStore {
             batcher,
             id: crate::store::runtime::new_lane_id(),
             in_flight: config.batches_in_flight,
+            generation: config.generation,
             lane_pools: Arc::default(),
         })
     }

@@ -15,6 +15,7 @@ use super::store::{bytes, corrupt, int, millis};
 use crate::store::info::from_epoch_millis;
 use crate::store::{
     InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin, StoreError,
+    Swept,
 };
 use crate::waiters::{self, Waiters};
 
@@ -277,9 +278,9 @@ impl StoreAdmin for RedisStore {
         self.clear_script(key, force, true).await
     }
 
-    async fn sweep(&self, _batch: usize) -> Result<u64, StoreError> {
+    async fn sweep(&self, _batch: usize) -> Result<Swept, StoreError> {
         // Retention is the keys' TTL: Redis expires records by itself.
-        Ok(0)
+        Ok(Swept::default())
     }
 
     fn pool_stats(&self) -> Option<PoolStats> {

@@ -98,9 +98,9 @@ impl StoreAdmin for SqliteStore {
         }
     }
 
-    async fn sweep(&self, batch: usize) -> Result<u64, StoreError> {
+    async fn sweep(&self, batch: usize) -> Result<Swept, StoreError> {
         match self.write(Op::Sweep { batch }).await? {
-            Reply::Swept(n) => Ok(n),
+            Reply::Swept(n) => Ok(Swept::of_batch(n, batch)),
             other => Err(corrupt(&format!("the writer answered {other:?}"))),
         }
     }

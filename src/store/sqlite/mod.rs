@@ -51,7 +51,8 @@ use self::rows::{Context, Head, KEY, bind_key, corrupt, now_us, read_row, unavai
 use self::writer::Writer;
 use super::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, InquiringRoute, Inquiry, RecordInfo,
-    RecordKey, RecordState, Store, StoreAdmin, StoreConfig, StoreError, StoredResponse, Token,
+    RecordKey, RecordState, Store, StoreAdmin, StoreConfig, StoreError, StoredResponse, Swept,
+    Token,
 };
 use crate::waiters::{Waiters, WakeId};
 

@@ -796,6 +796,7 @@ async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
         max_records: 10_000_000,
         sweep_interval: Duration::from_secs(3600),
         sweep_batch: 1000,
+        generation: Duration::from_secs(3600),
         replay_cache_ttl: Duration::ZERO,
         replay_cache_size: 0,
         wait_routes: idemgate::store::WaitRoutes::default(),

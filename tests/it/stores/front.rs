@@ -66,6 +66,7 @@ async fn open_marking(
         max_records: 10_000,
         sweep_interval: Duration::from_secs(60),
         sweep_batch: 100,
+        generation: Duration::ZERO,
         replay_cache_ttl: Duration::ZERO,
         replay_cache_size: 0,
         wait_routes: idemgate::store::WaitRoutes::default(),
@@ -912,7 +913,8 @@ async fn a_front_down_at_start_is_not_an_error() {
 }
 
 /// Only connections of a front store write outbox rows, and sweeping
-/// expired records writes none.
+/// expired records writes none; changes in either generation's partition
+/// write them.
 #[tokio::test]
 async fn the_outbox_is_written_only_for_a_front_and_not_by_sweeps() {
     let storage = TestStore::new(Backend::Postgres).await;
@@ -937,9 +939,41 @@ async fn the_outbox_is_written_only_for_a_front_and_not_by_sweeps() {
         .unwrap();
     assert_eq!(outbox_rows(&storage.url).await, 1, "the completion's row");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let swept = front.sweep(100).await.unwrap();
-    assert_eq!(swept, 2, "both expired records");
+    // Two passes: the second retires the records' generation.
+    for _ in 0..2 {
+        idemgate::sweep_once(front.as_ref(), 100, None)
+            .await
+            .unwrap();
+    }
+    for gone in [&k, &f] {
+        assert_eq!(
+            front.inspect(gone).await.unwrap(),
+            None,
+            "an expired record stayed"
+        );
+    }
     assert_eq!(outbox_rows(&storage.url).await, 1, "a sweep writes no row");
+    // A third: new keys go to the other partition, whose changes write rows too.
+    idemgate::sweep_once(front.as_ref(), 100, None)
+        .await
+        .unwrap();
+    let g = key("later");
+    let t = token(claim(&*front, &g, 1).await);
+    front
+        .complete(&g, t, &response("z"), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let mut conn = sqlx::PgConnection::connect(&storage.url).await.unwrap();
+    let slot: i16 = sqlx::query_scalar("SELECT slot FROM idemgate_records WHERE key = 'later'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(slot, 1, "the third pass did not make slot 1 current");
+    assert_eq!(
+        outbox_rows(&storage.url).await,
+        2,
+        "slot 1's completion wrote no row"
+    );
 }
 
 /// Through the gateway: the front's answers carry the usual headers and

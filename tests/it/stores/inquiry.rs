@@ -314,7 +314,10 @@ async fn an_inquiry_outlives_the_claims_retention(b: Backend) {
         claim_with(s, &k, 1, LEASE, INQUIRE).await,
         Claim::Inquiring { .. }
     ));
-    assert_eq!(s.sweep(100).await.unwrap(), 0);
+    // Two passes: on PostgreSQL the second retires the record's generation.
+    for _ in 0..2 {
+        assert_eq!(idemgate::sweep_once(s, 100, None).await.unwrap(), 0);
+    }
     assert!(s.inspect(&k).await.unwrap().is_some());
 }
 

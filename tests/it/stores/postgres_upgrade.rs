@@ -1,7 +1,8 @@
 //! A PostgreSQL database of the release before the status inquiry (schema
 //! 5) is upgraded in place by `migrate`: the state's CHECK is replaced, the
 //! new columns come with their defaults, and the open-records index is
-//! built (migration 0008, which an operator may build ahead), with
+//! built (migration 0008, which an operator may build ahead), and the
+//! table becomes the first generation's partition (migration 0010), with
 //! every record kept and claims answered as before.
 
 use sqlx::Connection;
@@ -52,7 +53,7 @@ async fn a_schema_5_database_is_upgraded_with_its_records() {
     assert_eq!(info.state, RecordState::Held);
     assert_eq!(info.held_reason, Some("upstream_timeout"));
     let valid: (bool, bool) = sqlx::query_as(
-        "SELECT (SELECT convalidated FROM pg_constraint
+        "SELECT (SELECT bool_and(convalidated) FROM pg_constraint
                   WHERE conname = 'idemgate_records_state_check'),
                 (SELECT indisvalid FROM pg_index
                   WHERE indexrelid = 'idemgate_records_open'::regclass)",
@@ -65,4 +66,9 @@ async fn a_schema_5_database_is_upgraded_with_its_records() {
         (true, true),
         "the CHECK is validated and the index valid"
     );
+    let in_first: i64 = sqlx::query_scalar("SELECT count(*) FROM idemgate_records_0")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(in_first, 1, "the table did not become slot 0's partition");
 }

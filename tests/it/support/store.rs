@@ -262,6 +262,9 @@ impl TestStore {
             max_records: 10_000,
             sweep_interval: Duration::from_secs(60),
             sweep_batch: 100,
+            // Every sweep retires a generation (PostgreSQL): the tests
+            // cross generation boundaries whenever they sweep.
+            generation: Duration::ZERO,
             replay_cache_ttl: Duration::ZERO,
             replay_cache_size: 0,
             wait_routes: idemgate::store::WaitRoutes::default(),
