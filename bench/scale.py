@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Cost as records grow: new keys, replays and the sweeper at 0, 1 M,
-10 M ... records in PostgreSQL, then retention cycles at the top level.
+"""Cost as records grow: new keys and replays at 0, 1 M, 10 M ... records
+in PostgreSQL, then retention cycles at the top level, with retention by
+generations (docs/src/design/retention.md).
 
 Everything runs on a private PostgreSQL cluster started by this script with
 production settings (autovacuum on, as the server ships it; shared_buffers
@@ -11,30 +12,27 @@ For each level, in ascending order:
 1. Fill: rows are added by SQL on the server (one INSERT ... SELECT per
    500,000 rows) until the table holds the level: completed records with a
    512-byte body and about 140 bytes of headers, on the gateway's own route,
-   in time order, their expiry spread over 24 h so that the older half has
-   already expired (the sweeper's backlog). Between the halves the fill
-   waits for the sweeper and autovacuum to settle, as a day of production
-   lets them: the expired half is deleted and its room reused by the newer
-   half, so the table then holds about half the level live (what a day's
-   retention leaves of a day's keys), not every row ever written. Below
-   `DISK_FLOOR_GB` (default 12) free on the cluster's disk the fill waits
-   for them again (VACUUM gives room back to the table, rarely to the
-   disk), and stops if that frees nothing: the level is measured as
-   reached, and the retention cycles are skipped.
+   laid out as a day of production leaves them: the older half expired, in
+   the previous generation's partition; the newer half live, in the current
+   one, expiring over the route's `RETENTION` (default 10m). Below
+   `DISK_FLOOR_GB` (default 12) free on the cluster's disk the fill stops:
+   the level is measured as reached, and the retention cycles are skipped.
 2. Rounds: `ROUNDS` times, `SECONDS` of new keys (wrk -t2 -c32, a 512-byte
    JSON POST through the gateway to nginx, one new key per request), then
    `SECONDS` of replays of 20,000 keys that round created (replay cache off,
-   so every replay reads the store). The gateway's sweeper runs throughout
-   at its defaults (every 60 s, 1,000 rows per DELETE, until none are due).
-   Per round: requests/s, p99, the sweeper's rows/s (its metric), the
-   table's size and dead rows.
+   so every replay reads the store). The gateway's generation is 24 h: no
+   rotation runs during the levels. Per round: requests/s, p99, the table's
+   size and dead rows (completions rewrite the row a claim inserted).
 
-Then `CYCLES` retention cycles at the top level: each adds half the level
-in rows the way the gateway writes them (a claim inserts the row in flight,
-its completion rewrites it: one dead version per record), already expired,
-while the sweeper deletes them; once the sweeper and autovacuum are done,
-one round is measured and the table's size read. DELETE retention holds
-if the size stays flat from cycle to cycle.
+Then `CYCLES` retention cycles at the top level, once the levels' live rows
+have expired, with the gateway restarted with a 30 s retention, a 40 s
+generation and a 10 s sweep interval (a day compressed): each adds half the
+level in rows the way the gateway writes them (a claim inserts the row in
+flight, its completion rewrites it: one dead version per record), already
+expired, into the current generation; then waits for the two rotations
+that retire them, for autovacuum to be idle, measures one round and reads
+the table's size. Retention holds if the size stays flat from cycle to
+cycle.
 
 Usage: LEVELS="0 1000000 10000000" ROUNDS=3 SECONDS=20 CYCLES=3 \
        CYCLE_ROWS=5000000 python3 bench/scale.py
@@ -63,6 +61,11 @@ ROUNDS = int(os.environ.get("ROUNDS", "3"))
 SECONDS = int(os.environ.get("SECONDS", "20"))
 CYCLES = int(os.environ.get("CYCLES", "3"))
 CYCLE_ROWS = int(os.environ.get("CYCLE_ROWS", "0"))  # rows per cycle; 0: half the top level
+RETENTION = os.environ.get("RETENTION", "10m")  # the route's, during the levels
+# The cycles' day, compressed: records kept 30 s (the shortest retention:
+# the lease), a generation of 40 s.
+CYCLE_STORE = 'generation = "40s"\nsweep_interval = "10s"\n'
+CYCLE_RETENTION = "30s"
 CHUNK = 500_000
 SPAN = 10_000  # replayed keys per wrk thread
 DISK_FLOOR = int(os.environ.get("DISK_FLOOR_GB", "12")) * 2**30  # the fill stops short of it
@@ -131,14 +134,28 @@ class Cluster:
         as_postgres([pg_bin("pg_ctl"), "-D", self.data, "-m", "fast", "-w", "stop"])
 
     def stats(self):
+        # Both generations' partitions, summed.
         row = self.sql(
-            "SELECT pg_relation_size(relid), pg_total_relation_size(relid) - "
-            "pg_relation_size(relid) - pg_indexes_size(relid), pg_indexes_size(relid), "
-            "n_live_tup, n_dead_tup, autovacuum_count, autoanalyze_count "
-            "FROM pg_stat_user_tables WHERE relname = 'idemgate_records'").split("|")
+            "SELECT count(*), coalesce(sum(pg_relation_size(relid)), 0), "
+            "coalesce(sum(pg_total_relation_size(relid) - pg_relation_size(relid) - "
+            "pg_indexes_size(relid)), 0), coalesce(sum(pg_indexes_size(relid)), 0), "
+            "coalesce(sum(n_live_tup), 0), coalesce(sum(n_dead_tup), 0), "
+            "coalesce(sum(autovacuum_count), 0), coalesce(sum(autoanalyze_count), 0) "
+            "FROM pg_stat_user_tables "
+            "WHERE relname IN ('idemgate_records_0', 'idemgate_records_1')").split("|")
+        if row[0] != "2":
+            raise SystemExit(f"the records' two partitions are not there: {row}")
+        row = row[1:]
         heap, toast, index, live, dead, vacuums, analyzes = (int(x) for x in row)
         return {"heap": heap, "toast": toast, "index": index, "live": live, "dead": dead,
                 "autovacuums": vacuums, "autoanalyzes": analyzes}
+
+    def current_slot(self):
+        return int(self.sql("SELECT slot FROM idemgate_generation"))
+
+    def rotation(self):
+        """When the current generation began."""
+        return self.sql("SELECT since FROM idemgate_generation")
 
     def count(self):
         return int(self.sql("SELECT count(*) FROM idemgate_records"))
@@ -153,7 +170,7 @@ class Cluster:
             text = f.read()
         runs = []
         for entry in re.split(r"\n(?=\d{4}-\d\d-\d\d )", text):
-            if 'automatic vacuum of table "postgres.public.idemgate_records"' not in entry:
+            if 'automatic vacuum of table "postgres.public.idemgate_records_' not in entry:
                 continue
             when = entry[11:19]
             pages = re.search(r"pages: (.*)", entry)
@@ -170,11 +187,11 @@ class Cluster:
 # back for them (their keys are never sent), only their size matters.
 FILL = """
 INSERT INTO idemgate_records (route, scope, key, fingerprint, state, token, lease_until,
-                              expires_at, created_at, updated_at, status, headers, body)
+                              expires_at, created_at, updated_at, status, headers, body, slot)
 SELECT 'api', '\\x'::bytea, 'fill-' || i, sha256(convert_to(i::text, 'UTF8')), 'completed',
        i, NULL, {expires}, now(), now(), 201,
        convert_to(repeat('content-type: application/json; location: /v1/x/', 3), 'UTF8'),
-       convert_to(repeat(md5(i::text), 16), 'UTF8')
+       convert_to(repeat(md5(i::text), 16), 'UTF8'), {slot}
 FROM generate_series({first}, {last}) AS i
 """
 
@@ -183,57 +200,49 @@ def free_disk(pg):
     return shutil.disk_usage(pg.data).free
 
 
-def fill(pg, first, last, expires):
-    """Add rows `first`..`last` (inclusive), in chunks. Below `DISK_FLOOR`
-    free bytes it waits for the sweeper and autovacuum to settle; if that
-    frees nothing it stops, and returns the last row written."""
+def fill(pg, first, last, expires, slot):
+    """Add rows `first`..`last` (inclusive) to generation `slot`, in chunks.
+    Below `DISK_FLOOR` free bytes it stops, and returns the last row
+    written."""
     for start in range(first, last + 1, CHUNK):
         if free_disk(pg) < DISK_FLOOR:
-            log(f"{free_disk(pg) / 2**30:.1f} GiB free: waiting for the sweeper and autovacuum")
-            settle(pg)
-            if free_disk(pg) < DISK_FLOOR:
-                log(f"stopping the fill at {start - 1:,} rows: the disk is full")
-                return start - 1
+            log(f"stopping the fill at {start - 1:,} rows: "
+                f"{free_disk(pg) / 2**30:.1f} GiB of disk left")
+            return start - 1
         end = min(last, start + CHUNK - 1)
-        pg.sql(FILL.format(first=start, last=end, expires=expires))
+        pg.sql(FILL.format(first=start, last=end, expires=expires, slot=slot))
     return last
 
 
 def fill_level(pg, have, level):
-    """Fill the table from `have` filled rows to `level`, in time order,
-    the older half of the new rows already expired; returns the rows
-    filled (below `level` only if the disk ran out) and a note of how long
-    the sweeper and autovacuum took to settle between the halves."""
+    """Fill the table from `have` filled rows to `level`: the older half of
+    the new rows expired, in the previous generation; the newer half
+    expiring over `RETENTION`, in the current one. Returns the rows filled
+    (below `level` only if the disk ran out) and a note."""
     if level <= have:
         return have, ""
     started = time.monotonic()
     n = level - have
-    # Row i expires at now - 12 h + 24 h × (i - have) / n: the first half
-    # has expired (spread over the last 12 h), the rest expire within 12 h.
-    expires = (f"now() - interval '12 hours' + interval '24 hours' * "
-               f"((i - {have + 1})::float8 / {n})")
     middle = have + n // 2
-    reached = fill(pg, have + 1, middle, expires)
-    # Production writes a level over a day, while the sweeper deletes what
-    # expires and autovacuum frees its room for the newer half; a fill of
-    # minutes waits for them here instead, so the table holds what a day's
-    # retention leaves, not every version ever written.
+    current = pg.current_slot()
+    expired = f"now() - interval '1 hour' * ((i - {have + 1})::float8 / {n})"
+    reached = fill(pg, have + 1, middle, expired, 1 - current)
+    note = ""
     if reached < middle:
         note = " (the disk ran out before the middle)"
     else:
-        waited = settle(pg)
-        note = (" (not settled midway within SETTLE_LIMIT)" if waited is None
-                else f" (settled midway in {round(waited)} s)")
-        reached = fill(pg, middle + 1, level, expires)
+        live = (f"now() + interval '{RETENTION}' * "
+                f"((i - {middle + 1})::float8 / {max(level - middle, 1)})")
+        reached = fill(pg, middle + 1, level, live, current)
     log(f"filled {reached - have:,} rows in {time.monotonic() - started:.0f} s{note}")
     return reached, note
 
 
 def cycle_rows(pg, first, last):
     """Rows written as the gateway writes them: claimed in flight (an
-    INSERT), then completed (an UPDATE of body, headers, expiry), already
-    expired so the sweeper takes them. Stops short (returns False) below
-    `DISK_FLOOR` free bytes."""
+    INSERT into the current generation), then completed (an UPDATE of body,
+    headers, expiry), already expired so that the rotations retire them.
+    Stops short (returns False) below `DISK_FLOOR` free bytes."""
     for start in range(first, last + 1, 100_000):
         if free_disk(pg) < DISK_FLOOR:
             log(f"{free_disk(pg) / 2**30:.1f} GiB free: the retention cycles stop here")
@@ -242,9 +251,10 @@ def cycle_rows(pg, first, last):
         pg.sql(
             "BEGIN; "
             "INSERT INTO idemgate_records (route, scope, key, fingerprint, state, token, "
-            "lease_until, expires_at) "
+            "lease_until, expires_at, slot) "
             f"SELECT 'api', '\\x'::bytea, 'cycle-' || i, sha256(convert_to(i::text, 'UTF8')), "
-            f"'in_flight', i, now() + interval '30 s', now() + interval '30 s' "
+            f"'in_flight', i, now() + interval '30 s', now() + interval '30 s', "
+            "(SELECT slot FROM idemgate_generation) "
             f"FROM generate_series({start}, {end}) AS i; COMMIT; "
             "SET enable_seqscan = off; "
             "UPDATE idemgate_records SET state = 'completed', lease_until = NULL, status = 201, "
@@ -284,19 +294,30 @@ http {{
     return port, os.path.join(work, "nginx.pid")
 
 
-def start_gateway(work, store_url, upstream):
+def start_gateway(work, store_url, upstream, retention, store_extra=""):
     port, admin = rb.free_port(), rb.free_port()
     config = os.path.join(work, "gateway.toml")
     with open(config, "w") as f:
         f.write(f'listen = "127.0.0.1:{port}"\nadmin_listen = "127.0.0.1:{admin}"\n'
                 f'[store]\nurl = "{store_url}"\npool_size = 32\nreplay_cache_ttl = "0s"\n'
+                f'{store_extra}'
                 f'[[routes]]\nname = "api"\nmatch = "/*"\n'
-                f'upstream = "http://127.0.0.1:{upstream}"\nretention = "24h"\n')
+                f'upstream = "http://127.0.0.1:{upstream}"\nretention = "{retention}"\n')
     env = dict(os.environ, RUST_LOG="warn")
     proc = subprocess.Popen([rb.BIN, "serve", "--config", config], env=env,
                             stderr=open(os.path.join(work, "gateway.log"), "a"))
     rb.wait_port(port, proc, "idemgate")
-    return proc, port, admin
+    # The port is bound before the store is open and migrated: ready is /readyz.
+    for _ in range(600):
+        try:
+            if urllib.request.urlopen(f"http://127.0.0.1:{admin}/readyz", timeout=2).status == 200:
+                return proc, port, admin
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            raise SystemExit("idemgate exited")
+        time.sleep(0.1)
+    raise SystemExit("idemgate did not become ready")
 
 
 def metric(text, pattern):
@@ -358,20 +379,42 @@ def measure(pg, port, admin, label, rounds, rows):
 
 
 def settle(pg, limit=int(os.environ.get("SETTLE_LIMIT", "1800"))):
-    """Wait until nothing is due for the sweeper, autovacuum is idle and
-    the dead rows are below the count that starts it (50 + 20 % of the
-    live rows at the server's defaults: what production leaves); returns
-    the seconds waited, or None past `limit`."""
+    """Wait until autovacuum is idle and the dead rows are below the count
+    that starts it (50 + 20 % of the live rows at the server's defaults:
+    what production leaves); returns the seconds waited, or None past
+    `limit`."""
     started = time.monotonic()
     while time.monotonic() - started < limit:
-        # Rows keep expiring (the fill's expiries are spread over 24 h):
-        # due means due since before the sweeper's last pass (every 60 s).
-        due = int(pg.sql("SELECT count(*) FROM idemgate_records "
-                         "WHERE expires_at <= now() - interval '70 seconds'"))
         s = pg.stats()
-        if due == 0 and not pg.vacuuming() and s["dead"] < 50 + s["live"] // 5:
+        if not pg.vacuuming() and s["dead"] < 50 + s["live"] // 5:
             return time.monotonic() - started
         time.sleep(10)
+    return None
+
+
+def wait_expired(pg, limit=1800):
+    """Wait until at most 10,000 rows are live (what one rotation moves);
+    returns the seconds waited, or None past `limit`."""
+    started = time.monotonic()
+    while time.monotonic() - started < limit:
+        if int(pg.sql("SELECT count(*) FROM (SELECT 1 FROM idemgate_records "
+                      "WHERE expires_at > now() LIMIT 10001) l")) <= 10_000:
+            return time.monotonic() - started
+        time.sleep(10)
+    return None
+
+
+def rotations(pg, n, limit=600):
+    """Wait for `n` rotations of the generations; returns the seconds
+    waited, or None past `limit`."""
+    started, seen, since = time.monotonic(), 0, pg.rotation()
+    while time.monotonic() - started < limit:
+        now = pg.rotation()
+        if now != since:
+            seen, since = seen + 1, now
+            if seen == n:
+                return time.monotonic() - started
+        time.sleep(2)
     return None
 
 
@@ -386,7 +429,8 @@ def main():
     gateway = None
     rows, sizes, cycles, sweeps = [], [], [], []
     try:
-        gateway, port, admin = start_gateway(work, pg.url, upstream)
+        gateway, port, admin = start_gateway(work, pg.url, upstream, RETENTION,
+                                             'generation = "24h"\n')
         have = 0
         for level in LEVELS:
             started = time.monotonic()
@@ -406,18 +450,28 @@ def main():
         cycles_run = 0 if short else CYCLES
         log(f"retention cycles: {cycles_run} x {half:,} rows"
             + (" (skipped: the fill ran out of disk)" if short else ""))
-        waited = settle(pg)
-        sizes.append((f"{top:,}", "settled before the cycles", waited, pg.stats()))
+        if cycles_run:
+            gateway.terminate()
+            gateway.wait(30)
+            gateway = None
+            expired = wait_expired(pg)
+            sizes.append((f"{top:,}", "the levels' rows expired", expired, pg.stats()))
+            gateway, port, admin = start_gateway(work, pg.url, upstream, CYCLE_RETENTION,
+                                                 CYCLE_STORE)
+            sweeps.append(("the gateway restarted", None))
+            waited = rotations(pg, 2)
+            sizes.append((f"{top:,}", "after two rotations", waited, pg.stats()))
         for c in range(1, cycles_run + 1):
             started = time.monotonic()
             if not cycle_rows(pg, (c - 1) * half + 1, c * half):
                 break
             written = time.monotonic() - started
+            rotated = rotations(pg, 2)
             waited = settle(pg)
             s = pg.stats()
-            cycles.append((c, half / written, waited, s))
-            log(f"cycle {c}: wrote {half / written:,.0f} rows/s; settled after "
-                f"{waited if waited is None else round(waited)} s; heap {mib(s['heap'])} MiB, "
+            cycles.append((c, half / written, rotated, waited, s))
+            log(f"cycle {c}: wrote {half / written:,.0f} rows/s; retired after "
+                f"{rotated if rotated is None else round(rotated)} s; heap {mib(s['heap'])} MiB, "
                 f"indexes {mib(s['index'])} MiB")
             measure(pg, port, admin, f"cycle {c}", 1, rows)
             sweeps.append((f"cycle {c}", sweeper(admin)))
@@ -467,19 +521,25 @@ def report(rows, sizes, cycles, sweeps, autovacuums):
                      s["autovacuums"]]
                     for label, when, secs, s in sizes])
     lines += table("Retention cycles",
-                   ["cycle", "rows written/s", "settled after s", "heap MiB", "indexes MiB", "live",
-                    "autovacuums"],
-                   [[c, f"{rate:,.0f}", "not within the limit" if waited is None else round(waited),
-                     mib(s["heap"]), mib(s["index"]), f"{s['live']:,}", s["autovacuums"]]
-                    for c, rate, waited, s in cycles])
+                   ["cycle", "rows written/s", "two rotations after s", "settled after s",
+                    "heap MiB", "indexes MiB", "live", "dead", "autovacuums"],
+                   [[c, f"{rate:,.0f}", "not within the limit" if rotated is None else round(rotated),
+                     "not within the limit" if waited is None else round(waited),
+                     mib(s["heap"]), mib(s["index"]), f"{s['live']:,}", f"{s['dead']:,}",
+                     s["autovacuums"]]
+                    for c, rate, rotated, waited, s in cycles])
     lines += ["", "## The sweeper", "",
-              "Its own metrics, from the start to the end of each level (fill and rounds) or cycle: "
-              "rows deleted, the seconds its DELETE statements took, and statements that failed "
-              "(past `[store] timeout`, 2 s).", "",
-              "| until | rows deleted | seconds deleting | rows/s while deleting | failed statements |",
+              "Its own metrics, from the start to the end of each level (fill and rounds) or cycle "
+              "(they restart with the gateway before the cycles): records retired (estimated from "
+              "the partition's statistics), the seconds its rotation checks took, and checks that "
+              "failed.", "",
+              "| until | records retired | seconds in checks | records/s while checking | failed checks |",
               "|---|---|---|---|---|"]
     before = (0.0, 0.0, 0.0)
     for label, now in sweeps:
+        if now is None:  # a new gateway: its metrics start from zero
+            before = (0.0, 0.0, 0.0)
+            continue
         rows_, secs, failed = (a - b for a, b in zip(now, before))
         rate = f"{rows_ / secs:,.0f}" if secs > 0 else "—"
         lines.append(f"| {label} | {rows_:,.0f} | {secs:.1f} | {rate} | {failed:.0f} |")
