@@ -15,7 +15,8 @@
 --
 -- The existing table becomes slot 0 as it is: its rows are not rewritten,
 -- its indexes are kept. Adding the CHECK (slot = 0) that ATTACH needs reads
--- the table once while writes wait; on a large table, run it at a quiet time.
+-- the table once while every statement on it waits (the rename holds it
+-- exclusively); on a large table, run it at a quiet time.
 
 CREATE TABLE idemgate_generation (
     one   BOOLEAN     PRIMARY KEY DEFAULT TRUE CHECK (one),
@@ -209,10 +210,70 @@ BEGIN
 END;
 $$;
 
--- Never JIT inside the claim or the batch: with sequential scans off, a
--- statement whose only plan is one costs 1e10 and crosses jit_above_cost,
--- and compiling took 100 ms per call (seen: the generation's one-row table,
--- read without a condition, cut new keys to 212/s).
-ALTER FUNCTION idemgate_batch(TEXT[], TEXT[], BYTEA[], TEXT[], BYTEA[], BIGINT[], BIGINT[],
-                              BOOLEAN[], BIGINT[], BIGINT[], SMALLINT[], BYTEA[], BYTEA[], TEXT[])
-    SET jit = off;
+-- The batch of 0006, reading the generation first. Never JIT inside the
+-- claim or the batch: with sequential scans off, a statement whose only
+-- plan is one costs 1e10 and crosses jit_above_cost, and compiling took
+-- 100 ms per call (seen: the generation's one-row table, read without a
+-- condition, cut new keys to 212/s).
+CREATE OR REPLACE FUNCTION idemgate_batch(
+    p_kinds TEXT[],              -- 'claim' or 'complete'
+    p_routes TEXT[], p_scopes BYTEA[], p_keys TEXT[],
+    p_fingerprints BYTEA[],      -- claims
+    p_attempts BIGINT[],         -- claims
+    p_lease_ms BIGINT[],         -- claims
+    p_release_lapsed BOOLEAN[],  -- claims
+    p_retention_ms BIGINT[],     -- both
+    p_tokens BIGINT[],           -- completions
+    p_statuses SMALLINT[],       -- completions
+    p_headers BYTEA[],           -- completions
+    p_bodies BYTEA[],            -- completions
+    p_wake TEXT[])               -- completions: the wake id to announce, or NULL
+RETURNS TABLE (o_index BIGINT, o_outcome TEXT, o_token BIGINT, o_lease_ms BIGINT,
+               o_held_reason TEXT, o_status SMALLINT, o_headers BYTEA, o_body BYTEA)
+LANGUAGE plpgsql SET enable_seqscan = off SET jit = off AS $$
+DECLARE
+    op RECORD;
+BEGIN
+    -- The generation first, as a claim reads it, before any completion
+    -- below locks the records: every transaction then takes the two in the
+    -- order a rotation does (src/store/postgres/generations.rs).
+    PERFORM 1 FROM idemgate_generation WHERE one;
+    FOR op IN
+        SELECT * FROM unnest(p_kinds, p_routes, p_scopes, p_keys, p_fingerprints, p_attempts,
+                             p_lease_ms, p_release_lapsed, p_retention_ms, p_tokens,
+                             p_statuses, p_headers, p_bodies, p_wake) WITH ORDINALITY
+            AS t(kind, op_route, op_scope, op_key, op_fingerprint, op_attempt, op_lease_ms,
+                 op_release_lapsed, op_retention_ms, op_token, op_status, op_headers,
+                 op_body, op_wake, op_index)
+    LOOP
+        IF op.kind = 'claim' THEN
+            RETURN QUERY
+                SELECT op.op_index, c.* FROM idemgate_claim(
+                    op.op_route, op.op_scope, op.op_key, op.op_fingerprint, op.op_lease_ms,
+                    op.op_retention_ms, op.op_release_lapsed, op.op_attempt) c;
+        ELSIF op.kind = 'complete' THEN
+            -- transitions::write_applies(Complete): the token; in flight,
+            -- completed already, or held only because this attempt's lease lapsed.
+            UPDATE idemgate_records
+               SET state = 'completed', status = op.op_status, headers = op.op_headers,
+                   body = op.op_body, lease_until = NULL, held_reason = NULL,
+                   inquiring_since = NULL,
+                   expires_at = clock_timestamp() + op.op_retention_ms * INTERVAL '1 millisecond',
+                   updated_at = clock_timestamp()
+             WHERE route = op.op_route AND scope = op.op_scope AND key = op.op_key
+               AND token = op.op_token
+               AND (state IN ('in_flight', 'completed', 'inquiring')
+                    OR (state = 'held' AND held_reason = 'lease_lapsed'));
+            IF FOUND THEN
+                IF op.op_wake IS NOT NULL THEN
+                    PERFORM pg_notify('idemgate_keys', op.op_wake);
+                END IF;
+                RETURN QUERY SELECT op.op_index, 'applied'::TEXT, NULL::BIGINT, NULL::BIGINT,
+                                    NULL::TEXT, NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;
+            END IF;
+        ELSE
+            RAISE EXCEPTION 'idemgate_batch: unknown operation kind %', op.kind;
+        END IF;
+    END LOOP;
+END;
+$$;

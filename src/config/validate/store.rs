@@ -65,6 +65,12 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
         wait_routes: crate::store::WaitRoutes::default(),
         front: raw.front.map(front).transpose()?,
     };
+    if store.generation.is_zero() {
+        return Err(invalid(
+            "store.generation",
+            "must be greater than zero: every pass would retire a generation",
+        ));
+    }
     store
         .validate()
         .map_err(|e| invalid(format!("store.{}", e.key), e.message))?;
@@ -142,6 +148,16 @@ mod tests {
             .unwrap()
             .store;
         assert_eq!(s.sweep_interval, Duration::from_secs(120));
+    }
+
+    #[test]
+    fn the_generation_follows_the_longest_retention_unless_set() {
+        let c = parse(&format!("[defaults]\nretention = \"36h\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.store.generation, Duration::from_secs(36 * 3600));
+        let set = parse(&format!("[store]\ngeneration = \"2h\"\n{MINIMAL}")).unwrap();
+        assert_eq!(set.store.generation, Duration::from_secs(2 * 3600));
+        let err = error(&format!("[store]\ngeneration = \"0s\"\n{MINIMAL}"));
+        assert!(err.contains("store.generation"), "{err}");
     }
 
     #[test]

@@ -10,15 +10,18 @@
 //! up. Nothing is deleted row by row, so vacuum has no dead rows to chase
 //! and the table does not grow across retention cycles.
 //!
-//! The rotation is one transaction. It locks `idemgate_generation`
-//! exclusively first: every claim reads that table, and holds it to the end
-//! of its transaction, so a claim happens wholly before or wholly after a
-//! rotation and never inserts into a generation it read as current after
-//! the other became so. It then locks the partition it empties, so no
-//! other write (a completion, a renewal) can revive a record between the
-//! check and the swap. Both locks wait at most [`lock_wait`]: a
-//! rotation that cannot have them at once gives way and the next pass
-//! tries again, so claims queue behind it for no longer than that.
+//! The rotation is one transaction. It locks `idemgate_generation` and
+//! `idemgate_records` (with both partitions) exclusively, in that order,
+//! the order every statement takes them. Every claim, and every batch,
+//! reads `idemgate_generation` first and holds it to the end of its
+//! transaction, so a claim happens wholly before or wholly after a rotation
+//! and never inserts into a generation it read as current after the other
+//! became so; and no other write (a completion, a renewal) can revive a
+//! record between the check and the swap. The locks wait at most
+//! [`lock_wait`]: a rotation that cannot have them gives way and the next
+//! pass tries again. Every statement on the records queues behind it that
+//! long at most, then for the count, the move (at most [`MOST_MOVED`]
+//! records) and the swap, which changes catalog rows only.
 
 use std::time::Duration;
 
@@ -126,6 +129,10 @@ async fn rotate(
     generation: Duration,
     wait: Duration,
 ) -> Result<Rotation, sqlx::Error> {
+    // Not due (nearly every pass): outside any transaction, holding nothing.
+    if !due(&mut *conn, generation).await?.1 {
+        return Ok(Rotation::NotDue);
+    }
     let mut tx = sqlx::Connection::begin(conn).await?;
     match steps(&mut tx, generation, wait).await {
         Ok(done @ Rotation::Rotated { .. }) => {
@@ -146,6 +153,18 @@ async fn rotate(
     }
 }
 
+/// The current slot, and whether its generation is `generation` old.
+async fn due(conn: &mut PgConnection, generation: Duration) -> Result<(i16, bool), sqlx::Error> {
+    sqlx::query_as(
+        "SELECT slot, clock_timestamp() - since >= $1 * INTERVAL '1 millisecond'
+           FROM idemgate_generation WHERE one",
+    )
+    .persistent(false)
+    .bind(millis(generation))
+    .fetch_one(conn)
+    .await
+}
+
 /// The rotation's statements, in its transaction.
 async fn steps(
     tx: &mut Transaction<'_, Postgres>,
@@ -162,27 +181,21 @@ async fn steps(
     sqlx::raw_sql(AssertSqlSafe(setup))
         .execute(&mut **tx)
         .await?;
-    sqlx::raw_sql("LOCK TABLE idemgate_generation IN ACCESS EXCLUSIVE MODE")
+    // Everything at once, in the order every statement takes them: the
+    // generation (claims, batches), then the records and both partitions.
+    // The detach below needs the partitioned table itself; taken last, a
+    // write that had it and waited for a partition would deadlock with us.
+    sqlx::raw_sql("LOCK TABLE idemgate_generation, idemgate_records IN ACCESS EXCLUSIVE MODE")
         .execute(&mut **tx)
         .await?;
-    let (current, due): (i16, bool) = sqlx::query_as(
-        "SELECT slot, clock_timestamp() - since >= $1 * INTERVAL '1 millisecond'
-           FROM idemgate_generation WHERE one",
-    )
-    .persistent(false)
-    .bind(millis(generation))
-    .fetch_one(&mut **tx)
-    .await?;
+    // Again under the locks: another instance may have rotated meanwhile.
+    let (current, due) = due(tx, generation).await?;
     if !due {
         return Ok(Rotation::NotDue);
     }
     // The CHECK of idemgate_generation allows 0 and 1 only.
     let current = current.clamp(0, 1);
     let old = 1 - current;
-    let lock = format!("LOCK TABLE idemgate_records_{old} IN ACCESS EXCLUSIVE MODE");
-    sqlx::raw_sql(AssertSqlSafe(lock))
-        .execute(&mut **tx)
-        .await?;
     let live: i64 = sqlx::query_scalar(AssertSqlSafe(live_records_sql(old)))
         .persistent(false)
         .fetch_one(&mut **tx)

@@ -26,7 +26,7 @@ pub(super) struct Fixture {
     /// The backend retires records a generation at a time (PostgreSQL):
     /// a sweep's count is an estimate.
     retires_generations: bool,
-    _storage: TestStore,
+    storage: TestStore,
 }
 
 impl Fixture {
@@ -36,7 +36,37 @@ impl Fixture {
             store: storage.open().await,
             expires_by_itself: matches!(backend, Backend::Redis | Backend::RedisCluster),
             retires_generations: matches!(backend, Backend::Postgres | Backend::Front),
-            _storage: storage,
+            storage,
+        }
+    }
+}
+
+impl Fixture {
+    /// The slot new keys go to, read from the database, where records are
+    /// retired by generation (PostgreSQL, the front on it); else `None`.
+    async fn generation_slot(&self) -> Option<i16> {
+        if !self.retires_generations {
+            return None;
+        }
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&self.storage.url)
+            .await
+            .unwrap();
+        let slot = sqlx::query_scalar("SELECT slot FROM idemgate_generation");
+        Some(slot.fetch_one(&mut conn).await.unwrap())
+    }
+
+    /// One sweep, which on a store that retires generations must rotate
+    /// (the tests' generation is zero), or a test across a boundary proves
+    /// nothing there.
+    async fn sweep_across(&self) {
+        let before = self.generation_slot().await;
+        idemgate::sweep_once(self.store.as_ref(), 1000, None)
+            .await
+            .unwrap();
+        let after = self.generation_slot().await;
+        if before.is_some() {
+            assert_ne!(before, after, "the sweep did not rotate the generations");
         }
     }
 }
@@ -383,7 +413,6 @@ async fn sweep_deletes_only_expired_records(b: Backend) {
 async fn records_hold_across_generation_boundaries(b: Backend) {
     let f = Fixture::new(b).await;
     let s = f.store.as_ref();
-    let sweep = || idemgate::sweep_once(s, 1000, None);
     let brief = Duration::from_millis(300);
     let [done, open, short, fresh] = ["done", "open", "short", "fresh"].map(key);
     let t = token(claim(s, &done, 1).await);
@@ -394,7 +423,7 @@ async fn records_hold_across_generation_boundaries(b: Backend) {
     let applied = s.complete(&short, stale, &response("short"), brief).await;
     assert_eq!(applied.unwrap(), Cas::Applied);
 
-    sweep().await.unwrap();
+    f.sweep_across().await;
     assert_eq!(claim(s, &done, 1).await, Claim::Replay(response("done")));
     assert_eq!(claim(s, &done, 2).await, Claim::Mismatch);
     assert!(matches!(claim(s, &open, 1).await, Claim::InFlight { .. }));
@@ -404,8 +433,8 @@ async fn records_hold_across_generation_boundaries(b: Backend) {
     let again = token(claim(s, &short, 2).await);
     assert!(matches!(claim(s, &short, 2).await, Claim::InFlight { .. }));
 
-    sweep().await.unwrap();
-    sweep().await.unwrap();
+    f.sweep_across().await;
+    f.sweep_across().await;
     let late = s
         .complete(&short, stale, &response("late"), RETENTION)
         .await;
@@ -423,7 +452,7 @@ async fn records_hold_across_generation_boundaries(b: Backend) {
         .await;
     assert_eq!(applied.unwrap(), Cas::Applied);
 
-    sweep().await.unwrap();
+    f.sweep_across().await;
     for (k, fp, body) in [(&done, 1, "done"), (&open, 1, "open"), (&short, 2, "again")] {
         assert_eq!(
             claim(s, k, fp).await,

@@ -237,12 +237,20 @@ async fn a_storm_of_claims_across_rotations_executes_each_key_once() {
     let rotations = Arc::new(AtomicUsize::new(0));
     // The generation the rotator waits for, in ms.
     let generation = Arc::new(AtomicU64::new(0));
+    // Whether claims are outstanding: only rotations wholly inside a wave count.
+    let storming = Arc::new(AtomicBool::new(false));
     let rotating = tokio::spawn({
         let (stop, rotations, generation) = (stop.clone(), rotations.clone(), generation.clone());
+        let storming = storming.clone();
         async move {
             while !stop.load(Ordering::Relaxed) {
                 let wait = Duration::from_millis(generation.load(Ordering::Relaxed));
-                if let Rotation::Rotated { .. } = rotator.rotate(wait).await.unwrap() {
+                let during = storming.load(Ordering::Relaxed);
+                let done = rotator.rotate(wait).await.unwrap();
+                if matches!(done, Rotation::Rotated { .. })
+                    && during
+                    && storming.load(Ordering::Relaxed)
+                {
                     rotations.fetch_add(1, Ordering::Relaxed);
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
@@ -256,12 +264,14 @@ async fn a_storm_of_claims_across_rotations_executes_each_key_once() {
     // are found expired in the previous generation (and replaced in the
     // current one) rather than dropped by a rotation first.
     let hour = Duration::from_secs(3600);
-    // Waves of new keys until three rotations ran during the round (on a
-    // loaded machine a rotation may give way to the claims a few times).
+    // Waves of new keys until three rotations ran while claims were
+    // outstanding (on a loaded machine a rotation may give way a few times).
     let mut first = Vec::new();
     while rotations.load(Ordering::Relaxed) < 3 && first.len() < WAVE * MOST_WAVES {
         let wave = first.len()..first.len() + WAVE;
+        storming.store(true, Ordering::Relaxed);
         first.extend(round(&s, wave, 1, hour).await);
+        storming.store(false, Ordering::Relaxed);
     }
     generation.store(500, Ordering::Relaxed);
     let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
