@@ -108,18 +108,20 @@ impl PgStore {
 
     /// Drop the retired partition, if there is one, outside any rotation.
     async fn drop_retired(&self) -> Result<(), StoreError> {
-        let drop = format!(
-            "SET statement_timeout = 0; DROP TABLE IF EXISTS {RETIRED}; \
-             SET statement_timeout = {}",
-            self.timeout.as_millis().max(1)
-        );
+        // `SET LOCAL`: the session's own bound comes back at the end of the
+        // transaction, whether the drop commits or fails.
         Ok(self
             .pool
             .run(DROP_LIMIT, async |conn| {
-                sqlx::raw_sql(AssertSqlSafe(drop)).execute(conn).await
+                let mut tx = sqlx::Connection::begin(conn).await?;
+                sqlx::raw_sql(AssertSqlSafe(format!(
+                    "SET LOCAL statement_timeout = 0; DROP TABLE IF EXISTS {RETIRED}"
+                )))
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await
             })
-            .await
-            .map(|_| ())?)
+            .await?)
     }
 }
 
