@@ -1,4 +1,5 @@
--- Retention by generations (docs/src/design/retention.md). Deleting
+-- Retention by generations, step 3 of 3 (docs/src/design/retention.md;
+-- 0010 and 0011 gave every record its slot). Deleting
 -- expired rows one by one leaves dead rows that only vacuum reclaims; at
 -- about 100 M records autovacuum fell behind, the table grew and new keys
 -- ran at 0.45x their rate on an empty table. Instead, records live in two
@@ -14,9 +15,10 @@
 -- idemgate_generation (see the claim below).
 --
 -- The existing table becomes slot 0 as it is: its rows are not rewritten,
--- its indexes are kept. Adding the CHECK (slot = 0) that ATTACH needs reads
--- the table once while every statement on it waits (the rename holds it
--- exclusively); on a large table, run it at a quiet time.
+-- its indexes are kept, and nothing here reads it. The rename and the
+-- ATTACH hold it exclusively for a moment; ATTACH finds its partition
+-- constraint implied by the CHECK (slot = 0) 0011 validated, and the
+-- partitioned indexes take over the existing ones (same definitions).
 
 CREATE TABLE idemgate_generation (
     one   BOOLEAN     PRIMARY KEY DEFAULT TRUE CHECK (one),
@@ -26,10 +28,10 @@ CREATE TABLE idemgate_generation (
 INSERT INTO idemgate_generation (slot, since) VALUES (0, now());
 
 ALTER TABLE idemgate_records RENAME TO idemgate_records_0;
-ALTER TABLE idemgate_records_0 ADD COLUMN slot SMALLINT NOT NULL DEFAULT 0;
 CREATE TABLE idemgate_records (LIKE idemgate_records_0 INCLUDING DEFAULTS INCLUDING CONSTRAINTS)
     PARTITION BY LIST (slot);
-ALTER TABLE idemgate_records_0 ADD CONSTRAINT idemgate_records_0_slot CHECK (slot = 0);
+-- LIKE copied slot 0's own CHECK; the partitioned table allows both slots.
+ALTER TABLE idemgate_records DROP CONSTRAINT idemgate_records_0_slot;
 ALTER TABLE idemgate_records ATTACH PARTITION idemgate_records_0 FOR VALUES IN (0);
 -- A key is unique within a partition; across the two, the claim keeps it so.
 CREATE TABLE idemgate_records_1 PARTITION OF idemgate_records (PRIMARY KEY (route, scope, key))
