@@ -49,6 +49,32 @@ CREATE TRIGGER idemgate_front_outbox
     WHEN (current_setting('idemgate.front', true) = 'on')
     EXECUTE FUNCTION idemgate_front_outbox_write();
 
+-- Instances of earlier releases, still running during a rolling upgrade,
+-- sweep with
+--   DELETE FROM idemgate_records WHERE ctid IN (SELECT ctid ... expired ...)
+-- A ctid is a row's position within its own partition, so on the
+-- partitioned table that DELETE also matches the row at the same position
+-- in the other partition, which may be live: a key forgotten, executed
+-- twice. A statement that names ctid (this release never does) deletes
+-- only records past their retention, in whichever partition; the others
+-- it matched are kept. Releases, abandons and an operator's deletes, which
+-- name their key, are untouched.
+CREATE FUNCTION idemgate_records_keep_live() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF OLD.expires_at <= clock_timestamp()
+       AND NOT (OLD.state = 'in_flight' AND OLD.lease_until > clock_timestamp()) THEN
+        RETURN OLD;   -- expired: the sweep's to delete
+    END IF;
+    RETURN NULL;      -- live: matched by its position only
+END;
+$$;
+CREATE TRIGGER idemgate_records_positional_delete
+    BEFORE DELETE ON idemgate_records
+    FOR EACH ROW
+    WHEN (strpos(current_query(), 'ctid') > 0)
+    EXECUTE FUNCTION idemgate_records_keep_live();
+
 -- The claim of 0006 with generations: new keys go to the current slot; an
 -- expired record in the previous one is replaced there.
 CREATE OR REPLACE FUNCTION idemgate_claim(

@@ -299,3 +299,83 @@ async fn a_storm_of_claims_across_rotations_executes_each_key_once() {
     .unwrap();
     assert_eq!(doubled, 0, "keys with a record in both generations");
 }
+
+/// The sweep of releases before generations, word for word: rows by their
+/// position (ctid), which on the partitioned table matches the row at the
+/// same position in the other partition too.
+const OLD_SWEEP: &str = "DELETE FROM idemgate_records
+      WHERE ctid IN (SELECT ctid FROM idemgate_records
+                      WHERE expires_at <= statement_timestamp()
+                        AND NOT (state = 'in_flight' AND lease_until > statement_timestamp())
+                      LIMIT $1 FOR UPDATE SKIP LOCKED)";
+
+/// Live records in the current slot at the positions of expired ones in
+/// the previous slot, swept by an instance of an earlier release (a
+/// rolling upgrade): how many live records survive, how many expired do.
+async fn old_sweep_keeps(conn: &mut sqlx::PgConnection, round: &str) -> (i64, i64) {
+    let current: i16 = sqlx::query_scalar("SELECT slot FROM idemgate_generation")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    insert(
+        &mut *conn,
+        1 - current,
+        &format!("{round}-gone"),
+        50,
+        "-1 hour",
+    )
+    .await;
+    insert(&mut *conn, current, &format!("{round}-live"), 50, "1 hour").await;
+    sqlx::query(OLD_SWEEP)
+        .bind(1000_i64)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FILTER (WHERE key LIKE '{round}-live%'),
+                count(*) FILTER (WHERE key LIKE '{round}-gone%')
+           FROM idemgate_records"
+    )))
+    .fetch_one(conn)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn an_older_instances_sweep_deletes_only_expired_records() {
+    let (_db, store, mut conn) = open(Duration::ZERO).await;
+    // Two fresh partitions, so the two rounds' rows share positions.
+    for _ in 0..2 {
+        assert!(matches!(
+            store.rotate(Duration::ZERO).await.unwrap(),
+            Rotation::Rotated { .. }
+        ));
+    }
+    // The negative control: without the migration's guard, the old sweep
+    // deletes the live records at its expired ones' positions.
+    sqlx::query("ALTER TABLE idemgate_records DISABLE TRIGGER idemgate_records_positional_delete")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let (live, _) = old_sweep_keeps(&mut conn, "unguarded").await;
+    assert!(
+        live < 50,
+        "the old sweep never hit the other partition ({live} kept), so this test proves nothing"
+    );
+    // Two fresh partitions again, for the same positions.
+    sqlx::query("DELETE FROM idemgate_records WHERE key LIKE 'unguarded%'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        assert!(matches!(
+            store.rotate(Duration::ZERO).await.unwrap(),
+            Rotation::Rotated { moved: 0, .. }
+        ));
+    }
+    sqlx::query("ALTER TABLE idemgate_records ENABLE TRIGGER idemgate_records_positional_delete")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(old_sweep_keeps(&mut conn, "guarded").await, (50, 0));
+}
