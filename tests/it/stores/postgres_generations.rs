@@ -1,6 +1,8 @@
 //! PostgreSQL's retention by generations (src/store/postgres/generations.rs):
 //! what a rotation keeps, drops and refuses, that it gives way to the
-//! transactions it must wait for, and a storm of claims on the same keys
+//! transactions it must wait for while holding nothing they need, that an
+//! earlier release's sweep spares live records, and a storm of claims on
+//! the same keys
 //! while rotations run back to back, in which every key is executed once
 //! and never has two records. The guarantees across a boundary on every
 //! store are in the conformance suite
@@ -378,4 +380,115 @@ async fn an_older_instances_sweep_deletes_only_expired_records() {
         .await
         .unwrap();
     assert_eq!(old_sweep_keeps(&mut conn, "guarded").await, (50, 0));
+}
+
+/// A backend of this database waiting for an exclusive lock on the
+/// generations' tables (a rotation at its `LOCK TABLE`), and the records'
+/// relations it holds meanwhile; `None` if nobody waits so.
+async fn waiting_rotation(conn: &mut sqlx::PgConnection) -> Option<(i32, Vec<String>)> {
+    let pid: Option<i32> = sqlx::query_scalar(
+        "SELECT pid FROM pg_locks
+          WHERE locktype = 'relation' AND NOT granted AND mode = 'AccessExclusiveLock'
+            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          LIMIT 1",
+    )
+    .fetch_optional(&mut *conn)
+    .await
+    .unwrap();
+    let held = sqlx::query_scalar(
+        "SELECT relation::regclass::text FROM pg_locks
+          WHERE pid = $1 AND granted AND locktype = 'relation'
+            AND relation::regclass::text LIKE 'idemgate_records%'",
+    )
+    .bind(pid?)
+    .fetch_all(conn)
+    .await
+    .unwrap();
+    Some((pid?, held))
+}
+
+/// Watch for [`waiting_rotation`] for at most `limit`.
+async fn watch(conn: &mut sqlx::PgConnection, limit: Duration) -> Option<Vec<String>> {
+    let deadline = tokio::time::Instant::now() + limit;
+    while tokio::time::Instant::now() < deadline {
+        if let Some((_, held)) = waiting_rotation(conn).await {
+            return Some(held);
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    None
+}
+
+/// A rotation waiting behind a batch that read the generation (as every
+/// claim and completion does first) holds nothing of the records, so the
+/// batch's writes go on and it ends: the two never deadlock, and the
+/// rotation has its locks once the batch commits. (Locking a partition
+/// first made every completion on it wait for the rotation's lock
+/// timeout, and the rotation give way, under steady traffic.)
+#[tokio::test]
+async fn a_waiting_rotation_holds_nothing_a_batch_writes() {
+    let (db, store, mut batch) = open(Duration::ZERO).await;
+    let mut watcher = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut other = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("SELECT * FROM idemgate_claim('r', '', 'k', '\\x01', 30000, 3600000, true, 1)")
+        .execute(&mut batch)
+        .await
+        .unwrap();
+    let begin_batch = async |conn: &mut sqlx::PgConnection| {
+        sqlx::query("BEGIN").execute(&mut *conn).await.unwrap();
+        sqlx::query("SELECT slot FROM idemgate_generation WHERE one")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+    };
+    // The negative control: a rotation that locks a partition first is
+    // caught holding it while it waits.
+    begin_batch(&mut batch).await;
+    let wrong_order = async {
+        sqlx::raw_sql(
+            "SET lock_timeout = '3s'; BEGIN;
+             LOCK TABLE idemgate_records_0 IN ACCESS EXCLUSIVE MODE;
+             LOCK TABLE idemgate_generation IN ACCESS EXCLUSIVE MODE",
+        )
+        .execute(&mut other)
+        .await
+    };
+    let (refused, held) = tokio::join!(wrong_order, watch(&mut watcher, Duration::from_secs(3)));
+    assert!(refused.is_err(), "the wrong order got its locks");
+    assert_eq!(
+        held.expect("the wrong order was not seen waiting"),
+        vec!["idemgate_records_0".to_string()],
+        "the watcher misses a partition held while waiting, so this test proves nothing"
+    );
+    sqlx::query("ROLLBACK").execute(&mut batch).await.unwrap();
+    // The rotation: it waits for a quarter of `[store] timeout` at most
+    // (250 ms), so it is watched for again until it is seen waiting.
+    for round in 0.. {
+        assert!(round < 20, "the rotation was never seen waiting");
+        begin_batch(&mut batch).await;
+        let seen = async {
+            let held = watch(&mut watcher, Duration::from_millis(250)).await;
+            if held.is_some() {
+                // The batch's write, while the rotation waits, goes on.
+                sqlx::query("UPDATE idemgate_records SET updated_at = now() WHERE key = 'k'")
+                    .execute(&mut batch)
+                    .await
+                    .unwrap();
+            }
+            sqlx::query("COMMIT").execute(&mut batch).await.unwrap();
+            held
+        };
+        let (rotated, held) = tokio::join!(store.rotate(Duration::ZERO), seen);
+        let Some(held) = held else { continue };
+        assert_eq!(
+            held,
+            Vec::<String>::new(),
+            "the waiting rotation holds records"
+        );
+        assert!(
+            matches!(rotated.unwrap(), Rotation::Rotated { .. } | Rotation::Busy),
+            "the rotation failed"
+        );
+        break;
+    }
 }
