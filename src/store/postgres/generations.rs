@@ -1,6 +1,6 @@
 //! Retention by generations (docs/src/design/retention.md): the records
 //! live in two partitions of `idemgate_records`, one per generation
-//! (migrations/0010 to 0012). New keys go to the current one and
+//! (migrations/0012_generations.sql). New keys go to the current one and
 //! the claim reads both. Once the current generation is `[store]
 //! generation` old, a rotation moves into the current one the few records
 //! still live in the previous partition (completed late, kept by an

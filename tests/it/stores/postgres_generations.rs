@@ -384,27 +384,26 @@ async fn an_older_instances_sweep_deletes_only_expired_records() {
 
 /// A backend of this database waiting for an exclusive lock on the
 /// generations' tables (a rotation at its `LOCK TABLE`), and the records'
-/// relations it holds meanwhile; `None` if nobody waits so.
+/// relations it holds meanwhile; `None` if nobody waits so. One snapshot
+/// of the lock table (`pg_locks` read once), so a rotation that gives up
+/// between two reads cannot look as if it held nothing.
 async fn waiting_rotation(conn: &mut sqlx::PgConnection) -> Option<(i32, Vec<String>)> {
-    let pid: Option<i32> = sqlx::query_scalar(
-        "SELECT pid FROM pg_locks
-          WHERE locktype = 'relation' AND NOT granted AND mode = 'AccessExclusiveLock'
-            AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    sqlx::query_as(
+        "WITH l AS MATERIALIZED (SELECT pid, locktype, relation, mode, granted, database
+                                   FROM pg_locks)
+         SELECT w.pid,
+                array(SELECT h.relation::regclass::text FROM l h
+                       WHERE h.pid = w.pid AND h.granted AND h.locktype = 'relation'
+                         AND h.relation::regclass::text LIKE 'idemgate_records%'
+                       ORDER BY 1)
+           FROM l w
+          WHERE w.locktype = 'relation' AND NOT w.granted AND w.mode = 'AccessExclusiveLock'
+            AND w.database = (SELECT oid FROM pg_database WHERE datname = current_database())
           LIMIT 1",
     )
-    .fetch_optional(&mut *conn)
+    .fetch_optional(conn)
     .await
-    .unwrap();
-    let held = sqlx::query_scalar(
-        "SELECT relation::regclass::text FROM pg_locks
-          WHERE pid = $1 AND granted AND locktype = 'relation'
-            AND relation::regclass::text LIKE 'idemgate_records%'",
-    )
-    .bind(pid?)
-    .fetch_all(conn)
-    .await
-    .unwrap();
-    Some((pid?, held))
+    .unwrap()
 }
 
 /// Watch for [`waiting_rotation`] for at most `limit`.

@@ -77,7 +77,8 @@ async fn first_generation(conn: &mut sqlx::PgConnection) -> i64 {
 /// Rows of the table `relid` read by sequential scans so far, as the
 /// cumulative statistics have them. This connection's own counts are
 /// reported when its next transaction ends (forced, not at most once a
-/// second), so they include every migration it ran.
+/// second), so they include every migration it ran. (Forcing it needs
+/// PostgreSQL 15; the tests' servers are.)
 async fn rows_read(conn: &mut sqlx::PgConnection, relid: u32) -> i64 {
     sqlx::query("SELECT pg_stat_force_next_flush()")
         .execute(&mut *conn)
