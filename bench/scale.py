@@ -34,6 +34,10 @@ that retire them, for autovacuum to be idle, measures one round and reads
 the table's size. Retention holds if the size stays flat from cycle to
 cycle.
 
+With LEVEL_SETTLE=1, each level's rounds wait for autovacuum to be idle
+after its fill (up to SETTLE_LIMIT s): the fill's inserts start passes
+over the whole heap that records arriving over a day would not all at once.
+
 Usage: LEVELS="0 1000000 10000000" ROUNDS=3 SECONDS=20 CYCLES=3 \
        CYCLE_ROWS=5000000 python3 bench/scale.py
 (writes bench/results/<date>-scale.md; SCALE_DIR picks where the cluster's
@@ -66,6 +70,9 @@ RETENTION = os.environ.get("RETENTION", "10m")  # the route's, during the levels
 # the lease), a generation of 40 s.
 CYCLE_STORE = 'generation = "40s"\nsweep_interval = "10s"\n'
 CYCLE_RETENTION = "30s"
+# Wait for autovacuum to be idle after each level's fill, before its rounds
+# (the fill's own inserts start passes over the whole heap).
+LEVEL_SETTLE = os.environ.get("LEVEL_SETTLE", "") == "1"
 CHUNK = 500_000
 SPAN = 10_000  # replayed keys per wrk thread
 DISK_FLOOR = int(os.environ.get("DISK_FLOOR_GB", "12")) * 2**30  # the fill stops short of it
@@ -440,6 +447,12 @@ def main():
             have = reached
             label = f"{reached:,}"
             sizes.append((label, "filled" + waited, fill_s, pg.stats()))
+            if LEVEL_SETTLE and level:
+                quiet = settle(pg)
+                log(f"{label}: autovacuum idle after {quiet or 0:.0f} s"
+                    if quiet is not None else f"{label}: autovacuum still busy; measuring")
+                sizes.append((label, "autovacuum idle" if quiet is not None else "settle gave up",
+                              quiet, pg.stats()))
             measure(pg, port, admin, label, ROUNDS, rows)
             sizes.append((label, "after the rounds", None, pg.stats()))
             sweeps.append((label, sweeper(admin)))
