@@ -170,6 +170,12 @@ impl StoreConfig {
         if self.sweep_interval.is_zero() {
             return fail("sweep_interval", "must be greater than zero");
         }
+        if self.generation.is_zero() {
+            return fail(
+                "generation",
+                "must be greater than zero: every pass would retire a generation",
+            );
+        }
         if self.pool_size == 0 {
             return fail("pool_size", "must be at least 1");
         }

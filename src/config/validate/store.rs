@@ -65,12 +65,6 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
         wait_routes: crate::store::WaitRoutes::default(),
         front: raw.front.map(front).transpose()?,
     };
-    if store.generation.is_zero() {
-        return Err(invalid(
-            "store.generation",
-            "must be greater than zero: every pass would retire a generation",
-        ));
-    }
     store
         .validate()
         .map_err(|e| invalid(format!("store.{}", e.key), e.message))?;

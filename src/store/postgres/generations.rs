@@ -19,9 +19,12 @@
 //! became so; and no other write (a completion, a renewal) can revive a
 //! record between the check and the swap. The locks wait at most
 //! [`lock_wait`]: a rotation that cannot have them gives way and the next
-//! pass tries again. Every statement on the records queues behind it that
-//! long at most, then for the count, the move (at most [`MOST_MOVED`]
-//! records) and the swap, which changes catalog rows only.
+//! pass tries again. While it waits it holds nothing of the records: only
+//! claims and completions (whose batches read the generation first) queue
+//! behind its request, for that long at most. Once it holds them, every
+//! statement on the records queues behind it for the count, the move (at
+//! most [`MOST_MOVED`] records) and the swap, which changes catalog rows
+//! only.
 
 use std::time::Duration;
 
