@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 
 use crate::support::failover::{BODY, Failover, Load};
-use crate::support::servers::{PrivateRedis, PrivateSentinel};
+use crate::support::servers::{PrivateRedis, PrivateSentinel, try_redis_cli};
 use crate::support::{Gateway, Set, TestConfig, Upstream, client, eventually, post};
 
 /// The failover above, with `[store] replicas` and `servers` replicas
@@ -55,23 +55,29 @@ async fn fail_over(replicas: u32, servers: usize) -> Failover {
     // sentinel can still name the old address, and the empty server
     // restarted below would be taken back as the primary, the promoted
     // replica made to sync from it (wiping every key it had).
+    // A server changing roles closes its clients' connections, so a
+    // question that fails is asked again on the next poll.
     let promoted = eventually(Duration::from_secs(30), || async {
         let port = standbys
             .iter()
-            .find(|s| s.cli(&["INFO", "replication"]).contains("role:master"))?
+            .find(|s| {
+                try_redis_cli(s.port(), &["INFO", "replication"])
+                    .is_some_and(|info| info.contains("role:master"))
+            })?
             .port()
             .to_string();
         sentinels
             .iter()
             .all(|sentinel| {
-                sentinel
-                    .cli(&[
+                try_redis_cli(
+                    sentinel.port(),
+                    &[
                         "SENTINEL",
                         "get-master-addr-by-name",
                         PrivateSentinel::PRIMARY,
-                    ])
-                    .lines()
-                    .any(|line| line.trim() == port)
+                    ],
+                )
+                .is_some_and(|addr| addr.lines().any(|line| line.trim() == port))
             })
             .then_some(())
     })
@@ -103,6 +109,16 @@ async fn fail_over(replicas: u32, servers: usize) -> Failover {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let failover = load.finish(&upstream, promoted_in, recovered_in).await;
     gateway.shutdown().await;
+    if !failover.lost.is_empty() {
+        // What the servers and sentinels did, to read beside the keys.
+        let servers = std::iter::once(&primary).chain(&standbys);
+        for (i, server) in servers.enumerate() {
+            eprintln!("== server {i} (port {}):\n{}", server.port(), server.log());
+        }
+        for (i, sentinel) in sentinels.iter().enumerate() {
+            eprintln!("== sentinel {i}:\n{}", sentinel.log());
+        }
+    }
     failover
 }
 

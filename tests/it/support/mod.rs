@@ -66,9 +66,18 @@ pub async fn not_replayed(
             (reply.status != ::http::StatusCode::SERVICE_UNAVAILABLE).then_some(reply)
         })
         .await;
-        let replayed =
-            again.is_some_and(|r| r.status == ::http::StatusCode::CREATED && r.is_replay());
-        if !replayed || upstream.count(key) != 1 {
+        let replayed = again
+            .as_ref()
+            .is_some_and(|r| r.status == ::http::StatusCode::CREATED && r.is_replay());
+        let executed = upstream.count(key);
+        if !replayed || executed != 1 {
+            // Why, for a failed test's output.
+            let answer = again.map_or("503 for 30 s".to_string(), |r| {
+                format!("{} {} {}", r.status, r.problem_type(), r.text())
+            });
+            eprintln!(
+                "{key} not replayed: retried, it was answered {answer}; executed {executed}×"
+            );
             lost.push(key.clone());
         }
     }

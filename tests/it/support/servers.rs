@@ -624,6 +624,10 @@ impl PrivateRedis {
         let mut command = Command::new("redis-server");
         command.args(["--port", &port, "--bind", "127.0.0.1", "--save", ""]);
         command.arg("--dir").arg(self.dir.path());
+        // Appended to across restarts: [`Self::log`].
+        command
+            .arg("--logfile")
+            .arg(self.dir.path().join("redis.log"));
         if let Some(primary) = self.replica_of {
             command.args(["--replicaof", "127.0.0.1", &primary.to_string()]);
         }
@@ -649,6 +653,11 @@ impl PrivateRedis {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Its log, every start's, for a failed test's output.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
     }
 
     /// SIGKILL, then reap.
@@ -744,8 +753,8 @@ pub fn kill(signal: &str, pid: &str) {
 pub struct PrivateSentinel {
     port: u16,
     child: Child,
-    /// Its config file, which Sentinel rewrites as it learns.
-    _dir: tempfile::TempDir,
+    /// Its config file, which Sentinel rewrites as it learns, and its log.
+    dir: tempfile::TempDir,
 }
 
 impl PrivateSentinel {
@@ -763,11 +772,11 @@ impl PrivateSentinel {
         std::fs::write(
             &config,
             format!(
-                "port {port}\nbind 127.0.0.1\ndir {}\n\
+                "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\n\
                  sentinel monitor {name} 127.0.0.1 {primary} 2\n\
                  sentinel down-after-milliseconds {name} 1000\n\
                  sentinel failover-timeout {name} 5000\n",
-                dir.path().display(),
+                dir = dir.path().display(),
                 name = Self::PRIMARY,
                 primary = primary.port,
             ),
@@ -788,11 +797,7 @@ impl PrivateSentinel {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        Self {
-            port,
-            child,
-            _dir: dir,
-        }
+        Self { port, child, dir }
     }
 
     /// Wait until this sentinel knows `replicas` replicas and `sentinels`
@@ -816,6 +821,12 @@ impl PrivateSentinel {
     /// Run a command with `redis-cli`; its output.
     pub fn cli(&self, args: &[&str]) -> String {
         redis_cli(self.port, args)
+    }
+
+    /// Its log (what it saw and did: `+sdown`, `+switch-master`…), for a
+    /// failed test's output.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("sentinel.log")).unwrap_or_default()
     }
 
     /// Its port on the loopback interface.
