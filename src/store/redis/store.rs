@@ -3,8 +3,9 @@
 //! [`RedisStore::bounded`].
 //!
 //! With `[store] replicas = N`, the writes the guarantees rest on (a claim
-//! that takes the key, a record, a hold) are followed by `WAIT N timeout`
-//! on the connection that wrote: a record and a hold in the same round
+//! that takes the key, a renewal, a record, a hold) are followed by `WAIT N
+//! timeout` on the connection that wrote: a renewal, a record and a hold in
+//! the same round
 //! trip (pipelined: `WAIT` may not run inside a script), a claim once its
 //! answer says it took the key (so replays, `409`s and `422`s never wait;
 //! on a cluster, every claim pipelined with its `WAIT`, see the claim),
@@ -263,7 +264,11 @@ impl Store for RedisStore {
         lease: Duration,
     ) -> Result<Cas, StoreError> {
         let (token, lease) = (token.to_string(), millis(lease).to_string());
-        self.cas_script(&RENEW, key, &[token.as_bytes(), lease.as_bytes()], false)
+        // G7 rests on it: a renewal a failover lost would let the new
+        // primary's lease lapse under a live attempt (on a `release` route,
+        // taken over and executed again). Applied but not acknowledged, it
+        // fails, and the next one tries again.
+        self.cas_script(&RENEW, key, &[token.as_bytes(), lease.as_bytes()], true)
             .await
     }
 

@@ -14,13 +14,14 @@
 //!
 //! A record waits too: a replica cut off while the upstream works (after
 //! the claim was acknowledged) fails the record closed, and the answer is
-//! not sent.
+//! not sent. So does a renewal: cut off, the replica leaves it failed.
 
 use http::StatusCode;
 
 use crate::support::servers::PrivateRedis;
 use crate::support::{
-    Gateway, Set, TestConfig, Upstream, client, eventually, not_replayed, post, spawn_slow_post,
+    Gateway, Set, TestConfig, Upstream, client, eventually, not_replayed, post, sample,
+    spawn_slow_post,
 };
 
 const BODY: &str = r#"{"amount":1}"#;
@@ -186,5 +187,52 @@ async fn a_record_the_replica_did_not_acknowledge_is_not_sent() {
         "urn:idemgate:problem:record-failed",
         "{reply:?}"
     );
+    gateway.shutdown().await;
+}
+
+/// With the replica cut off while the upstream works, renewals are no
+/// longer acknowledged and count as failed (`result="error"`); before, they
+/// were applied. A renewal written without `WAIT` would still count as
+/// applied, and a failover could lose the lease it extended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_the_replica_did_not_acknowledge_fails() {
+    let primary = PrivateRedis::start();
+    let replica = PrivateRedis::replica_of(&primary);
+    let upstream = Upstream::start().await;
+    // Renewed every third of a second while the upstream takes 4 s.
+    let config = config(&primary.url(), &upstream, 1).defaults(|d| {
+        d.set("lease", "1s");
+    });
+    let gateway = Gateway::start(&config).await;
+    let (http, url) = (client(), gateway.url("/v1/payments"));
+    let renewals = |result: &'static str| {
+        let gateway = &gateway;
+        async move {
+            let series =
+                format!("idemgate_lease_renewals_total{{route=\"api\",result=\"{result}\"}}");
+            sample(&gateway.metrics().await, &series)
+        }
+    };
+
+    let slow = spawn_slow_post(&http, &url, "slow", "4000");
+    let applied = eventually(std::time::Duration::from_secs(10), || async {
+        (renewals("applied").await >= 1.0).then_some(())
+    })
+    .await;
+    assert!(applied.is_some(), "no renewal was acknowledged");
+    assert_eq!(renewals("error").await, 0.0);
+    replica.cli(&["REPLICAOF", "NO", "ONE"]);
+    let failed = eventually(std::time::Duration::from_secs(10), || async {
+        (renewals("error").await >= 1.0).then_some(())
+    })
+    .await;
+    assert!(
+        failed.is_some(),
+        "renewals the replica did not acknowledge were counted applied: {}",
+        gateway.metrics().await
+    );
+    // The record falls short as well (the test above).
+    let reply = slow.await.unwrap();
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
     gateway.shutdown().await;
 }

@@ -73,7 +73,8 @@ pub async fn not_replayed(
         if !replayed || executed != 1 {
             // Why, for a failed test's output.
             let answer = again.map_or("503 for 30 s".to_string(), |r| {
-                format!("{} {} {}", r.status, r.problem_type(), r.text())
+                let replay = if r.is_replay() { " (a replay)" } else { "" };
+                format!("{}{replay} {}", r.status, r.text())
             });
             eprintln!(
                 "{key} not replayed: retried, it was answered {answer}; executed {executed}×"
