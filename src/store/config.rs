@@ -35,9 +35,10 @@ pub struct StoreConfig {
     /// Redis only: the URL names one seed node of a Redis Cluster; keys are
     /// laid out so that every script touches one hash slot.
     pub cluster: bool,
-    /// Redis only: how many replicas must acknowledge a claim or a record
-    /// (`WAIT`, in the same round trip) before it counts; fewer fail the
-    /// operation as the store being unavailable. Zero: no `WAIT`.
+    /// Redis only: how many replicas must acknowledge a claim, a renewal,
+    /// a record or a hold (`WAIT`, on the connection that wrote) before it
+    /// counts; fewer fail the operation as the store being unavailable.
+    /// Zero: no `WAIT`.
     pub replicas: u32,
     /// Redis only: how long `WAIT` waits for the replicas.
     pub replica_timeout: Duration,
