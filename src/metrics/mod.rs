@@ -292,13 +292,17 @@ impl Metrics {
         out
     }
 
-    /// Copy in the figures `store` keeps itself (pool, batches, front).
+    /// Copy in the figures `store` keeps itself (pool, batches, lost
+    /// records, front).
     pub fn scrape(&self, store: &dyn StoreAdmin) {
         if let Some(pool) = store.pool_stats() {
             self.store.scrape_pool(&pool);
         }
         if let Some(batches) = store.batch_stats() {
             self.store.scrape_batches(&batches);
+        }
+        if let Some(lost) = store.data_losses() {
+            self.store.data_lost.set(lost);
         }
         if let Some(front) = store.front_stats() {
             self.front.scrape(&front);

@@ -1,6 +1,6 @@
-//! Figures kept elsewhere (the store pool, its batches, the Redis front's
-//! tallies, the logger's dropped lines, the trace exporter's dropped
-//! spans), read when `/metrics` is scraped.
+//! Figures kept elsewhere (the store pool, its batches, Redis's lost
+//! records, the Redis front's tallies, the logger's dropped lines, the
+//! trace exporter's dropped spans), read when `/metrics` is scraped.
 
 use std::sync::Arc;
 
@@ -110,6 +110,9 @@ pub struct StoreFigures {
     /// `idemgate_store_batch_splits_total`: batches refused as a whole and
     /// run again one operation at a time.
     pub batch_splits: ScrapedCounter,
+    /// `idemgate_store_data_lost_total`: times the store (Redis) was found
+    /// to have lost every record since this instance last connected.
+    pub data_lost: ScrapedCounter,
 }
 
 impl StoreFigures {
@@ -143,6 +146,11 @@ impl StoreFigures {
             "store_batch_splits",
             "Batches the database refused as a whole, whose operations then ran one at a time",
             self.batch_splits.clone(),
+        );
+        registry.register(
+            "store_data_lost",
+            "Times Redis was found to have lost every record since this instance last connected (a failover to an empty server, a restart without persistence, a flush): acknowledged keys are forgotten",
+            self.data_lost.clone(),
         );
     }
 

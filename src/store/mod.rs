@@ -403,6 +403,12 @@ pub trait StoreAdmin: Send + Sync + 'static {
     fn front_stats(&self) -> Option<FrontStats> {
         None
     }
+    /// How often the store was found to have lost every record since this
+    /// instance last connected, for stores that look (Redis on one server
+    /// or under Sentinel).
+    fn data_losses(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A backend: both sides of one store. [`open`] returns one; its request

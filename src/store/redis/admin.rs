@@ -283,6 +283,10 @@ impl StoreAdmin for RedisStore {
         Ok(Swept::default())
     }
 
+    fn data_losses(&self) -> Option<u64> {
+        RedisStore::data_losses(self)
+    }
+
     fn pool_stats(&self) -> Option<PoolStats> {
         // Multiplexed: an open connection is never busy, so all are idle.
         let open = self.lanes.open() as u64;

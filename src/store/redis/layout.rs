@@ -7,6 +7,8 @@
 //! - tokens: `{prefix}token`, one counter for every record.
 //! - due questions (status inquiry): `{prefix}due`, a sorted set of the
 //!   record keys of routes that inquire, scored by when each is due.
+//! - the records' marker: `{prefix}dataset`, a random id set once
+//!   ([`super::dataset`]).
 //!
 //! Redis Cluster (`cluster = true`): a script may only touch keys of one
 //! hash slot, and the claim touches the record and a token counter. Tokens
@@ -98,6 +100,12 @@ impl Layout {
         } else {
             format!("{}token", self.prefix)
         }
+    }
+
+    /// The marker whose id changes only when the records are lost (one
+    /// server: [`super::dataset`]).
+    pub(super) fn dataset_key(&self) -> String {
+        format!("{}dataset", self.prefix)
     }
 
     /// The sorted set of due status questions the record is entered in.

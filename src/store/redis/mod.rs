@@ -26,6 +26,7 @@
 
 mod admin;
 mod conn;
+mod dataset;
 mod eviction;
 mod lanes;
 mod layout;
@@ -68,6 +69,9 @@ pub struct RedisStore {
     /// new connection must reach; another one fails the connection, so
     /// that a restarted server is never used before it has been checked.
     expected_run_id: Mutex<Option<String>>,
+    /// Whether the server lost the records since this instance last
+    /// connected ([`dataset`]).
+    dataset: dataset::Dataset,
     /// The routes whose settled records are announced.
     wait_routes: crate::store::WaitRoutes,
     timeout: Duration,
@@ -173,6 +177,11 @@ impl RedisStore {
     pub async fn connect(config: &StoreConfig) -> Result<Self, StoreError> {
         let shown = redact_url(&config.url);
         let mut store = Self::unchecked(config)?;
+        if !config.cluster {
+            // From the first connection on (the ping's), which sees the
+            // records' marker first.
+            store.dataset.watch();
+        }
         store.ping().await.map_err(|e| {
             StoreError::Unavailable(format!(
                 "cannot reach store at {shown}: {e}; start Redis or point [store] url at a reachable server"
@@ -233,6 +242,7 @@ impl RedisStore {
             nodes: Mutex::new(Vec::new()),
             listens: AtomicUsize::new(0),
             expected_run_id: Mutex::new(None),
+            dataset: dataset::Dataset::default(),
             wait_routes: config.wait_routes.clone(),
             runtime: StoreRuntime::here(),
         })
@@ -294,6 +304,7 @@ impl RedisStore {
                         ));
                     }
                 }
+                self.check_dataset(&mut conn).await?;
                 Conn::Single(conn)
             }
             Source::Cluster(client) => {
