@@ -279,7 +279,10 @@ impl StoreAdmin for RedisStore {
     }
 
     async fn sweep(&self, _batch: usize) -> Result<Swept, StoreError> {
-        // Retention is the keys' TTL: Redis expires records by itself.
+        // Retention is the keys' TTL: Redis expires records by itself. The
+        // pass looks for records lost wholesale instead (a flush closes no
+        // connection, so a new one would not see it).
+        self.look_for_lost_records().await?;
         Ok(Swept::default())
     }
 

@@ -6,10 +6,14 @@
 //!
 //! The store keeps one marker key, `{prefix}dataset`, without a TTL, whose
 //! value is a random id set once. Every new connection reads it (setting
-//! it if it is absent) and compares it with the id this instance saw last:
-//! another id means the data this instance wrote is gone. Each instance
-//! reports a loss once, as an error in its log and in
-//! `idemgate_store_data_lost_total`.
+//! it if it is absent), and so does every sweeper pass (a flush closes no
+//! connection), and compares it with the id this instance saw last:
+//! another id means records this instance wrote are gone (all of them, or
+//! all since the marker was set: a restart from an older snapshot). Each
+//! instance reports each change of id once, as an error in its log and in
+//! `idemgate_store_data_lost_total`. Only an observer: a server that
+//! refuses the marker (an ACL without the key, a full server) is warned
+//! about once and the check skipped, never the store taken down.
 //!
 //! What it does not see: a loss while no instance was connected to compare
 //! (an instance started afterwards has nothing to compare with), and a
@@ -22,7 +26,7 @@ use std::sync::LazyLock;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use deadpool_redis::redis::{self, Script};
+use deadpool_redis::redis::{self, ErrorKind, RedisResult, Script, ServerErrorKind};
 
 use super::RedisStore;
 use crate::store::{StoreError, redact_url};
@@ -48,6 +52,8 @@ pub(super) struct Dataset {
     seen: Mutex<Option<String>>,
     /// Losses noticed.
     lost: AtomicU64,
+    /// Whether a refused check was warned about.
+    warned: AtomicBool,
 }
 
 impl Dataset {
@@ -71,31 +77,75 @@ impl Dataset {
 
 impl RedisStore {
     /// On a new connection: read (or set) the marker, and report a loss.
+    /// Fails only when the connection is unusable (a transport failure, a
+    /// timeout, a server now a replica).
     pub(super) async fn check_dataset(
         &self,
-        conn: &mut redis::aio::MultiplexedConnection,
+        conn: &mut impl redis::aio::ConnectionLike,
     ) -> Result<(), StoreError> {
         if !self.dataset.watched.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let id = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-        let id: String = MARK
-            .key(self.layout.dataset_key())
-            .arg(id)
-            .invoke_async(conn)
-            .await
-            .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-        if self.dataset.saw(id) {
-            tracing::error!(
-                store = %redact_url(&self.url),
-                "the Redis server lost idemgate's records since this instance last connected \
-                 (a failover to a server that came back empty, a restart without persistence, \
-                 or a flush): every key acknowledged before is forgotten, and its retry is \
-                 forwarded to the upstream again. Give Redis persistence and replicas \
-                 ([store] replicas), and let no server without its data become the primary"
-            );
+        match self.judge(read_marker(&self.layout.dataset_key(), conn).await) {
+            Some(e) => Err(StoreError::Unavailable(e.to_string())),
+            None => Ok(()),
         }
+    }
+
+    /// The sweeper's pass: the marker read on a lane, a loss reported.
+    pub(super) async fn look_for_lost_records(&self) -> Result<(), StoreError> {
+        if !self.dataset.watched.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let key = self.layout.dataset_key();
+        let key = &key;
+        let answer = self
+            .bounded(|mut conn| async move {
+                match read_marker(key, &mut conn).await {
+                    // The lane's own failure: `bounded` resets it.
+                    Err(e) if unusable(&e) => Err(e),
+                    answer => Ok(answer),
+                }
+            })
+            .await?;
+        self.judge(answer);
         Ok(())
+    }
+
+    /// Take the marker's `answer`: a loss is reported, a refusal warned
+    /// about once; an error that leaves the connection unusable is
+    /// returned.
+    fn judge(&self, answer: RedisResult<String>) -> Option<redis::RedisError> {
+        match answer {
+            Ok(id) => {
+                if self.dataset.saw(id) {
+                    tracing::error!(
+                        store = %redact_url(&self.url),
+                        "the Redis server lost idemgate's records since this instance last \
+                         connected: its marker key is gone (a failover to a server that came \
+                         back empty, a restart without persistence or from an older snapshot, \
+                         a flush). Keys acknowledged before are forgotten, and their retries \
+                         are forwarded to the upstream again. Give Redis persistence and \
+                         replicas ([store] replicas), and let no server without its data \
+                         become the primary"
+                    );
+                }
+                None
+            }
+            Err(e) if unusable(&e) => Some(e),
+            Err(e) => {
+                if !self.dataset.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        store = %redact_url(&self.url),
+                        key = %self.layout.dataset_key(),
+                        error = %e,
+                        "cannot look for lost records: Redis refused the marker key (allow \
+                         the gateway's user GET and SET on it, and EVALSHA)"
+                    );
+                }
+                None
+            }
+        }
     }
 
     /// Losses of the records noticed (`None` when not looked for).
@@ -105,6 +155,20 @@ impl RedisStore {
             .load(Ordering::Relaxed)
             .then(|| self.dataset.lost.load(Ordering::Relaxed))
     }
+}
+
+/// The marker's id, set now if it was absent.
+async fn read_marker(key: &str, conn: &mut impl redis::aio::ConnectionLike) -> RedisResult<String> {
+    let id = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+    MARK.key(key).arg(id).invoke_async(conn).await
+}
+
+/// Whether `e` leaves the connection unusable, as [`RedisStore::bounded`]
+/// judges it: anything but a server's answer, or a server that is a
+/// replica now.
+fn unusable(e: &redis::RedisError) -> bool {
+    !matches!(e.kind(), ErrorKind::Server(_))
+        || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
 }
 
 #[cfg(test)]

@@ -266,8 +266,9 @@ impl Store for RedisStore {
         let (token, lease) = (token.to_string(), millis(lease).to_string());
         // G7 rests on it: a renewal a failover lost would let the new
         // primary's lease lapse under a live attempt (on a `release` route,
-        // taken over and executed again). Applied but not acknowledged, it
-        // fails, and the next one tries again.
+        // taken over and executed again). `WAIT` does not make the replicas
+        // take it, it tells whether they did: one they did not is applied
+        // on the primary, reported as failed, and the next one tries again.
         self.cas_script(&RENEW, key, &[token.as_bytes(), lease.as_bytes()], true)
             .await
     }

@@ -199,9 +199,10 @@ async fn a_renewal_the_replica_did_not_acknowledge_fails() {
     let primary = PrivateRedis::start();
     let replica = PrivateRedis::replica_of(&primary);
     let upstream = Upstream::start().await;
-    // Renewed every third of a second while the upstream takes 4 s.
+    // Renewed every third of a second while the upstream takes 4 s (which
+    // the route waits for).
     let config = config(&primary.url(), &upstream, 1).defaults(|d| {
-        d.set("lease", "1s");
+        d.set("lease", "1s").set("upstream_timeout", "8s");
     });
     let gateway = Gateway::start(&config).await;
     let (http, url) = (client(), gateway.url("/v1/payments"));
@@ -234,5 +235,10 @@ async fn a_renewal_the_replica_did_not_acknowledge_fails() {
     // The record falls short as well (the test above).
     let reply = slow.await.unwrap();
     assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    assert_eq!(
+        reply.problem_type(),
+        "urn:idemgate:problem:record-failed",
+        "{reply:?}"
+    );
     gateway.shutdown().await;
 }
