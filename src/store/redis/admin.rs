@@ -287,7 +287,7 @@ impl StoreAdmin for RedisStore {
     }
 
     fn data_losses(&self) -> Option<u64> {
-        RedisStore::data_losses(self)
+        self.dataset.losses()
     }
 
     fn pool_stats(&self) -> Option<PoolStats> {

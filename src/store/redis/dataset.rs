@@ -26,9 +26,9 @@ use std::sync::LazyLock;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use deadpool_redis::redis::{self, ErrorKind, RedisResult, Script, ServerErrorKind};
+use deadpool_redis::redis::{self, RedisResult, Script};
 
-use super::RedisStore;
+use super::{RedisStore, unusable};
 use crate::store::{StoreError, redact_url};
 
 /// KEYS = the marker; ARGV = an id to set if it is absent. Its id, set now
@@ -47,7 +47,7 @@ return ARGV[1]",
 #[derive(Debug, Default)]
 pub(super) struct Dataset {
     /// Whether to look (one server or Sentinel's primary, not a front).
-    watched: AtomicBool,
+    watched: bool,
     /// The marker's id this instance saw last.
     seen: Mutex<Option<String>>,
     /// Losses noticed.
@@ -57,9 +57,17 @@ pub(super) struct Dataset {
 }
 
 impl Dataset {
-    /// Look from now on.
-    pub(super) fn watch(&self) {
-        self.watched.store(true, Ordering::Relaxed);
+    /// One that looks.
+    pub(super) fn watched() -> Self {
+        Self {
+            watched: true,
+            ..Self::default()
+        }
+    }
+
+    /// Losses of the records noticed (`None` when not looked for).
+    pub(super) fn losses(&self) -> Option<u64> {
+        self.watched.then(|| self.lost.load(Ordering::Relaxed))
     }
 
     /// The marker's id is `id` now: whether that is a loss (another id than
@@ -83,7 +91,7 @@ impl RedisStore {
         &self,
         conn: &mut impl redis::aio::ConnectionLike,
     ) -> Result<(), StoreError> {
-        if !self.dataset.watched.load(Ordering::Relaxed) {
+        if !self.dataset.watched {
             return Ok(());
         }
         match self.judge(read_marker(&self.layout.dataset_key(), conn).await) {
@@ -94,7 +102,7 @@ impl RedisStore {
 
     /// The sweeper's pass: the marker read on a lane, a loss reported.
     pub(super) async fn look_for_lost_records(&self) -> Result<(), StoreError> {
-        if !self.dataset.watched.load(Ordering::Relaxed) {
+        if !self.dataset.watched {
             return Ok(());
         }
         let key = self.layout.dataset_key();
@@ -147,28 +155,12 @@ impl RedisStore {
             }
         }
     }
-
-    /// Losses of the records noticed (`None` when not looked for).
-    pub(super) fn data_losses(&self) -> Option<u64> {
-        self.dataset
-            .watched
-            .load(Ordering::Relaxed)
-            .then(|| self.dataset.lost.load(Ordering::Relaxed))
-    }
 }
 
 /// The marker's id, set now if it was absent.
 async fn read_marker(key: &str, conn: &mut impl redis::aio::ConnectionLike) -> RedisResult<String> {
     let id = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
     MARK.key(key).arg(id).invoke_async(conn).await
-}
-
-/// Whether `e` leaves the connection unusable, as [`RedisStore::bounded`]
-/// judges it: anything but a server's answer, or a server that is a
-/// replica now.
-fn unusable(e: &redis::RedisError) -> bool {
-    !matches!(e.kind(), ErrorKind::Server(_))
-        || e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
 }
 
 #[cfg(test)]

@@ -180,7 +180,7 @@ impl RedisStore {
         if !config.cluster {
             // From the first connection on (the ping's), which sees the
             // records' marker first.
-            store.dataset.watch();
+            store.dataset = dataset::Dataset::watched();
         }
         store.ping().await.map_err(|e| {
             StoreError::Unavailable(format!(
@@ -356,11 +356,7 @@ impl RedisStore {
                 }
             };
             op(conn).await.map_err(|e| {
-                // A transport failure, or a server that turned replica
-                // (READONLY: failed over): connect again, through the
-                // sentinels when they name the primary.
-                let read_only = redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
-                if !matches!(e.kind(), redis::ErrorKind::Server(_)) || e.kind() == read_only {
+                if unusable(&e) {
                     self.reset(generation.load(Ordering::Relaxed));
                 }
                 StoreError::Unavailable(e.to_string())
@@ -434,6 +430,15 @@ impl RedisStore {
         }
         self.lanes.reset(generation);
     }
+}
+
+/// Whether `e` leaves the connection it came on unusable: a transport
+/// failure, or a server that turned replica (READONLY: failed over). The
+/// lanes then connect again, through the sentinels when they name the
+/// primary; any other server answer leaves the connection as it was.
+fn unusable(e: &redis::RedisError) -> bool {
+    let read_only = redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+    !matches!(e.kind(), redis::ErrorKind::Server(_)) || e.kind() == read_only
 }
 
 /// The `run_id` line of an `INFO server` reply.

@@ -20,7 +20,7 @@ use http::StatusCode;
 
 use crate::support::servers::PrivateRedis;
 use crate::support::{
-    Gateway, Set, TestConfig, Upstream, client, eventually, not_replayed, post, sample,
+    Gateway, Reply, Set, TestConfig, Upstream, client, eventually, not_replayed, post, sample,
     spawn_slow_post,
 };
 
@@ -162,6 +162,17 @@ async fn replays_do_not_wait_for_replicas() {
     gateway.shutdown().await;
 }
 
+/// A `503 record-failed`: the record's `WAIT` fell short, and the
+/// upstream's answer was not sent.
+fn assert_record_failed(reply: Reply) {
+    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
+    assert_eq!(
+        reply.problem_type(),
+        "urn:idemgate:problem:record-failed",
+        "{reply:?}"
+    );
+}
+
 /// With the replica cut off after the claim was acknowledged, the record's
 /// `WAIT` falls short: `503 record-failed`, the upstream's answer is not
 /// sent (a record written without `WAIT` would be sent as `201`).
@@ -180,13 +191,7 @@ async fn a_record_the_replica_did_not_acknowledge_is_not_sent() {
     .await;
     assert!(forwarded.is_some(), "the claim was not acknowledged");
     replica.cli(&["REPLICAOF", "NO", "ONE"]);
-    let reply = slow.await.unwrap();
-    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
-    assert_eq!(
-        reply.problem_type(),
-        "urn:idemgate:problem:record-failed",
-        "{reply:?}"
-    );
+    assert_record_failed(slow.await.unwrap());
     gateway.shutdown().await;
 }
 
@@ -233,12 +238,6 @@ async fn a_renewal_the_replica_did_not_acknowledge_fails() {
         gateway.metrics().await
     );
     // The record falls short as well (the test above).
-    let reply = slow.await.unwrap();
-    assert_eq!(reply.status, StatusCode::SERVICE_UNAVAILABLE, "{reply:?}");
-    assert_eq!(
-        reply.problem_type(),
-        "urn:idemgate:problem:record-failed",
-        "{reply:?}"
-    );
+    assert_record_failed(slow.await.unwrap());
     gateway.shutdown().await;
 }
