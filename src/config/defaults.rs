@@ -160,8 +160,8 @@ pub const DEFAULT_CONCURRENT: Concurrent = Concurrent::Reject;
 /// `wait_timeout`: how long an in-flight duplicate waits under
 /// `concurrent = "wait"` before it gets `409`.
 pub const DEFAULT_WAIT_TIMEOUT: Duration = Duration::from_secs(10);
-/// `[routes.inquiry] after`: the first question, after the attempt ended.
-pub const DEFAULT_INQUIRY_AFTER: Duration = Duration::from_secs(5);
+// `[routes.inquiry] after` has no constant: it defaults to the route's
+// `upstream_timeout` (validate/inquiry.rs).
 /// `[routes.inquiry] every`: the next question, while none settles the key.
 pub const DEFAULT_INQUIRY_EVERY: Duration = Duration::from_secs(30);
 /// `[routes.inquiry] give_up_after`: then the key is held.
@@ -169,7 +169,8 @@ pub const DEFAULT_INQUIRY_GIVE_UP: Duration = Duration::from_secs(3600);
 /// A status question's lease beyond its route's `upstream_timeout`: time to
 /// settle the key once the answer is in.
 pub const INQUIRY_LEASE_MARGIN: Duration = Duration::from_secs(5);
-/// `forward_attempt`: the attempt's token is not sent upstream.
+/// `forward_attempt`: the attempt's token is not sent upstream (but on a
+/// route that inquires it is, validate/route.rs).
 pub const DEFAULT_FORWARD_ATTEMPT: bool = false;
 /// `max_waiting`: requests that may wait for a key at once, per instance.
 pub const DEFAULT_MAX_WAITING: usize = 10_000;

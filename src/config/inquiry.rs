@@ -37,12 +37,23 @@ impl Inquiry {
     /// percent-encoded, `{scope}` the hex SHA-256 of the scope (idemgate
     /// never keeps the scope's value itself), empty when unscoped.
     pub fn url_for(&self, key: &str, scope: &[u8]) -> Result<Uri, http::uri::InvalidUri> {
-        let key = utf8_percent_encode(key, COMPONENT).to_string();
         self.url
-            .replace("{key}", &key)
+            .replace("{key}", &encode_key(key))
             .replace("{scope}", &hex::encode(scope))
             .parse()
     }
+}
+
+/// `key` as one path segment or query value: every character but RFC
+/// 3986's unreserved ones percent-encoded, and the keys `.` and `..`
+/// (dot-segments, which a path normaliser would resolve to this or the
+/// parent resource) with their dots encoded too, so a key can neither add
+/// nor remove a segment.
+fn encode_key(key: &str) -> String {
+    if key == "." || key == ".." {
+        return "%2E".repeat(key.len());
+    }
+    utf8_percent_encode(key, COMPONENT).to_string()
 }
 
 #[cfg(test)]
@@ -71,6 +82,27 @@ mod tests {
         assert_eq!(
             plain.to_string(),
             "http://up:9000/v1/idempotency/order-1_2.3~?scope="
+        );
+    }
+
+    #[test]
+    fn dot_segment_keys_are_encoded() {
+        let q = inquiry("http://up:9000/v1/idempotency/{key}");
+        for (key, sent) in [(".", "%2E"), ("..", "%2E%2E"), ("...", "..."), (".a", ".a")] {
+            let url = q.url_for(key, &[]).unwrap();
+            assert_eq!(url.path(), format!("/v1/idempotency/{sent}"), "{key}");
+        }
+    }
+
+    #[test]
+    fn quoted_and_composite_keys_are_asked_by_the_value_kept() {
+        let q = inquiry("http://up:9000/k/{key}");
+        // `Idempotency-Key: "t-1"` is kept (and asked) as `t-1`.
+        assert_eq!(q.url_for("t-1", &[]).unwrap().path(), "/k/t-1");
+        // Two key parts: their RFC 8941 list, `"saga-7", "3"`.
+        assert_eq!(
+            q.url_for("\"saga-7\", \"3\"", &[]).unwrap().path(),
+            "/k/%22saga-7%22%2C%20%223%22"
         );
     }
 }

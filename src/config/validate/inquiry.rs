@@ -8,19 +8,22 @@ use http::{HeaderName, HeaderValue};
 use super::key;
 use super::timing::Timing;
 use crate::config::defaults::{
-    DEFAULT_INQUIRY_AFTER, DEFAULT_INQUIRY_EVERY, DEFAULT_INQUIRY_GIVE_UP, INQUIRY_LEASE_MARGIN,
+    DEFAULT_INQUIRY_EVERY, DEFAULT_INQUIRY_GIVE_UP, INQUIRY_LEASE_MARGIN,
 };
 use crate::config::inquiry::Inquiry;
 use crate::config::raw::RawRoute;
 use crate::config::values::{duration, header_name};
 use crate::config::{ConfigError, UnknownOutcome, invalid};
 
-/// The route's inquiry: `Some` exactly when it inquires.
+/// The route's inquiry: `Some` exactly when it inquires. `scoped`: the
+/// route's keys are per scope (`scope_header` or `scope_from`), so its
+/// question must name the scope too.
 pub(super) fn inquiry(
     at: &str,
     r: &RawRoute,
     on_unknown: UnknownOutcome,
     timing: &Timing,
+    scoped: bool,
 ) -> Result<Option<Inquiry>, ConfigError> {
     let at_table = key(at, "inquiry");
     let Some(raw) = &r.inquiry else {
@@ -47,10 +50,23 @@ pub(super) fn inquiry(
         ));
     };
     check_url(&at_url, &url)?;
+    if scoped && !url.contains("{scope}") {
+        return Err(invalid(
+            at_url,
+            format!(
+                "{url:?} lacks {{scope}}, but the route's keys are per scope (scope_header or \
+                 scope_from): a question by key alone could settle one tenant's key with \
+                 another's answer. Put {{scope}} (the hex SHA-256 of the scope) in the path or \
+                 the query"
+            ),
+        ));
+    }
+    // By default the first question waits as long as the gateway waited
+    // for the upstream's answer: it may still be working on the request.
     let after = duration(
         &format!("{at_table}.after"),
         raw.after.as_deref(),
-        DEFAULT_INQUIRY_AFTER,
+        timing.upstream_timeout,
     )?;
     let at_every = format!("{at_table}.every");
     let every = duration(&at_every, raw.every.as_deref(), DEFAULT_INQUIRY_EVERY)?;
@@ -102,8 +118,18 @@ pub(super) fn inquiry(
 
 /// An absolute `http`/`https` URL with `{key}` in its path or query, and
 /// no placeholder but `{key}` and `{scope}`: a client's key can never
-/// choose the host a question goes to.
+/// choose the host a question goes to. No fragment: it never reaches the
+/// upstream, so a placeholder there would ask every key the same URL.
 fn check_url(at: &str, url: &str) -> Result<(), ConfigError> {
+    if url.contains('#') {
+        return Err(invalid(
+            at,
+            format!(
+                "{url:?} has a fragment (#…): it is never sent to the upstream; put {{key}} \
+                 in the path or the query"
+            ),
+        ));
+    }
     let authority_end = url
         .find("://")
         .and_then(|s| url[s + 3..].find(['/', '?']).map(|e| s + 3 + e))
@@ -245,6 +271,50 @@ mod tests {
         ] {
             let err = route_error(text);
             assert!(err.contains(named), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_fragment_never_names_the_key() {
+        for url in ["http://up/x#{key}", "http://up/{key}#top"] {
+            let err = route_error(&format!("{TABLE}url = \"{url}\"\n"));
+            assert!(
+                err.contains("routes[0].inquiry.url") && err.contains("fragment"),
+                "{url}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_scoped_route_asks_by_scope() {
+        for scope in [
+            "scope_header = \"X-Tenant\"",
+            "scope_from = [\"header:X-Tenant\"]",
+        ] {
+            let text = |url: &str| format!("{scope}\n{TABLE}url = \"{url}\"\n");
+            let err = route_error(&text("http://up/v1/idempotency/{key}"));
+            assert!(
+                err.contains("routes[0].inquiry.url") && err.contains("{scope}"),
+                "{scope}: {err}"
+            );
+            let c = parse(&format!(
+                "{MINIMAL}\n{}",
+                text("http://up/{key}?scope={scope}")
+            ));
+            assert!(c.is_ok(), "{scope}: {:?}", c.err());
+        }
+    }
+
+    #[test]
+    fn the_first_question_waits_the_upstream_timeout_by_default() {
+        for timeout in ["25s", "3s"] {
+            let c = parse(&format!(
+                "{MINIMAL}\nupstream_timeout = \"{timeout}\"\n{TABLE}url = \"http://up/{{key}}\"\n"
+            ))
+            .unwrap();
+            let r = &c.routes[0];
+            assert_eq!(r.inquiry.as_ref().unwrap().after, r.upstream_timeout);
+            assert!(c.warnings().is_empty(), "{:?}", c.warnings());
         }
     }
 }

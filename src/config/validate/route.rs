@@ -28,7 +28,13 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
     let fingerprint = fingerprint::fingerprint(at, r)?;
     let max_recorded_response = record::max_recorded_response(at, r)?;
     let on_unknown_outcome = r.on_unknown_outcome.unwrap_or(DEFAULT_ON_UNKNOWN_OUTCOME);
-    let inquiry = inquiry::inquiry(at, r, on_unknown_outcome, &timing)?;
+    let scoped = !scope_from.is_empty();
+    let inquiry = inquiry::inquiry(at, r, on_unknown_outcome, &timing, scoped)?;
+    // A route that inquires sends the token by default: its questions
+    // carry one too, the fence a lookup answers `404` behind.
+    let forward_attempt = r
+        .forward_attempt
+        .unwrap_or(DEFAULT_FORWARD_ATTEMPT || inquiry.is_some());
     Ok(Route {
         name,
         path,
@@ -56,7 +62,7 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
         replay_headers_deny,
         fingerprint,
         inquiry,
-        forward_attempt: r.forward_attempt.unwrap_or(DEFAULT_FORWARD_ATTEMPT),
+        forward_attempt,
     })
 }
 
