@@ -9,8 +9,11 @@
 //!
 //! - too early (less than `after` since the outcome became unknown): the
 //!   question is put off until then, not asked;
-//! - `GET url`: **2xx** the upstream acted, its answer is recorded and
-//!   replayed from now on; **404/410** it never acted, the key is released;
+//! - `GET url` with `Idempotency-Attempt: <token>` (the fence): **2xx**
+//!   (not `202`) the upstream acted, its answer is recorded and replayed
+//!   from now on (with the status of [`ORIGINAL_STATUS`] when it sends
+//!   one; a status the route does not record releases the key, as that
+//!   answer did); **404/410** it never acted, the key is released;
 //!   anything else (or no answer within the route's `upstream_timeout`):
 //!   asked again after `every` (the last time when `give_up_after` is
 //!   reached), then held (`inquiry_gave_up`).
@@ -31,7 +34,7 @@ use http::{Method, Request, StatusCode, header};
 use tokio::task::JoinSet;
 
 use crate::config::{INQUIRY_LEASE_MARGIN, Inquiry as InquirySpec, Route};
-use crate::handler::{key_digest, replayable, to_client};
+use crate::handler::{IDEMPOTENCY_ATTEMPT, key_digest, replayable, to_client};
 use crate::metrics::Metrics;
 use crate::request::body::{Collected, collect_up_to, empty};
 use crate::store::{
@@ -218,6 +221,10 @@ impl Inquirer {
                 (Answer::Acted, held)
             }
             Ok(Asked::NotActed) => (Answer::NotActed, self.store.release(key, token).await),
+            Ok(Asked::NotRecorded(status)) => {
+                tracing::info!(route = %route.name, key = %digest, token, %status, "status inquiry: the original was answered with a status the route does not record; releasing the key as that answer did");
+                (Answer::Acted, self.store.release(key, token).await)
+            }
             Err(Unsettled(why)) if unknown_for < spec.give_up_after => {
                 tracing::info!(route = %route.name, key = %digest, token, asked = inquiry.asked + 1, %why, "status inquiry unanswered; asking again later");
                 // The last question is asked when give_up_after is reached.
@@ -264,7 +271,31 @@ impl Inquirer {
     }
 }
 
-/// `GET` the route's inquiry URL for the key, within `upstream_timeout`.
+/// The header by which a lookup conveys the status the original request
+/// was answered with, when that is not the lookup's own `2xx`: e.g. a
+/// `200` lookup answer with `Idempotency-Original-Status: 422` and the
+/// original `422`'s headers and body.
+pub const ORIGINAL_STATUS: http::HeaderName =
+    http::HeaderName::from_static("idempotency-original-status");
+
+/// Headers that describe the lookup's own answer (its cache validators,
+/// its location, its cookies), never the original request's: they are not
+/// recorded, whatever the route's `replay_headers`.
+const LOOKUP_METADATA: [http::HeaderName; 9] = [
+    header::AGE,
+    header::CACHE_CONTROL,
+    header::CONTENT_LOCATION,
+    header::ETAG,
+    header::EXPIRES,
+    header::LAST_MODIFIED,
+    header::SET_COOKIE,
+    header::VARY,
+    ORIGINAL_STATUS,
+];
+
+/// `GET` the route's inquiry URL for the key, within `upstream_timeout`,
+/// carrying the question's token as `Idempotency-Attempt` (the fence: it is
+/// at least every token an attempt for the key was forwarded with).
 async fn ask(
     upstream: &Upstream,
     route: &Route,
@@ -280,12 +311,13 @@ async fn ask(
     }
     let request = request
         .header(header::ACCEPT, "*/*")
+        .header(IDEMPOTENCY_ATTEMPT, inquiry.token)
         .body(empty())
         .map_err(|e| Unsettled(e.to_string()))?;
     let exchange = tokio::time::timeout(route.upstream_timeout, async {
         let response = upstream.send(route.upstream_ca.as_ref(), request).await?;
         let (parts, incoming) = response.into_parts();
-        if !parts.status.is_success() {
+        if !final_answer(parts.status) {
             // Only an answer to record is read; any other is dropped.
             return Ok((parts, None));
         }
@@ -300,20 +332,61 @@ async fn ask(
     to_client(&mut parts);
     Ok(match (parts.status, body) {
         (StatusCode::NOT_FOUND | StatusCode::GONE, _) => Asked::NotActed,
-        (status, Some(Collected::Complete(body))) => Asked::Acted(StoredResponse {
-            status,
-            headers: replayable(&parts.headers, &route.replay_headers_deny),
-            body,
-        }),
+        (_, Some(Collected::Complete(body))) => {
+            let status = original_status(&parts.headers)?.unwrap_or(parts.status);
+            let mut headers = replayable(&parts.headers, &route.replay_headers_deny);
+            for name in &LOOKUP_METADATA {
+                headers.remove(name);
+            }
+            let response = StoredResponse {
+                status,
+                headers,
+                body,
+            };
+            if route.record.records(status) {
+                Asked::Acted(response)
+            } else {
+                Asked::NotRecorded(status)
+            }
+        }
         (_, Some(Collected::Over { .. })) => Asked::TooLarge,
         (status, None) => return Err(Unsettled(format!("the upstream answered {status}"))),
     })
+}
+
+/// Whether a lookup's answer settles the key as acted: a `2xx`, but not
+/// `202 Accepted` (the upstream is still working on it: ask again).
+fn final_answer(status: StatusCode) -> bool {
+    status.is_success() && status != StatusCode::ACCEPTED
+}
+
+/// The original's status from [`ORIGINAL_STATUS`], if the lookup sent one:
+/// a final status (200–599, not `202`), or the answer settles nothing.
+fn original_status(headers: &http::HeaderMap) -> Result<Option<StatusCode>, Unsettled> {
+    let Some(value) = headers.get(&ORIGINAL_STATUS) else {
+        return Ok(None);
+    };
+    let status = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse::<u16>().ok())
+        .and_then(|v| StatusCode::from_u16(v).ok())
+        .filter(|s| s.as_u16() >= 200 && *s != StatusCode::ACCEPTED);
+    match status {
+        Some(status) => Ok(Some(status)),
+        None => Err(Unsettled(format!(
+            "{ORIGINAL_STATUS}: {value:?} is not a final status (200-599, not 202)"
+        ))),
+    }
 }
 
 /// What a question found out.
 enum Asked {
     /// 2xx within `max_recorded_response`: the key's record.
     Acted(StoredResponse),
+    /// The original was answered with a status the route does not record:
+    /// as for that answer itself, the key is released.
+    NotRecorded(StatusCode),
     /// 2xx over `max_recorded_response`: acted, but nothing to replay.
     TooLarge,
     /// 404 or 410.

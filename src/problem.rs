@@ -128,6 +128,9 @@ pub enum KeyAfter {
     Observed,
     /// Inquiring (`"inquire"`): the gateway asks the upstream what happened.
     Inquiring,
+    /// The write that would have held, released or inquired was fenced: a
+    /// newer attempt or an inquirer had taken the key meanwhile.
+    Superseded,
 }
 
 /// The fields of one problem type.
@@ -282,6 +285,9 @@ impl GatewayError {
             KeyAfter::Inquiring => {
                 "The upstream may have acted. idemgate will ask it what happened: a retry with the same key gets 409 until then, and afterwards the upstream's answer as a replay, or is forwarded if the upstream never acted."
             }
+            KeyAfter::Superseded => {
+                "The upstream may have acted. This attempt's lease had lapsed, and the key was taken over meanwhile (by a newer attempt or by idemgate asking the upstream): retry with the same key to get its current outcome."
+            }
         };
         match self {
             E::NoRoute { path } => format!("No configured route matches {path}. Check the URL, or the gateway's [[routes]] configuration."),
@@ -384,6 +390,11 @@ mod tests {
         assert!(detail(KeyAfter::Held).contains("502 outcome-unknown"));
         assert!(detail(KeyAfter::Released).contains("key was released"));
         assert!(detail(KeyAfter::Observed).contains("shadow mode"));
+        let superseded = detail(KeyAfter::Superseded);
+        assert!(
+            superseded.contains("taken over") && !superseded.contains("will ask"),
+            "{superseded}"
+        );
         let unkeyed = detail(KeyAfter::Unkeyed);
         assert!(!unkeyed.contains("key"), "{unkeyed}");
     }

@@ -182,32 +182,36 @@ impl Gateway {
         token: Token,
         reason: HeldReason,
     ) -> Result<KeyAfter, GatewayError> {
-        let after = match route.on_unknown_outcome {
-            UnknownOutcome::Hold => {
+        let (written, after) = match route.on_unknown_outcome {
+            UnknownOutcome::Hold => (
                 self.persist(route, || {
                     self.store.hold(key, token, reason, route.retention)
                 })
-                .await
-                .map_err(GatewayError::RecordFailed)?;
-                KeyAfter::Held
-            }
-            UnknownOutcome::Release => {
-                self.persist(route, || self.store.release(key, token))
-                    .await
-                    .map_err(GatewayError::RecordFailed)?;
-                KeyAfter::Released
-            }
+                .await,
+                KeyAfter::Held,
+            ),
+            UnknownOutcome::Release => (
+                self.persist(route, || self.store.release(key, token)).await,
+                KeyAfter::Released,
+            ),
             UnknownOutcome::Inquire => {
                 // Validation gives every inquiring route its table.
                 let after = route.inquiry.as_ref().map_or(Duration::ZERO, |i| i.after);
-                self.persist(route, || {
-                    self.store
-                        .inquire(key, token, after, false, route.retention)
-                })
-                .await
-                .map_err(GatewayError::RecordFailed)?;
-                KeyAfter::Inquiring
+                let written = self
+                    .persist(route, || {
+                        self.store
+                            .inquire(key, token, after, false, route.retention)
+                    })
+                    .await;
+                (written, KeyAfter::Inquiring)
             }
+        };
+        // Fenced: a newer attempt or an inquirer took the key meanwhile
+        // (this attempt's lease had lapsed); the client is told so, not
+        // what this write would have done.
+        let after = match written.map_err(GatewayError::RecordFailed)? {
+            Cas::Applied => after,
+            Cas::Fenced => KeyAfter::Superseded,
         };
         Ok(match route.mode {
             RouteMode::Shadow => KeyAfter::Observed,
