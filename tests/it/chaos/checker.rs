@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use super::history::{Kind, Op, Route};
 use super::nemesis::{FRONT_AFTERMATH, FaultRecord};
-use crate::support::upstream::{Execution, response_digest};
+use crate::support::upstream::{Execution, lookup_body, response_digest};
 
 /// Scheduling slack added to lease arithmetic (renewal period, a busy
 /// 2-core machine).
@@ -716,7 +716,7 @@ fn lookup_answers(key: &str, executions: &[&Execution]) -> Vec<((u16, u64), Stri
     };
     (1..=executions.len())
         .map(|times| {
-            let body = format!("{{\"key\":\"{key}\",\"execution\":{first},\"times\":{times}}}");
+            let body = lookup_body(key, first, times);
             let digest = response_digest(
                 200,
                 [("content-type", &b"application/json"[..])],
@@ -925,8 +925,10 @@ mod tests {
             number,
             op,
             key: "k1".into(),
+            scope: String::new(),
             body: body.into(),
             response: response.into(),
+            original: 201,
             answered: Some((201, 10)),
             arrived: *EPOCH + MS * from as u32,
             until: *EPOCH + MS * to as u32,

@@ -17,7 +17,7 @@ use crate::support::{
 
 /// A route that inquires at `upstream`'s lookup: first after 100 ms, then
 /// every second, giving up after `give_up`.
-fn inquiring(store: &TestStore, upstream: &Upstream, give_up: &str) -> TestConfig {
+pub(super) fn inquiring(store: &TestStore, upstream: &Upstream, give_up: &str) -> TestConfig {
     let url = format!("{}/v1/idempotency/{{key}}", upstream.url());
     store.config(&upstream.url()).route(|r| {
         let mut inquiry = toml::Table::new();

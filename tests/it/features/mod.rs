@@ -4,6 +4,7 @@
 //! the `keys` commands and admin endpoint that fix a held key (`keys`).
 
 mod inquiry;
+mod inquiry_contract;
 mod keys;
 mod shadow;
 mod webhooks;

@@ -9,14 +9,28 @@
 //! - `/reset`: drops the connection without answering (after acting);
 //! - `/drop-once`: the first request with a key is dropped before acting
 //!   (no execution); later ones act as on any other path;
-//! - `GET …/idempotency/{key}`: the status inquiry lookup, not an
-//!   execution: `200` with the key's execution if it has one, `404` if
-//!   not ([`Upstream::lookup`] makes it fail or lie, for negative controls);
+//! - `/reset/original/{code}`: as `/reset`, for an operation whose answer
+//!   would have been `{code}` (the lookup conveys it);
+//! - `GET …/idempotency/{key}[?scope={digest}]`: the status inquiry lookup,
+//!   not an execution: `200` with the key's execution if it has one (with
+//!   `Idempotency-Original-Status` when that answer was not a 2xx, and
+//!   cache metadata of its own), `404` if not ([`Upstream::lookup`] makes
+//!   it fail, lie or answer `202`, for negative controls). It keeps the
+//!   lookup's contract: a key is the `Idempotency-Key` header's value (an
+//!   sf-string unquoted), or the RFC 8941 list of the values of the headers
+//!   [`KEY_PARTS_HEADER`] names; a scope is the digest of [`TENANT_HEADER`]
+//!   by idemgate's recipe (`{scope}`); after a `404` it refuses (`409`, no
+//!   execution) every request for the key whose `Idempotency-Attempt` is at
+//!   most the question's.
 //! - `/binary`: 201 with a binary body, `Location` and `ETag`;
 //! - `/big/{n}`: 200 with `n` bytes;
 //! - anything else: 201 with a JSON body naming how many requests with this
 //!   key arrived (so two executions of one key never answer the same bytes),
 //!   plus `Location`, `ETag` and `Set-Cookie`.
+//!
+//! Paths are normalised first, as many frameworks do (RFC 3986
+//! dot-segments removed from the raw path), so `…/idempotency/..` is
+//! `…/` and never a lookup.
 //!
 //! On any path, the header [`DELAY_HEADER`] makes it wait that many
 //! milliseconds once the request has arrived, before it answers, and
@@ -52,6 +66,14 @@ pub const OP_HEADER: &str = "x-test-op";
 /// reads its key from elsewhere (the gateway never looks at it).
 pub const KEY_LABEL_HEADER: &str = "x-test-key";
 
+/// Header naming, comma-separated, the headers whose values form the key
+/// of a route with several `key_from` parts (their RFC 8941 list).
+pub const KEY_PARTS_HEADER: &str = "x-test-key-parts";
+
+/// The header this upstream knows its tenants by (a route's
+/// `scope_header`): executions and lookups are per tenant.
+pub const TENANT_HEADER: &str = "x-tenant";
+
 /// Header by which a client asks the upstream to take this long (ms).
 pub const DELAY_HEADER: &str = "x-test-delay-ms";
 
@@ -62,13 +84,19 @@ pub struct Execution {
     pub number: u64,
     /// The client operation ([`OP_HEADER`]; `u64::MAX` without one).
     pub op: u64,
-    /// The `Idempotency-Key` value, as received.
+    /// The key: the `Idempotency-Key` header's value (unquoted), or what
+    /// [`KEY_LABEL_HEADER`] or [`KEY_PARTS_HEADER`] name.
     pub key: String,
+    /// The tenant's scope digest ([`scope_digest`] of [`TENANT_HEADER`]),
+    /// hex; empty without one.
+    pub scope: String,
     /// [`digest`] of the request body.
     pub body: String,
     /// [`response_digest`] of the answer it sent (or would have sent: see
     /// `/hang` and `/reset`).
     pub response: String,
+    /// The status it answered, or would have (`/reset/original/{code}`).
+    pub original: u16,
     /// The status and body size it answered (`None`: `/hang`, `/reset`).
     pub answered: Option<(u16, u64)>,
     /// When the whole request had arrived (the execution began).
@@ -81,8 +109,15 @@ pub struct Execution {
 /// What the upstream saw.
 #[derive(Default)]
 struct Seen {
-    /// Requests per `Idempotency-Key` header value (raw, as received).
+    /// Requests per key ([`Execution::key`], after `scope/` when scoped).
     per_key: HashMap<String, u64>,
+    /// Per key (as in `per_key`): the highest `Idempotency-Attempt` a
+    /// lookup answered `404` behind; requests up to it are refused.
+    fenced: HashMap<String, u64>,
+    /// Requests refused by that fence.
+    refused: u64,
+    /// The last lookup's headers.
+    last_lookup_headers: HeaderMap,
     /// The last request's headers.
     last_headers: HeaderMap,
     /// The last request's HTTP version.
@@ -109,6 +144,9 @@ pub enum Lookup {
     Down,
     /// `404` always, even for keys it executed: a broken contract.
     Lying,
+    /// `202 Accepted` (still processing) for this many questions, then
+    /// truthfully.
+    AcceptedFirst(u64),
 }
 
 /// A running upstream; stops accepting when dropped.
@@ -191,7 +229,8 @@ impl Upstream {
         self.seen.lock().unwrap().last_version
     }
 
-    /// How many requests carrying this exact key header value arrived.
+    /// How many requests with this key arrived (its value: a quoted key
+    /// unquoted; `scope/key` for a tenant's).
     pub fn count(&self, key_header_value: &str) -> u64 {
         self.seen
             .lock()
@@ -219,6 +258,16 @@ impl Upstream {
     /// How many requests arrived.
     pub fn total(&self) -> u64 {
         self.seen.lock().unwrap().total
+    }
+
+    /// The last status inquiry lookup's headers.
+    pub fn last_lookup_headers(&self) -> HeaderMap {
+        self.seen.lock().unwrap().last_lookup_headers.clone()
+    }
+
+    /// How many requests the lookup's fence refused (after a `404`).
+    pub fn refused(&self) -> u64 {
+        self.seen.lock().unwrap().refused
     }
 
     /// The last request's headers.
@@ -293,13 +342,38 @@ async fn answer(
             .unwrap_or_default()
     };
     // A route whose key is not in `Idempotency-Key` (a webhook's, in its
-    // body) names it for the ledger in [`KEY_LABEL_HEADER`].
-    let key = match header(KEY_LABEL_HEADER) {
-        label if !label.is_empty() => label,
-        _ => header("idempotency-key"),
+    // body) names it for the ledger in [`KEY_LABEL_HEADER`], or names the
+    // headers it is made of in [`KEY_PARTS_HEADER`].
+    let key = match (header(KEY_LABEL_HEADER), header(KEY_PARTS_HEADER)) {
+        (label, _) if !label.is_empty() => label,
+        (_, parts) if !parts.is_empty() => {
+            let values: Vec<String> = parts.split(',').map(|h| header(h.trim())).collect();
+            sf_list(&values)
+        }
+        _ => sf_value(&header("idempotency-key")),
     };
-    if req.method() == http::Method::GET && req.uri().path().contains("/idempotency/") {
-        return Ok(lookup(&req, &seen));
+    let scope = match header(TENANT_HEADER) {
+        tenant if tenant.is_empty() => String::new(),
+        tenant => hex::encode(scope_digest(tenant.as_bytes())),
+    };
+    let ledger = if scope.is_empty() {
+        key.clone()
+    } else {
+        format!("{scope}/{key}")
+    };
+    let path = remove_dot_segments(req.uri().path());
+    if req.method() == http::Method::GET && path.contains("/idempotency/") {
+        return Ok(lookup(&req, &path, &seen));
+    }
+    let attempt: u64 = header("idempotency-attempt").parse().unwrap_or(0);
+    {
+        let mut s = seen.lock().unwrap();
+        if s.fenced.get(&ledger).is_some_and(|f| attempt <= *f) {
+            // Refused without acting: the lookup promised this key never acts.
+            s.refused += 1;
+            let body = Full::new(Bytes::from_static(b"{\"error\":\"fenced\"}"));
+            return Ok(Response::builder().status(409).body(body).unwrap());
+        }
     }
     let op: u64 = header(OP_HEADER).parse().unwrap_or(u64::MAX);
     let mut delay = Duration::from_millis(header(DELAY_HEADER).parse().unwrap_or(0));
@@ -308,11 +382,10 @@ async fn answer(
         s.total += 1;
         s.last_headers = req.headers().clone();
         s.last_version = Some(req.version());
-        let n = s.per_key.entry(key.clone()).or_default();
+        let n = s.per_key.entry(ledger).or_default();
         *n += 1;
         *n
     };
-    let path = req.uri().path().to_string();
     // The operation happens when the whole request has arrived.
     let body = req
         .into_body()
@@ -332,6 +405,8 @@ async fn answer(
         let body = format!("{{\"n\":{n},\"path\":\"{path}\"}}");
         Plan::Answer(status, headers, Bytes::from(body))
     };
+    // What the operation answers (or, reset, would have answered).
+    let original: u16 = find("original").map_or(201, |c| c.parse().unwrap());
     let plan = if let Some(code) = find("status") {
         json(code.parse().unwrap(), Vec::new())
     } else if let Some(ms) = find("slow") {
@@ -390,10 +465,16 @@ async fn answer(
             Plan::Hang => arrived + Duration::from_secs(3600),
             Plan::Answer(..) | Plan::Reset => arrived + delay,
         };
+        let original = match &plan {
+            Plan::Answer(status, ..) => *status,
+            Plan::Hang | Plan::Reset => original,
+        };
         s.executions.push(Execution {
             number,
             op,
             key,
+            scope,
+            original,
             body: digest(&body),
             response,
             answered,
@@ -418,35 +499,152 @@ async fn answer(
     }
 }
 
-/// The status inquiry lookup for the key at the end of `path`: what the
+/// The status inquiry lookup for the key at the end of `path` (already
+/// normalised), under the tenant of its `scope` query parameter: what the
 /// upstream knows of it, as its [`Lookup`] mode lets it say.
-fn lookup(req: &Request<Incoming>, seen: &Mutex<Seen>) -> Response<Full<Bytes>> {
-    let raw = req.uri().path().rsplit('/').next().unwrap_or_default();
+fn lookup(req: &Request<Incoming>, path: &str, seen: &Mutex<Seen>) -> Response<Full<Bytes>> {
+    let raw = path.rsplit('/').next().unwrap_or_default();
     let key = percent_encoding::percent_decode_str(raw)
         .decode_utf8_lossy()
         .into_owned();
+    let scope = req
+        .uri()
+        .query()
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .find_map(|pair| pair.strip_prefix("scope="))
+        .unwrap_or_default()
+        .to_string();
+    let fence: u64 = req
+        .headers()
+        .get("idempotency-attempt")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
     let mut s = seen.lock().unwrap();
     s.last_headers = req.headers().clone();
+    s.last_lookup_headers = req.headers().clone();
     *s.lookups.entry(key.clone()).or_default() += 1;
-    let executed: Vec<&Execution> = s.executions.iter().filter(|e| e.key == key).collect();
-    let found = executed.first().map(|e| (e.number, executed.len()));
+    let executed: Vec<&Execution> = s
+        .executions
+        .iter()
+        .filter(|e| e.key == key && e.scope == scope)
+        .collect();
+    let found = executed
+        .first()
+        .map(|e| (e.number, executed.len(), e.original));
+    let mut extra = Vec::new();
     let (status, body) = match (s.lookup, found) {
-        (Lookup::FailFirst(0) | Lookup::Truthful, Some((number, times))) => (
-            200,
-            format!("{{\"key\":\"{key}\",\"execution\":{number},\"times\":{times}}}"),
-        ),
-        (Lookup::FailFirst(0) | Lookup::Truthful | Lookup::Lying, _) => (404, String::new()),
+        (
+            Lookup::FailFirst(0) | Lookup::AcceptedFirst(0) | Lookup::Truthful,
+            Some((number, times, original)),
+        ) => {
+            if !(200..300).contains(&original) {
+                extra.push(("idempotency-original-status", original.to_string()));
+            }
+            // The lookup's own metadata: never part of the original answer.
+            extra.push(("etag", format!("\"lookup-{number}\"")));
+            extra.push(("cache-control", "max-age=60".to_string()));
+            extra.push(("content-location", format!("/v1/idempotency/{raw}")));
+            (200, lookup_body(&key, number, times))
+        }
+        (Lookup::FailFirst(0) | Lookup::AcceptedFirst(0) | Lookup::Truthful | Lookup::Lying, _) => {
+            // "Never acted, and never will": fence the attempts up to the
+            // question's token before saying so.
+            let ledger = if scope.is_empty() {
+                key.clone()
+            } else {
+                format!("{scope}/{key}")
+            };
+            if fence > 0 {
+                let fenced = s.fenced.entry(ledger).or_default();
+                *fenced = (*fenced).max(fence);
+            }
+            (404, String::new())
+        }
         (Lookup::FailFirst(left), _) => {
             s.lookup = Lookup::FailFirst(left - 1);
             (503, String::new())
         }
+        (Lookup::AcceptedFirst(left), _) => {
+            s.lookup = Lookup::AcceptedFirst(left - 1);
+            (202, "{\"status\":\"processing\"}".to_string())
+        }
         (Lookup::Down, _) => (503, String::new()),
     };
-    Response::builder()
+    let mut response = Response::builder()
         .status(status)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .unwrap()
+        .header("content-type", "application/json");
+    for (name, value) in extra {
+        response = response.header(name, value);
+    }
+    response.body(Full::new(Bytes::from(body))).unwrap()
+}
+
+/// The lookup's `200` body about `key`: its first execution's number and
+/// how many there were.
+pub fn lookup_body(key: &str, number: u64, times: usize) -> String {
+    let key = serde_json::to_string(key).unwrap();
+    format!("{{\"key\":{key},\"execution\":{number},\"times\":{times}}}")
+}
+
+/// An `Idempotency-Key` header's value: an RFC 8941 sf-string unquoted and
+/// unescaped, a bare key as it is (written apart from idemgate's parser).
+pub fn sf_value(raw: &str) -> String {
+    let raw = raw.trim();
+    let Some(inner) = raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) else {
+        return raw.to_string();
+    };
+    let mut out = String::new();
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        out.push(if c == '\\' {
+            chars.next().unwrap_or(c)
+        } else {
+            c
+        });
+    }
+    out
+}
+
+/// Several key parts' values as idemgate keeps them: an RFC 8941 list of
+/// strings, `"a", "b"`.
+pub fn sf_list(values: &[String]) -> String {
+    let quoted: Vec<String> = values
+        .iter()
+        .map(|v| format!("\"{}\"", v.replace('\\', "\\\\").replace('"', "\\\"")))
+        .collect();
+    quoted.join(", ")
+}
+
+/// idemgate's scope digest of one header value, by the book's recipe:
+/// SHA-256 over the value preceded by its length as 8 bytes big-endian.
+pub fn scope_digest(value: &[u8]) -> Vec<u8> {
+    let mut hasher = Sha256::new();
+    hasher.update((value.len() as u64).to_be_bytes());
+    hasher.update(value);
+    hasher.finalize().to_vec()
+}
+
+/// RFC 3986 §5.2.4 on a raw path: `.` and `..` segments resolved, as a
+/// framework that normalises paths does.
+fn remove_dot_segments(path: &str) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    let segments: Vec<&str> = path.split('/').collect();
+    let last = segments.len().saturating_sub(1);
+    for (i, segment) in segments.iter().enumerate() {
+        match *segment {
+            "." | ".." => {
+                if *segment == ".." && out.len() > 1 {
+                    out.pop();
+                }
+                if i == last {
+                    out.push("");
+                }
+            }
+            other => out.push(other),
+        }
+    }
+    out.join("/")
 }
 
 /// A short hex digest of some bytes.
