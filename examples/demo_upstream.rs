@@ -7,11 +7,14 @@
 //! or `404`.
 //!
 //! `GET /v1/idempotency/{key}` is the status inquiry's lookup
-//! (docs/src/guide/status-inquiry.md): `201` with the payment a key
-//! created, or `404` if the key never created one. With `--ledger FILE` it
-//! keeps that contract across a crash: each payment is appended to the file
-//! with its `Idempotency-Key` *before* it is answered, and the file is read
-//! back at start. A `?delay_ms=N` query
+//! (docs/src/guide/status-inquiry.md), and keeps its contract: a key is the
+//! `Idempotency-Key` header's value (`"t-1"` is the key `t-1`, RFC 8941);
+//! `201` with the payment a key created, or `404` if the key never created
+//! one, and then every request for the key whose `Idempotency-Attempt` is
+//! at most the question's is refused (`409`, nothing created). With
+//! `--ledger FILE` it keeps that contract across a crash: each payment is
+//! appended to the file with its key *before* it is answered, and the file
+//! is read back at start. A `?delay_ms=N` query
 //! parameter (at most 60000) makes the answer wait, so a duplicate can arrive
 //! while the first request is still in flight. `POST /v1/events` is a
 //! webhook receiver: it processes every delivery it gets (`200`, with the
@@ -64,6 +67,9 @@ struct Payments {
     by_id: HashMap<String, Value>,
     /// The payment each `Idempotency-Key` created.
     by_key: HashMap<String, Value>,
+    /// Per key the lookup answered `404` about: the question's
+    /// `Idempotency-Attempt`; attempts up to it are refused.
+    fenced: HashMap<String, u64>,
     ledger: Option<File>,
 }
 
@@ -120,13 +126,13 @@ async fn main() -> std::io::Result<()> {
         None => Payments::default(),
     };
     let state: State = Arc::new(Mutex::new(payments));
+    let listen = listener.local_addr()?;
     match &args.ledger {
         Some(path) => println!(
-            "demo upstream listening on http://{} (ledger {})",
-            args.listen,
+            "demo upstream listening on http://{listen} (ledger {})",
             path.display()
         ),
-        None => println!("demo upstream listening on http://{}", args.listen),
+        None => println!("demo upstream listening on http://{listen}"),
     }
     loop {
         let (stream, _) = listener.accept().await?;
@@ -143,12 +149,18 @@ async fn main() -> std::io::Result<()> {
 async fn handle(req: Request<Incoming>, state: State) -> Result<Response<Full<Bytes>>, Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    // The key's value, as the IETF draft defines the header (an RFC 8941
+    // string, quoted or bare): what the lookup is asked about.
     let key = req
         .headers()
         .get("idempotency-key")
-        .map_or("-".to_string(), |v| {
-            String::from_utf8_lossy(v.as_bytes()).into_owned()
-        });
+        .and_then(|v| idemgate::request::key::parse(v).ok())
+        .unwrap_or_else(|| "-".to_string());
+    let attempt: u64 = req
+        .headers()
+        .get("idempotency-attempt")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0);
     let delay_ms = req
         .uri()
         .query()
@@ -168,6 +180,23 @@ async fn handle(req: Request<Incoming>, state: State) -> Result<Response<Full<By
     let under = |base: &str| path == base || path.starts_with(&format!("{base}/"));
     let under_payments = under("/v1/payments") || under("/v1/transfers");
     let (status, payload, location, note) = match method {
+        Method::POST
+            if under_payments
+                && state
+                    .lock()
+                    .expect("lock")
+                    .fenced
+                    .get(&key)
+                    .is_some_and(|f| attempt <= *f) =>
+        {
+            // The lookup said this key never acted, fenced up to `f`.
+            (
+                StatusCode::CONFLICT,
+                json!({"error": "a newer attempt of this key exists; nothing was created"}),
+                None,
+                format!("refused attempt {attempt} (fenced)"),
+            )
+        }
         Method::POST if under_payments => {
             let amount = serde_json::from_slice::<Value>(&body)
                 .ok()
@@ -200,7 +229,8 @@ async fn handle(req: Request<Incoming>, state: State) -> Result<Response<Full<By
         Method::GET if path.starts_with("/v1/idempotency/") => {
             let asked = &path["/v1/idempotency/".len()..];
             let asked = percent_encoding::percent_decode_str(asked).decode_utf8_lossy();
-            match state.lock().expect("lock").by_key.get(asked.as_ref()) {
+            let mut state = state.lock().expect("lock");
+            match state.by_key.get(asked.as_ref()).cloned() {
                 // The answer the original request got.
                 Some(p) => {
                     let id = p["id"].as_str().unwrap_or_default();
@@ -208,12 +238,17 @@ async fn handle(req: Request<Incoming>, state: State) -> Result<Response<Full<By
                     let note = format!("key {asked} created {id}");
                     (StatusCode::CREATED, p.clone(), Some(location), note)
                 }
-                None => (
-                    StatusCode::NOT_FOUND,
-                    json!({"error": "no payment was created with this key"}),
-                    None,
-                    format!("key {asked} created nothing"),
-                ),
+                None => {
+                    // "Never acted, and never will": fence first.
+                    let fenced = state.fenced.entry(asked.to_string()).or_default();
+                    *fenced = (*fenced).max(attempt);
+                    (
+                        StatusCode::NOT_FOUND,
+                        json!({"error": "no payment was created with this key"}),
+                        None,
+                        format!("key {asked} created nothing (attempts up to {attempt} refused)"),
+                    )
+                }
             }
         }
         Method::GET if path.starts_with("/v1/payments/") => {

@@ -3,6 +3,7 @@
 //! for webhook senders and brokers (`webhooks`), shadow mode (`shadow`), and
 //! the `keys` commands and admin endpoint that fix a held key (`keys`).
 
+mod demo;
 mod inquiry;
 mod inquiry_contract;
 mod keys;
