@@ -85,6 +85,18 @@ mod tests {
         );
     }
 
+    /// The book's test vector (docs/src/guide/status-inquiry.md): the
+    /// scope `tenant-a` from one header, as `{scope}` sends it.
+    #[test]
+    fn the_scope_is_sent_as_the_books_digest() {
+        let digest = crate::store::scope_digest([&b"tenant-a"[..]]);
+        let q = inquiry("http://up/k/{key}?scope={scope}");
+        assert_eq!(
+            q.url_for("k1", &digest).unwrap().query(),
+            Some("scope=aa5ec1d6e76e78a1ed2b0f4e2adfa3e07e82bd2f8ca1a20abb1db27d6fb0ecd0")
+        );
+    }
+
     #[test]
     fn dot_segment_keys_are_encoded() {
         let q = inquiry("http://up:9000/v1/idempotency/{key}");
