@@ -75,8 +75,9 @@ const TAKE: &str = "UPDATE idemgate_records r
 /// [`TAKE`] sees them: both generations' partitions, each through its
 /// partial index of in-flight and inquiring records (migration 0008, and
 /// 0012 for the partitions), so the count reads only open records, however
-/// many completed ones the table holds.
-const COUNT_INQUIRING: &str = "SELECT count(*) FROM idemgate_records
+/// many completed ones the table holds. Public for the test that reads its
+/// plan (tests/it/stores/postgres_plans.rs).
+pub const COUNT_INQUIRING: &str = "SELECT count(*) FROM idemgate_records
       WHERE state = 'inquiring' AND route = ANY($1) AND expires_at > statement_timestamp()";
 
 impl InfoRow {
