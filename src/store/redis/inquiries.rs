@@ -15,9 +15,15 @@
 //! (as they are, still due) and takes them as any other; entries of other
 //! routes stay where they are, untouched, for the instances that ask for
 //! them (an entry whose record is gone or settled is dropped: it stands
-//! for no question). Nothing writes the old set any more once every
-//! instance runs this release; it empties as its routes' instances move
-//! their entries.
+//! for no question). A take looks at the old set's 1,000 earliest due
+//! entries: more live questions than that of routes no upgraded instance
+//! asks for would hide later ones until they are moved or expire. Nothing
+//! writes the old set any more once every instance runs this release; it
+//! empties as its routes' instances move their entries.
+//!
+//! A route that stops inquiring everywhere leaves its sets behind: no
+//! take reads them any more, and they keep at most one entry per record
+//! it had in flight or inquiring then (the records themselves expire).
 
 use std::sync::LazyLock;
 use std::time::Duration;

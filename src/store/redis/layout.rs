@@ -1,7 +1,8 @@
 //! Where the Redis store keeps what: the names of record keys and token
 //! counters, for a single server and for a Redis Cluster.
 //!
-//! Single server (`cluster = false`), unchanged since the first release:
+//! Single server (`cluster = false`; records and tokens unchanged since the
+//! first release):
 //!
 //! - record: `{prefix}rec:{len(route)}:{route}:{hex(scope)}:{key}`
 //! - tokens: `{prefix}token`, one counter for every record.
@@ -23,8 +24,8 @@
 //! must never repeat for a key, even after its record expired or was
 //! released, so a counter per record (which would expire with it) will not
 //! do. Instead there are [`BUCKETS`] counters; a record's bucket `N` is a
-//! stable hash (FNV-1a) of its single-server key, and both carry the hash
-//! tag `{bN}`:
+//! stable hash (FNV-1a) of its single-server key, and every key of the
+//! bucket carries the hash tag `{bN}`:
 //!
 //! - record: `{prefix}{bN}rec:{len(route)}:{route}:{hex(scope)}:{key}`
 //! - tokens: `{prefix}{bN}token`
@@ -32,7 +33,9 @@
 //! - inquiring keys: `{prefix}{bN}inquiring:{len(route)}:{route}`
 //! - before the sets per route: `{prefix}{bN}due`
 //!
-//! Every key of one bucket is in one slot, so the claim's two keys are too;
+//! Every key of one bucket is in one slot, so a script's keys are too (the
+//! claim's record, counter and its route's sets; a take's sets of every
+//! route it asks for);
 //! the 1024 buckets spread records over every primary. The prefix may hold
 //! no brace on a cluster (`StoreConfig::validate`): Redis would take the
 //! hash tag from it.
