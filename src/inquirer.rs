@@ -149,6 +149,7 @@ impl Inquirer {
             tick.tick().await;
             let asking = self.asking.load_full();
             if asking.routes.is_empty() {
+                self.metrics.inquiries.pending.set(0);
                 continue;
             }
             let names: Vec<InquiringRoute> = asking
@@ -159,6 +160,17 @@ impl Inquirer {
                     retention: r.retention,
                 })
                 .collect();
+            // Every tick, before taking: the keys waiting for an answer,
+            // during `after` and between questions too.
+            match self.records.count_inquiring(&names).await {
+                Ok(n) => {
+                    let n = i64::try_from(n).unwrap_or(i64::MAX);
+                    self.metrics.inquiries.pending.set(n);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "cannot count the keys waiting for a status inquiry; will retry");
+                }
+            }
             let lease = asking
                 .routes
                 .values()
@@ -176,10 +188,10 @@ impl Inquirer {
             let mut questions = JoinSet::new();
             for inquiry in taken {
                 let (this, asking) = (self.clone(), asking.clone());
-                this.metrics.inquiries.pending.inc();
+                this.metrics.inquiries.asking.inc();
                 questions.spawn(async move {
                     this.settle(&asking, inquiry).await;
-                    this.metrics.inquiries.pending.dec();
+                    this.metrics.inquiries.asking.dec();
                 });
             }
             // One batch at a time: at most BATCH questions in flight.

@@ -1,5 +1,6 @@
 //! The status inquiry's metrics: questions asked of upstreams, by route and
-//! what the answer did to the key, and the questions being asked now.
+//! what the answer did to the key, the keys waiting for an answer, and the
+//! questions this instance is asking now.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -17,18 +18,23 @@ pub struct InquiryLabels {
     pub result: &'static str,
 }
 
-/// `idemgate_inquiries_total` and `idemgate_inquiries_pending`.
+/// `idemgate_inquiries_total`, `idemgate_inquiries_pending` and
+/// `idemgate_inquiries_asking`.
 #[derive(Debug, Clone, Default)]
 pub struct InquiryMetrics {
     /// `idemgate_inquiries_total{route, result}`.
     pub total: Family<InquiryLabels, Counter>,
-    /// `idemgate_inquiries_pending`: keys this instance has taken and not
-    /// yet settled (a question on the wire, or about to be).
+    /// `idemgate_inquiries_pending`: keys of this instance's routes that
+    /// are `inquiring`, whichever instance asks about them (read from the
+    /// store each inquirer tick).
     pub pending: Gauge,
+    /// `idemgate_inquiries_asking`: keys this instance has taken and not
+    /// yet settled (a question on the wire, or about to be).
+    pub asking: Gauge,
 }
 
 impl InquiryMetrics {
-    /// Register both in `registry`.
+    /// Register them in `registry`.
     pub(super) fn register(&self, registry: &mut Registry) {
         registry.register(
             "inquiries",
@@ -37,8 +43,13 @@ impl InquiryMetrics {
         );
         registry.register(
             "inquiries_pending",
-            "Keys whose outcome this instance is asking its upstream about right now",
+            "Keys of this instance's inquiring routes whose outcome is unknown and waits for an answer from their upstream (state inquiring), as the store counts them, whichever instance asks",
             self.pending.clone(),
+        );
+        registry.register(
+            "inquiries_asking",
+            "Keys whose outcome this instance is asking its upstream about right now",
+            self.asking.clone(),
         );
     }
 

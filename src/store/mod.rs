@@ -377,6 +377,9 @@ pub trait StoreAdmin: Send + Sync + 'static {
         lease: Duration,
         limit: usize,
     ) -> Result<Vec<Inquiry>, StoreError>;
+    /// How many keys of `routes` are `inquiring`, whichever instance asks
+    /// (`idemgate_inquiries_pending`, each inquirer tick: an index's read).
+    async fn count_inquiring(&self, routes: &[InquiringRoute]) -> Result<u64, StoreError>;
     /// Readiness: the store answers and (where it has a schema) is migrated.
     async fn ping(&self) -> Result<(), StoreError>;
     /// Called once on each serving thread before the gateway serves: a

@@ -536,6 +536,10 @@ impl StoreAdmin for FrontStore {
         self.inner.truth.take_inquiries(routes, lease, limit).await
     }
 
+    async fn count_inquiring(&self, routes: &[InquiringRoute]) -> Result<u64, StoreError> {
+        self.inner.truth.count_inquiring(routes).await
+    }
+
     async fn sweep(&self, batch: usize) -> Result<Swept, StoreError> {
         // Expired records expired in the front too (their TTLs).
         self.inner.truth.sweep(batch).await

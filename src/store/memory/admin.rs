@@ -56,6 +56,21 @@ impl StoreAdmin for MemoryStore {
         Ok(taken)
     }
 
+    async fn count_inquiring(&self, routes: &[InquiringRoute]) -> Result<u64, StoreError> {
+        let now = Instant::now();
+        let inner = self.lock();
+        let n = inner
+            .records
+            .iter()
+            .filter(|(k, r)| {
+                matches!(r.state, State::Inquiring { .. })
+                    && !r.expired(now)
+                    && routes.iter().any(|route| route.name == k.route)
+            })
+            .count();
+        Ok(n as u64)
+    }
+
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
         Ok(self.lock().records.get(key).and_then(|r| r.info(key)))
     }

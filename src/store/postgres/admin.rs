@@ -71,6 +71,15 @@ const TAKE: &str = "UPDATE idemgate_records r
   RETURNING r.route, r.scope, r.key, r.token, r.inquiries,
             (EXTRACT(EPOCH FROM clock_timestamp() - r.inquiring_since) * 1000)::int8 AS for_ms";
 
+/// How many records of the routes `$1` are `inquiring` and unexpired, as
+/// [`TAKE`] sees them: both generations' partitions, each through its
+/// partial index of in-flight and inquiring records (migration 0008, and
+/// 0012 for the partitions), so the count reads only open records, however
+/// many completed ones the table holds. Public for the test that reads its
+/// plan (tests/it/stores/postgres_plans.rs).
+pub const COUNT_INQUIRING: &str = "SELECT count(*) FROM idemgate_records
+      WHERE state = 'inquiring' AND route = ANY($1) AND expires_at > statement_timestamp()";
+
 impl InfoRow {
     fn into_info(self) -> Result<RecordInfo, StoreError> {
         let key = RecordKey {
@@ -162,6 +171,24 @@ impl StoreAdmin for PgStore {
                 inquiring_for: Duration::from_millis(u64::try_from(for_ms).unwrap_or(0)),
             })
             .collect())
+    }
+
+    async fn count_inquiring(&self, routes: &[InquiringRoute]) -> Result<u64, StoreError> {
+        if routes.is_empty() {
+            return Ok(0);
+        }
+        let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
+        let n: i64 = self
+            .bounded(async |conn| {
+                // Unnamed, as the take: planned at each round.
+                sqlx::query_scalar(COUNT_INQUIRING)
+                    .persistent(false)
+                    .bind(&names)
+                    .fetch_one(conn)
+                    .await
+            })
+            .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {

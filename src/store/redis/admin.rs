@@ -9,9 +9,8 @@ use deadpool_redis::redis::{self, Value};
 
 use super::RedisStore;
 use super::conn::{Node, primaries};
-use super::layout::Layout;
-use super::scripts::{CLEAR, INSPECT, TAKE};
-use super::store::{bytes, corrupt, int, millis};
+use super::scripts::{CLEAR, INSPECT};
+use super::store::{bytes, corrupt, int};
 use crate::store::info::from_epoch_millis;
 use crate::store::{
     InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin, StoreError,
@@ -25,76 +24,7 @@ fn least_recent_first(found: &mut Vec<RecordInfo>, limit: usize) {
     found.truncate(limit);
 }
 
-/// Buckets asked at once on a cluster.
-const TAKE_CONCURRENCY: usize = 16;
-
 impl RedisStore {
-    /// [`TAKE`] on every bucket's due questions (the one set of a single
-    /// server): a script may only touch keys of one slot. A cluster's 1,024
-    /// buckets are asked [`TAKE_CONCURRENCY`] at a time, each for its share
-    /// of what is left of `limit` (so a tick takes at most `limit` plus one
-    /// share per concurrent call). A bucket that fails is logged and left
-    /// for the next tick; the others' questions are kept.
-    async fn take_per_bucket(
-        &self,
-        routes: &[InquiringRoute],
-        lease: Duration,
-        limit: usize,
-    ) -> Result<Vec<Vec<Vec<Value>>>, StoreError> {
-        use futures_util::stream::{self, StreamExt};
-        use std::sync::atomic::{AtomicUsize, Ordering};
-        let sets = self.layout.due_sets();
-        let buckets = sets.len();
-        let lease = millis(lease).to_string();
-        let share = limit.div_ceil(TAKE_CONCURRENCY.min(buckets)).max(1);
-        let left = AtomicUsize::new(limit);
-        let results: Vec<Result<Vec<Vec<Value>>, StoreError>> = stream::iter(sets)
-            .map(|(due, token, tagged)| {
-                let (lease, left) = (&lease, &left);
-                async move {
-                    let asking = left.load(Ordering::Relaxed).min(share);
-                    if asking == 0 {
-                        return Ok(Vec::new());
-                    }
-                    let mut args = vec![lease.clone(), asking.to_string()];
-                    for route in routes {
-                        args.push(Layout::route_start(&tagged, &route.name));
-                        args.push(millis(route.retention).to_string());
-                    }
-                    let reply: Vec<Vec<Value>> = self
-                        .bounded(|mut conn| {
-                            let mut invocation = TAKE.key(&due);
-                            invocation.key(&token).arg(&args);
-                            async move { invocation.invoke_async(&mut conn).await }
-                        })
-                        .await?;
-                    let _ = left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                        Some(n.saturating_sub(reply.len()))
-                    });
-                    Ok(reply)
-                }
-            })
-            .buffer_unordered(TAKE_CONCURRENCY)
-            .collect()
-            .await;
-        let mut replies = Vec::with_capacity(results.len());
-        let mut failed = None;
-        for result in results {
-            match result {
-                Ok(reply) => replies.push(reply),
-                Err(error) => failed = Some(error),
-            }
-        }
-        match failed {
-            Some(error) if replies.is_empty() => Err(error),
-            Some(error) => {
-                tracing::warn!(%error, "some Redis buckets could not be asked for due inquiries; the next tick asks again");
-                Ok(replies)
-            }
-            None => Ok(replies),
-        }
-    }
-
     /// A cluster's primaries, asked afresh (remembered for the wake-up
     /// subscriber); `[None]` for one server, the only node there is.
     async fn scan_nodes(&self) -> Result<Vec<Option<Node>>, StoreError> {
@@ -126,15 +56,16 @@ impl RedisStore {
         completed_too: bool,
     ) -> Result<bool, StoreError> {
         let record = self.layout.record_key(key);
-        let due = self.layout.due_key(key);
+        let sets = self.layout.sets(key);
         let wake = self.wake_args(key);
-        let (wake, due) = (&wake, &due);
+        let (wake, sets) = (&wake, &sets);
         let flag = |b: bool| if b { "1" } else { "0" };
         let n: i64 = self
             .bounded(|mut conn| async move {
                 CLEAR
                     .key(&record[..])
-                    .key(due)
+                    .key(&sets.due)
+                    .key(&sets.inquiring)
                     .arg(flag(force))
                     .arg(flag(completed_too))
                     .arg(&wake.0)
@@ -159,26 +90,11 @@ impl StoreAdmin for RedisStore {
         lease: Duration,
         limit: usize,
     ) -> Result<Vec<Inquiry>, StoreError> {
-        let replies = self.take_per_bucket(routes, lease, limit).await?;
-        let mut taken = Vec::new();
-        for row in replies.into_iter().flatten() {
-            let name =
-                bytes(row.first()).ok_or_else(|| corrupt("a taken question without a key"))?;
-            let key = routes
-                .iter()
-                .find_map(|route| self.layout.parse_record_key(&route.name, &name))
-                .ok_or_else(|| corrupt("a taken question of no inquiring route"))?;
-            taken.push(Inquiry {
-                key,
-                token: int(row.get(1))
-                    .ok_or_else(|| corrupt("a taken question without a token"))?,
-                asked: u32::try_from(int(row.get(2)).unwrap_or(0)).unwrap_or(0),
-                inquiring_for: Duration::from_millis(
-                    u64::try_from(int(row.get(3)).unwrap_or(0)).unwrap_or(0),
-                ),
-            });
-        }
-        Ok(taken)
+        self.take_due(routes, lease, limit).await
+    }
+
+    async fn count_inquiring(&self, routes: &[InquiringRoute]) -> Result<u64, StoreError> {
+        self.count_in_buckets(routes).await
     }
 
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {

@@ -1,12 +1,21 @@
 //! Where the Redis store keeps what: the names of record keys and token
 //! counters, for a single server and for a Redis Cluster.
 //!
-//! Single server (`cluster = false`), unchanged since the first release:
+//! Single server (`cluster = false`; records and tokens unchanged since the
+//! first release):
 //!
 //! - record: `{prefix}rec:{len(route)}:{route}:{hex(scope)}:{key}`
 //! - tokens: `{prefix}token`, one counter for every record.
-//! - due questions (status inquiry): `{prefix}due`, a sorted set of the
-//!   record keys of routes that inquire, scored by when each is due.
+//! - due questions (status inquiry): `{prefix}due:{len(route)}:{route}`,
+//!   one sorted set per route that inquires, of its record keys scored by
+//!   when each is due; an instance takes from the sets of exactly the routes
+//!   it asks for, so instances with other routes never hide its questions.
+//! - inquiring keys: `{prefix}inquiring:{len(route)}:{route}`, one sorted
+//!   set per route of its `inquiring` record keys scored by when each record
+//!   expires (read for `idemgate_inquiries_pending`).
+//! - `{prefix}due`: the one due set of every route before the sets per
+//!   route; no longer written. Taking moves the due entries of the routes it
+//!   asks for into their route's set (upgrade: [`Bucket::legacy_due`]).
 //! - the records' marker: `{prefix}dataset`, a random id set once
 //!   ([`super::dataset`]).
 //!
@@ -15,14 +24,18 @@
 //! must never repeat for a key, even after its record expired or was
 //! released, so a counter per record (which would expire with it) will not
 //! do. Instead there are [`BUCKETS`] counters; a record's bucket `N` is a
-//! stable hash (FNV-1a) of its single-server key, and both carry the hash
-//! tag `{bN}`:
+//! stable hash (FNV-1a) of its single-server key, and every key of the
+//! bucket carries the hash tag `{bN}`:
 //!
 //! - record: `{prefix}{bN}rec:{len(route)}:{route}:{hex(scope)}:{key}`
 //! - tokens: `{prefix}{bN}token`
-//! - due questions: `{prefix}{bN}due`
+//! - due questions: `{prefix}{bN}due:{len(route)}:{route}`
+//! - inquiring keys: `{prefix}{bN}inquiring:{len(route)}:{route}`
+//! - before the sets per route: `{prefix}{bN}due`
 //!
-//! Every key of one bucket is in one slot, so the claim's two keys are too;
+//! Every key of one bucket is in one slot, so a script's keys are too (the
+//! claim's record, counter and its route's sets; a take's sets of every
+//! route it asks for);
 //! the 1024 buckets spread records over every primary. The prefix may hold
 //! no brace on a cluster (`StoreConfig::validate`): Redis would take the
 //! hash tag from it.
@@ -31,6 +44,27 @@ use super::super::RecordKey;
 
 /// How many token counters a cluster has (the hash tags `{b0}`…`{b1023}`).
 pub(super) const BUCKETS: u64 = 1024;
+
+/// A route's sets in one bucket ([`Layout::route_sets`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RouteSets {
+    /// Its due questions, scored by when each is due.
+    pub(super) due: String,
+    /// Its `inquiring` records, scored by when each expires.
+    pub(super) inquiring: String,
+}
+
+/// The keys every route of one bucket shares ([`Layout::buckets`]).
+#[derive(Debug, Clone)]
+pub(super) struct Bucket {
+    /// The prefix and, on a cluster, the bucket's hash tag.
+    pub(super) tagged: String,
+    /// The bucket's token counter.
+    pub(super) token: String,
+    /// The one due set of every route before the sets per route, read only
+    /// to move its entries into theirs (upgrade).
+    pub(super) legacy_due: String,
+}
 
 /// The key names of one store.
 #[derive(Debug, Clone)]
@@ -108,27 +142,43 @@ impl Layout {
         format!("{}dataset", self.prefix)
     }
 
-    /// The sorted set of due status questions the record is entered in.
-    pub(super) fn due_key(&self, key: &RecordKey) -> String {
+    /// The prefix and, on a cluster, the hash tag of the record's bucket:
+    /// what every key of its bucket starts with.
+    fn tagged(&self, key: &RecordKey) -> String {
         if self.cluster {
-            format!("{}{}due", self.prefix, Self::tag(&Self::record_name(key)))
+            format!("{}{}", self.prefix, Self::tag(&Self::record_name(key)))
         } else {
-            format!("{}due", self.prefix)
+            self.prefix.clone()
         }
     }
 
-    /// Every bucket's due questions and token counter (one pair on a
-    /// single server), with the tag its record keys carry.
-    pub(super) fn due_sets(&self) -> Vec<(String, String, String)> {
+    /// The record's route's sets in its bucket: the due questions it is
+    /// entered in, and the `inquiring` records.
+    pub(super) fn sets(&self, key: &RecordKey) -> RouteSets {
+        Self::route_sets(&self.tagged(key), &key.route)
+    }
+
+    /// The two sets of `route` in the bucket whose keys start with `tagged`.
+    pub(super) fn route_sets(tagged: &str, route: &str) -> RouteSets {
+        RouteSets {
+            due: format!("{tagged}due:{}:{route}", route.len()),
+            inquiring: format!("{tagged}inquiring:{}:{route}", route.len()),
+        }
+    }
+
+    /// Every bucket (one on a single server): the prefix with its tag, its
+    /// token counter and its due set of before the sets per route.
+    pub(super) fn buckets(&self) -> Vec<Bucket> {
+        let bucket = |tagged: String| Bucket {
+            token: format!("{tagged}token"),
+            legacy_due: format!("{tagged}due"),
+            tagged,
+        };
         if !self.cluster {
-            let p = &self.prefix;
-            return vec![(format!("{p}due"), format!("{p}token"), p.clone())];
+            return vec![bucket(self.prefix.clone())];
         }
         (0..BUCKETS)
-            .map(|n| {
-                let tagged = format!("{}{{b{n}}}", self.prefix);
-                (format!("{tagged}due"), format!("{tagged}token"), tagged)
-            })
+            .map(|n| bucket(format!("{}{{b{n}}}", self.prefix)))
             .collect()
     }
 
@@ -224,6 +274,9 @@ mod tests {
         let k = key("orders", "k-1");
         assert_eq!(l.record_key(&k), b"idemgate:rec:6:orders:ab01:k-1".to_vec());
         assert_eq!(l.token_key(&k), "idemgate:token");
+        assert_eq!(l.sets(&k).due, "idemgate:due:6:orders");
+        assert_eq!(l.sets(&k).inquiring, "idemgate:inquiring:6:orders");
+        assert_eq!(l.buckets()[0].legacy_due, "idemgate:due");
         assert_eq!(l.route_pattern("a*b"), b"idemgate:rec:3:a\\*b:*".to_vec());
         assert_eq!(l.parse_record_key("orders", &l.record_key(&k)), Some(k));
     }
@@ -239,6 +292,9 @@ mod tests {
             let k = key("orders", &format!("key-{i}"));
             let (record, token) = (l.record_key(&k), l.token_key(&k));
             assert_eq!(slot(&record), slot(token.as_bytes()), "{k:?}");
+            let sets = l.sets(&k);
+            assert_eq!(slot(&record), slot(sets.due.as_bytes()), "{k:?}");
+            assert_eq!(slot(&record), slot(sets.inquiring.as_bytes()), "{k:?}");
             assert!(String::from_utf8_lossy(&record).starts_with("idemgate:{b"));
             assert_eq!(l.parse_record_key("orders", &record), Some(k.clone()));
             assert_eq!(l.parse_record_key("other", &record), None);
@@ -257,6 +313,11 @@ mod tests {
             b"idemgate:{b963}rec:6:orders:ab01:k-1".to_vec()
         );
         assert_eq!(layout(true).token_key(&k), "idemgate:{b963}token");
+        assert_eq!(layout(true).sets(&k).due, "idemgate:{b963}due:6:orders");
+        let bucket = &layout(true).buckets()[963];
+        assert_eq!(bucket.legacy_due, "idemgate:{b963}due");
+        let sets = Layout::route_sets(&bucket.tagged, "orders");
+        assert_eq!(sets, layout(true).sets(&k));
         assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
     }

@@ -16,7 +16,10 @@
 //!   one counter `{prefix}token`;
 //! - a cluster: record `{prefix}{bN}rec:…` and its counter `{prefix}{bN}token`,
 //!   `N` one of 1024 buckets by a stable hash of the record's name, so that
-//!   every script's keys share the hash slot of the tag `{bN}`.
+//!   every script's keys share the hash slot of the tag `{bN}`;
+//! - a route that inquires: its due questions and its `inquiring` records,
+//!   two sorted sets per route (per bucket on a cluster), from which an
+//!   instance takes and counts for its own routes only ([`inquiries`]).
 //!
 //! On a cluster, key administration scans every primary, readiness asks
 //! every primary's `CLUSTER INFO` for `cluster_state:ok`, and the wake-up
@@ -28,6 +31,7 @@ mod admin;
 mod conn;
 mod dataset;
 mod eviction;
+mod inquiries;
 mod lanes;
 mod layout;
 mod scripts;

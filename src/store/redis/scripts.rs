@@ -13,10 +13,20 @@ use deadpool_redis::redis::Script;
 /// (docs/src/design/decisions.md); an empty channel (a route that does not wait)
 /// publishes nothing. Every script that can take a record out of
 /// `in_flight` gets these two arguments last.
-const NOW: &str = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)
+pub(super) const NOW: &str = "local t = redis.call('TIME') local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local function announce() if ARGV[#ARGV - 1] ~= '' then redis.call('PUBLISH', ARGV[#ARGV - 1], ARGV[#ARGV]) end end\n";
 
-/// The claim: KEYS = record, token counter, due questions; ARGV =
+/// `inquiring(set, name)`: enter the record `name`, now `inquiring`, in
+/// its route's set of inquiring records, scored by when it expires (after
+/// any `PEXPIRE` of the script: a score never falls short of the record's
+/// life). For scripts that start with [`NOW`].
+pub(super) const INQUIRING: &str = "local function inquiring(set, name)
+  local ttl = redis.call('PTTL', name)
+  if ttl < 0 then redis.call('ZADD', set, '+inf', name) else redis.call('ZADD', set, now + ttl, name) end
+end\n";
+
+/// The claim: KEYS = record, token counter, due questions, inquiring
+/// records (both sets of the record's route); ARGV =
 /// fingerprint, lease ms, retention ms, what a lapsed lease turns into (1:
 /// taken over, 0: held, 2: inquiring), attempt id, the instant (ms since
 /// the epoch) after which it must not run, wake-up channel, wake id. A
@@ -30,7 +40,7 @@ local function announce() if ARGV[#ARGV - 1] ~= '' then redis.call('PUBLISH', AR
 /// end, so the inquirer finds it if its gateway dies.
 pub(super) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{NOW}{}",
+        "{NOW}{INQUIRING}{}",
         r#"
 if now > tonumber(ARGV[6]) then return {'late', now - tonumber(ARGV[6])} end
 local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'held_reason', 'status', 'headers', 'body')
@@ -53,10 +63,12 @@ if ARGV[4] == '2' then
   redis.call('HSET', KEYS[1], 'state', 'inquiring', 'lease_until', now, 'asked', 0, 'since', now, 'updated_at', now)
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
   redis.call('ZADD', KEYS[3], now, KEYS[1])
+  inquiring(KEYS[4], KEYS[1])
   announce()
   return {'inquiring', tonumber(r[3]), 0}
 end
 redis.call('ZREM', KEYS[3], KEYS[1])
+redis.call('ZREM', KEYS[4], KEYS[1])
 redis.call('HDEL', KEYS[1], 'asked', 'since')
 if ARGV[4] == '1' then
   local token = redis.call('INCR', KEYS[2])
@@ -88,7 +100,8 @@ return 1
     ))
 });
 
-/// KEYS = record, due questions; ARGV = token, status, headers, body,
+/// KEYS = record, due questions, inquiring records; ARGV = token, status,
+/// headers, body,
 /// retention ms, wake-up channel, wake id.
 /// `transitions::write_applies(Complete)`.
 pub(super) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
@@ -101,6 +114,7 @@ if not (r[2] == 'in_flight' or r[2] == 'completed' or r[2] == 'inquiring' or (r[
 redis.call('HSET', KEYS[1], 'state', 'completed', 'status', ARGV[2], 'headers', ARGV[3], 'body', ARGV[4], 'updated_at', now)
 redis.call('HDEL', KEYS[1], 'lease_until', 'held_reason', 'asked', 'since')
 redis.call('ZREM', KEYS[2], KEYS[1])
+redis.call('ZREM', KEYS[3], KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 if r[2] == 'in_flight' then announce() end
 return 1
@@ -108,8 +122,8 @@ return 1
     ))
 });
 
-/// KEYS = record, due questions; ARGV = token, wake-up channel, wake id.
-/// `transitions::write_applies(Release)`.
+/// KEYS = record, due questions, inquiring records; ARGV = token, wake-up
+/// channel, wake id. `transitions::write_applies(Release)`.
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -118,14 +132,15 @@ local r = redis.call('HMGET', KEYS[1], 'token', 'state')
 if r[1] ~= ARGV[1] or not (r[2] == 'in_flight' or r[2] == 'inquiring') then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], KEYS[1])
+redis.call('ZREM', KEYS[3], KEYS[1])
 announce()
 return 1
 "#
     ))
 });
 
-/// KEYS = record, due questions; ARGV = attempt id, wake-up channel, wake id.
-/// `transitions::abandon_applies`.
+/// KEYS = record, due questions, inquiring records; ARGV = attempt id,
+/// wake-up channel, wake id. `transitions::abandon_applies`.
 pub(super) static ABANDON: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -135,14 +150,16 @@ if r[1] ~= ARGV[1] then return 0 end
 if not (r[2] == 'in_flight' or r[2] == 'inquiring' or (r[2] == 'held' and r[3] == 'lease_lapsed')) then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], KEYS[1])
+redis.call('ZREM', KEYS[3], KEYS[1])
 if r[2] == 'in_flight' then announce() end
 return 1
 "#
     ))
 });
 
-/// KEYS = record, due questions; ARGV = token, reason, retention ms,
-/// wake-up channel, wake id. `transitions::write_applies(Hold)`.
+/// KEYS = record, due questions, inquiring records; ARGV = token, reason,
+/// retention ms, wake-up channel, wake id.
+/// `transitions::write_applies(Hold)`.
 pub(super) static HOLD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -152,6 +169,7 @@ if r[1] ~= ARGV[1] or not (r[2] == 'in_flight' or r[2] == 'held' or r[2] == 'inq
 redis.call('HSET', KEYS[1], 'state', 'held', 'held_reason', ARGV[2], 'updated_at', now)
 redis.call('HDEL', KEYS[1], 'lease_until', 'asked', 'since')
 redis.call('ZREM', KEYS[2], KEYS[1])
+redis.call('ZREM', KEYS[3], KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 if r[2] == 'in_flight' then announce() end
 return 1
@@ -173,7 +191,8 @@ return {r[1], r[2] or '', r[3], r[4] or '0', r[5] or '0', r[6] or '', r[7] or ''
     ))
 });
 
-/// KEYS = record, due questions; ARGV = force (1/0), whether completed
+/// KEYS = record, due questions, inquiring records; ARGV = force (1/0),
+/// whether completed
 /// records go too (1/0), wake-up channel, wake id.
 /// Deletes a held record, an in-flight one whose lease lapsed (or any
 /// in-flight one with force), and a completed one if asked:
@@ -188,19 +207,21 @@ if r[1] == 'in_flight' and ARGV[1] ~= '1' and tonumber(r[2]) > now then return 0
 if r[1] == 'completed' and ARGV[2] ~= '1' then return 0 end
 local n = redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], KEYS[1])
+redis.call('ZREM', KEYS[3], KEYS[1])
 if r[1] == 'in_flight' then announce() end
 return n
 "#
     ))
 });
 
-/// KEYS = record, due questions; ARGV = token, next question in ms, asked
+/// KEYS = record, due questions, inquiring records; ARGV = token, next
+/// question in ms, asked
 /// (1/0), retention ms, wake-up channel, wake id.
 /// `transitions::write_applies(Inquire)`: the record turns (or stays)
 /// inquiring, due `next` from now, and lives at least `retention` more.
 pub(super) static INQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{NOW}{}",
+        "{NOW}{INQUIRING}{}",
         r#"
 local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'asked', 'since')
 if r[1] ~= ARGV[1] or not (r[2] == 'in_flight' or r[2] == 'inquiring') then return 0 end
@@ -210,57 +231,9 @@ local due = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'state', 'inquiring', 'lease_until', due, 'asked', asked + tonumber(ARGV[3]), 'since', since, 'updated_at', now)
 redis.call('ZADD', KEYS[2], due, KEYS[1])
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
+inquiring(KEYS[3], KEYS[1])
 if r[2] == 'in_flight' then announce() end
 return 1
-"#
-    ))
-});
-
-/// KEYS = due questions, token counter; ARGV = lease ms, limit, then per
-/// route that inquires its record-name prefix and retention ms. Takes up
-/// to `limit` due questions (`transitions::take_applies`): each gets a new
-/// token and a lease, is due again when the lease ends, and lives at least
-/// its route's retention more. Entries whose record is gone or settled
-/// leave the set; a renewed in-flight record is due again at its lease's
-/// new end; one of a route this instance does not ask for is looked at
-/// again in 5 s (so it never hides the others). Returns, per taken record,
-/// its name, token, questions asked and milliseconds since it became
-/// inquiring.
-pub(super) static TAKE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(&format!(
-        "{NOW}{}",
-        r#"
-local taken = {}
-local limit = tonumber(ARGV[2])
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 4 * limit)
-for _, name in ipairs(due) do
-  if #taken >= limit then break end
-  local r = redis.call('HMGET', name, 'state', 'lease_until', 'asked', 'since')
-  local lease = tonumber(r[2] or '0')
-  if not (r[1] == 'in_flight' or r[1] == 'inquiring') then
-    redis.call('ZREM', KEYS[1], name)
-  elseif lease > now then
-    redis.call('ZADD', KEYS[1], lease, name)
-  else
-    local retention = nil
-    for i = 3, #ARGV - 1, 2 do
-      if string.sub(name, 1, #ARGV[i]) == ARGV[i] then retention = tonumber(ARGV[i + 1]) end
-    end
-    if not retention then
-      redis.call('ZADD', KEYS[1], now + 5000, name)
-    else
-      local asked, since = 0, now
-      if r[1] == 'inquiring' then asked, since = tonumber(r[3] or '0'), tonumber(r[4] or now) end
-      local token = redis.call('INCR', KEYS[2])
-      local until_ = now + tonumber(ARGV[1])
-      redis.call('HSET', name, 'state', 'inquiring', 'token', token, 'lease_until', until_, 'asked', asked, 'since', since, 'updated_at', now)
-      redis.call('ZADD', KEYS[1], until_, name)
-      if redis.call('PTTL', name) < retention then redis.call('PEXPIRE', name, retention) end
-      taken[#taken + 1] = {name, token, asked, now - since}
-    end
-  end
-end
-return taken
 "#
     ))
 });

@@ -161,12 +161,13 @@ impl RedisStore {
         waits: bool,
     ) -> Result<Cas, StoreError> {
         let record = self.layout.record_key(key);
-        let due = self.layout.due_key(key);
+        let sets = self.layout.sets(key);
         let wake = self.wake_args(key);
-        // Every transition but the renewal may take the record out of the
-        // due questions (the renewal ignores KEYS[2]).
+        // Every transition but the renewal may take the record out of its
+        // route's due questions and inquiring records (the renewal ignores
+        // KEYS[2] and KEYS[3]).
         let mut invocation = script.key(&record[..]);
-        invocation.key(&due);
+        invocation.key(&sets.due).key(&sets.inquiring);
         for a in args {
             invocation.arg(*a);
         }
@@ -187,7 +188,7 @@ impl Store for RedisStore {
         let token_key = self.layout.token_key(req.key);
         let wake = self.wake_args(req.key);
         let wake = &wake;
-        let due = self.layout.due_key(req.key);
+        let sets = self.layout.sets(req.key);
         let lapsed = match req.on_unknown_outcome {
             UnknownOutcome::Release => "1",
             UnknownOutcome::Hold => "0",
@@ -204,7 +205,8 @@ impl Store for RedisStore {
         let mut invocation = CLAIM.key(&record[..]);
         invocation
             .key(token_key)
-            .key(&due)
+            .key(&sets.due)
+            .key(&sets.inquiring)
             .arg(&req.fingerprint[..])
             .arg(millis(req.lease))
             .arg(millis(req.retention))

@@ -127,6 +127,29 @@ impl StoreAdmin for SqliteStore {
         }
     }
 
+    async fn count_inquiring(&self, routes: &[InquiringRoute]) -> Result<u64, StoreError> {
+        if routes.is_empty() {
+            return Ok(0);
+        }
+        // Through the listing index (route, state, …); numbered after ?1.
+        let names: Vec<String> = (2..2 + routes.len()).map(|n| format!("?{n}")).collect();
+        let sql = format!(
+            "SELECT count(*) FROM idemgate_records
+              WHERE route IN ({}) AND state = 'inquiring' AND expires_at > ?1",
+            names.join(", ")
+        );
+        let n: i64 = self
+            .read(async |conn| {
+                let mut count = sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).bind(now_us());
+                for route in routes {
+                    count = count.bind(route.name.as_str());
+                }
+                count.fetch_one(conn).await.map_err(unavailable)
+            })
+            .await?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError> {
         let sql = format!("SELECT {INFO_COLUMNS} WHERE {KEY}");
         let row: Option<InfoRow> = self

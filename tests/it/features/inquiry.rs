@@ -46,6 +46,11 @@ async fn settled(c: &HttpClient, url: &str, key: &str) -> Reply {
     .expect("the key settles within 20 s")
 }
 
+/// `idemgate_inquiries_pending` now.
+async fn pending(gateway: &Gateway) -> f64 {
+    sample(&gateway.metrics().await, "idemgate_inquiries_pending")
+}
+
 async fn inquiries(gateway: &Gateway, result: &str) -> f64 {
     let series = format!("idemgate_inquiries_total{{route=\"api\",result=\"{result}\"}}");
     sample(&gateway.metrics().await, &series)
@@ -290,14 +295,108 @@ async fn a_killed_gateways_key_is_resolved_by_another(b: Backend) {
     survivor.shutdown().await;
 }
 
+/// `idemgate_inquiries_pending` counts a key the whole time it waits for
+/// an answer (here during a long `after`, when no question is on the
+/// wire), so an alert on it can fire; 0 once the key is settled.
+async fn the_pending_gauge_counts_keys_while_they_wait(b: Backend) {
+    let store = TestStore::new(b).await;
+    let upstream = Upstream::start().await;
+    let config = inquiring(&store, &upstream, "20s").route(|r| {
+        let inquiry = r.get_mut("inquiry").and_then(toml::Value::as_table_mut);
+        inquiry.expect("an inquiry").set("after", "3s");
+    });
+    let gateway = Gateway::start(&config).await;
+    let (c, url) = (client(), gateway.url("/v1/reset"));
+    assert_eq!(
+        post(&c, &url, "waiting", "{}").await.status,
+        StatusCode::BAD_GATEWAY
+    );
+    let unknown = tokio::time::Instant::now();
+    // Within two ticks, and again half a second later: still in `after`.
+    let seen = eventually(Duration::from_secs(2), || async {
+        (pending(&gateway).await == 1.0).then_some(())
+    })
+    .await;
+    assert!(
+        seen.is_some(),
+        "idemgate_inquiries_pending read {} while the key waited",
+        pending(&gateway).await
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let waiting = pending(&gateway).await;
+    assert!(
+        unknown.elapsed() < Duration::from_millis(2900),
+        "too slow to tell"
+    );
+    assert_eq!(waiting, 1.0, "the gauge dropped while the key still waited");
+    assert_eq!(upstream.lookups("waiting"), 0);
+    let replay = settled(&c, &url, "waiting").await;
+    assert!(replay.is_replay(), "{}", replay.text());
+    let cleared = eventually(Duration::from_secs(3), || async {
+        (pending(&gateway).await == 0.0).then_some(())
+    })
+    .await;
+    assert!(cleared.is_some(), "the settled key is still counted");
+    gateway.shutdown().await;
+}
+
 per_backend!(
     only [postgres, redis, sqlite, memory, front]:
+    the_pending_gauge_counts_keys_while_they_wait,
     an_upstream_that_acted_then_reset_is_replayed,
     an_upstream_that_never_acted_gets_the_retry,
     a_failing_lookup_is_asked_again_until_it_answers,
     an_inquiry_gives_up_and_holds_the_key,
     a_lookup_that_lies_causes_a_second_execution,
 );
+
+/// Instances whose configurations inquire another route share the store
+/// (two services on one Redis, a rolling deploy that adds an inquiring
+/// route to new instances only): they must not delay this route's
+/// questions. Each key is settled within 4 s of its outcome turning
+/// unknown (`after` is 100 ms; the inquirer takes every second).
+async fn instances_of_other_routes_never_delay_a_routes_questions(b: Backend) {
+    let store = TestStore::new(b).await;
+    let upstream = Upstream::start().await;
+    let config = inquiring(&store, &upstream, "20s");
+    let asking = Gateway::start(&config).await;
+    let elsewhere = config.clone().route(|r| {
+        r.set("name", "other").set("match", "/v2/*");
+    });
+    // Started a quarter of a second apart, as instances start at any time:
+    // their inquirers' ticks fall at different moments of each second.
+    let mut others = Vec::new();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        others.push(Gateway::start(&elsewhere).await);
+    }
+    let (c, url) = (client(), asking.url("/v1/reset"));
+    for n in 0..4 {
+        let key = format!("shared-{n}");
+        assert_eq!(
+            post(&c, &url, &key, "{}").await.status,
+            StatusCode::BAD_GATEWAY
+        );
+        let answered = eventually(Duration::from_secs(4), || async {
+            let reply = post(&c, &url, &key, "{}").await;
+            (reply.status != StatusCode::CONFLICT).then_some(reply)
+        })
+        .await;
+        let Some(replay) = answered else {
+            panic!(
+                "{key} still pending 4 s after its outcome turned unknown; its lookup was asked {} times",
+                upstream.lookups(&key)
+            );
+        };
+        assert!(replay.is_replay(), "{key}: {}", replay.text());
+        assert_eq!(upstream.executions_per_key()[&key].len(), 1);
+        assert_eq!(upstream.lookups(&key), 1, "{key}");
+    }
+    for gateway in others {
+        gateway.shutdown().await;
+    }
+    asking.shutdown().await;
+}
 
 /// `forward_attempt = true`: the upstream gets each attempt's fencing token
 /// (the gateway's, never the client's), growing from attempt to attempt.
@@ -347,8 +446,9 @@ mod attempt_header {
 /// Several instances share the store: not the in-memory one.
 mod shared {
     use super::{
-        a_killed_gateways_key_is_resolved_by_another, operators_see_and_release_inquiring_keys,
-        two_instances_ask_once,
+        a_killed_gateways_key_is_resolved_by_another,
+        instances_of_other_routes_never_delay_a_routes_questions,
+        operators_see_and_release_inquiring_keys, two_instances_ask_once,
     };
     use crate::support::per_backend;
 
@@ -357,5 +457,6 @@ mod shared {
         two_instances_ask_once,
         a_killed_gateways_key_is_resolved_by_another,
         operators_see_and_release_inquiring_keys,
+        instances_of_other_routes_never_delay_a_routes_questions,
     );
 }

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use idemgate::config::UnknownOutcome;
 use idemgate::store::{
-    Backend as Store, Cas, Claim, ClaimRequest, HeldReason, InquiringRoute, Inquiry, RecordState,
+    Backend as Store, Cas, Claim, ClaimRequest, HeldReason, InquiringRoute, Inquiry, RecordKey,
+    RecordState,
 };
 
 use super::conformance::{
@@ -16,15 +17,23 @@ use super::conformance::{
 };
 use crate::support::{Backend, eventually, per_backend};
 
-const INQUIRE: UnknownOutcome = UnknownOutcome::Inquire;
+pub(super) const INQUIRE: UnknownOutcome = UnknownOutcome::Inquire;
 /// The inquirer's lease in these tests.
-const ASKING: Duration = Duration::from_secs(20);
+pub(super) const ASKING: Duration = Duration::from_secs(20);
 
 fn routes() -> Vec<InquiringRoute> {
-    vec![InquiringRoute {
-        name: "r".to_string(),
-        retention: RETENTION,
-    }]
+    routes_named(&["r"])
+}
+
+/// The routes `names`, as an instance that inquires them asks for them.
+pub(super) fn routes_named(names: &[&str]) -> Vec<InquiringRoute> {
+    names
+        .iter()
+        .map(|name| InquiringRoute {
+            name: name.to_string(),
+            retention: RETENTION,
+        })
+        .collect()
 }
 
 /// The due questions, taken until `want` were (at most 5 s), as the
@@ -32,17 +41,39 @@ fn routes() -> Vec<InquiringRoute> {
 /// holds locked (`SKIP LOCKED`), and a front's relay holds one `FOR SHARE`
 /// for a moment while it brings the front in line: the record is due still
 /// and found at a later pass. Never more than `want` are taken.
-async fn take_due(s: &dyn Store, want: usize) -> Vec<Inquiry> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+pub(super) async fn take_due(s: &dyn Store, want: usize) -> Vec<Inquiry> {
+    take_within(s, &routes(), want, 10, Duration::from_secs(5)).await
+}
+
+/// The due questions of `routes`, taken `limit` at a time until `want`
+/// were, for at most `within` (see [`take_due`]).
+pub(super) async fn take_within(
+    s: &dyn Store,
+    routes: &[InquiringRoute],
+    want: usize,
+    limit: usize,
+    within: Duration,
+) -> Vec<Inquiry> {
+    let deadline = tokio::time::Instant::now() + within;
     let mut taken = Vec::new();
     loop {
-        taken.extend(s.take_inquiries(&routes(), ASKING, 10).await.unwrap());
+        taken.extend(s.take_inquiries(routes, ASKING, limit).await.unwrap());
         if taken.len() >= want || tokio::time::Instant::now() >= deadline {
             assert_eq!(taken.len(), want, "{taken:?}");
             return taken;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A key of `route`, due for its first question now.
+pub(super) async fn due_now(s: &dyn Store, route: &str, name: &str) -> RecordKey {
+    let mut k = key(name);
+    k.route = route.to_string();
+    let t = token(claim_with(s, &k, 1, LEASE, INQUIRE).await);
+    let inquired = s.inquire(&k, t, Duration::ZERO, false, RETENTION).await;
+    assert_eq!(inquired.unwrap(), Cas::Applied);
+    k
 }
 
 async fn a_broken_exchange_turns_the_key_inquiring(b: Backend) {
@@ -343,8 +374,72 @@ async fn an_inquiry_outlives_the_claims_retention(b: Backend) {
     assert!(s.inspect(&k).await.unwrap().is_some());
 }
 
+/// Another route's due questions, however many and however much earlier
+/// due, never hide or delay a route's own (instances of other routes share
+/// the store): an instance that asks for `r` takes its question in its
+/// first passes, and one that asks for `other` still finds every one of
+/// its own due, none put off.
+async fn other_routes_questions_never_hide_a_routes_own(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
+    for n in 0..30 {
+        due_now(s, "other", &format!("theirs-{n}")).await;
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let ours = due_now(s, "r", "ours").await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let within = Duration::from_secs(1);
+    let taken = take_within(s, &routes(), 1, 4, within).await;
+    assert_eq!(taken[0].key, ours);
+    let theirs = take_within(s, &routes_named(&["other"]), 30, 30, within).await;
+    assert!(theirs.iter().all(|q| q.key.route == "other"), "{theirs:?}");
+}
+
+/// `count_inquiring` counts the `inquiring` keys of the routes asked for,
+/// however each turned inquiring (a broken exchange, a lapsed lease found
+/// by a claim or by the inquirer), and nothing else: not an in-flight key,
+/// not another route's; a key leaves the count once settled or deleted.
+async fn inquiring_keys_are_counted_per_route(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
+    let count = async |names: &[&str]| s.count_inquiring(&routes_named(names)).await.unwrap();
+    let short = Duration::from_millis(200);
+    token(claim_with(s, &key("flying"), 1, LEASE, INQUIRE).await);
+    let broken = key("broken");
+    let t = token(claim_with(s, &broken, 1, LEASE, INQUIRE).await);
+    s.inquire(&broken, t, Duration::from_secs(30), false, RETENTION)
+        .await
+        .unwrap();
+    due_now(s, "other", "theirs").await;
+    let lapsed = key("lapsed");
+    token(claim_with(s, &lapsed, 1, short, INQUIRE).await);
+    token(claim_with(s, &key("quiet"), 1, short, INQUIRE).await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(count(&["r"]).await, 1);
+    assert!(matches!(
+        claim_with(s, &lapsed, 1, LEASE, INQUIRE).await,
+        Claim::Inquiring { .. }
+    ));
+    assert_eq!(count(&["r"]).await, 2);
+    // The inquirer finds the quiet one, lapsed, and starts its inquiry.
+    let taken = take_due(s, 2).await;
+    assert!(taken.iter().any(|q| q.key.key == "quiet"), "{taken:?}");
+    assert_eq!(count(&["r"]).await, 3);
+    assert_eq!(count(&["r", "other"]).await, 4);
+    assert_eq!(count(&["other"]).await, 1);
+    assert_eq!(count(&[]).await, 0);
+    let answered = taken.iter().find(|q| q.key.key == "lapsed").unwrap();
+    let answer = response("x");
+    let written = s.complete(&lapsed, answered.token, &answer, RETENTION);
+    assert_eq!(written.await.unwrap(), Cas::Applied);
+    assert!(s.delete(&broken, false).await.unwrap());
+    assert_eq!(count(&["r"]).await, 1);
+}
+
 per_backend!(
     only [postgres, redis, redis_cluster, sqlite, memory, front]:
+    other_routes_questions_never_hide_a_routes_own,
+    inquiring_keys_are_counted_per_route,
     a_broken_exchange_turns_the_key_inquiring,
     a_due_question_has_one_taker_and_only_it_settles,
     an_answer_releases_or_holds_the_key,

@@ -7,6 +7,9 @@
 //!   is read with EXPLAIN on 50,000 records with fresh statistics, with
 //!   sequential scans off as the rotation has them, and on as the negative
 //!   control.
+//! - The inquirer's count of inquiring keys reads only the partial index
+//!   of open records (sequential scans allowed, fresh statistics; the
+//!   count of completed records, which reads the table, is the control).
 //! - A claim finds its key through the primary key even on a connection
 //!   that cached its plans while the table was empty and analyzed (new
 //!   keys fell from 4.3k/s to 0.7k/s within 15 s as such a table grew):
@@ -75,6 +78,53 @@ async fn the_rotation_counts_live_records_by_index() {
         scanned.contains("Seq Scan"),
         "the check reads indexes even with sequential scans on, so this test proves nothing:\n{scanned}"
     );
+}
+
+/// The inquirer counts the `inquiring` keys of its routes every second
+/// (`idemgate_inquiries_pending`): through each partition's partial index
+/// of open records, never by reading the records, with sequential scans
+/// allowed and fresh statistics on 50,000 records, 50 of them inquiring.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_inquiring_count_reads_the_open_records_only() {
+    let store = TestStore::new(Backend::Postgres).await;
+    let _backend = idemgate::store::open(&store.store_config()).await.unwrap();
+    let mut conn = sqlx::PgConnection::connect(&store.url).await.unwrap();
+    sqlx::query(
+        "INSERT INTO idemgate_records (route, scope, key, fingerprint, state, token, expires_at,
+                                       lease_until, inquiring_since)
+         SELECT 'r', '', 'k' || i, '\\x00',
+                CASE WHEN i % 1000 = 0 THEN 'inquiring' ELSE 'completed' END, i,
+                now() + interval '1 day',
+                CASE WHEN i % 1000 = 0 THEN now() END, CASE WHEN i % 1000 = 0 THEN now() END
+           FROM generate_series(1, 50000) AS i",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    for partition in ["idemgate_records_0", "idemgate_records_1"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!("ANALYZE {partition}")))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+    }
+    let count = idemgate::store::postgres::COUNT_INQUIRING.replace("$1", "ARRAY['r']");
+    let counted = plan(&mut conn, &count, true).await;
+    assert!(
+        !counted.contains("Seq Scan on idemgate_records_0") && counted.contains("open"),
+        "the count reads the records, not the open ones:\n{counted}"
+    );
+    // The negative control: counting completed records reads the table.
+    let completed = count.replace("'inquiring'", "'completed'");
+    let scanned = plan(&mut conn, &completed, true).await;
+    assert!(
+        scanned.contains("Seq Scan on idemgate_records_0"),
+        "this test cannot tell an index from a scan:\n{scanned}"
+    );
+    let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(count))
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(n, 50);
 }
 
 /// Rows read by sequential scans of the records' partitions so far, and
