@@ -305,6 +305,19 @@ mod tests {
         }
     }
 
+    /// The status inquiry chapter's example route passes `check` with no
+    /// warning (its defaults included).
+    #[test]
+    fn the_books_example_is_valid_and_quiet() {
+        let chapter = include_str!("../../../docs/src/guide/status-inquiry.md");
+        let start = chapter.find("```toml\n").expect("a toml example") + 8;
+        let example = &chapter[start..start + chapter[start..].find("```").unwrap()];
+        let env = |name: &str| (name == "PAYMENTS_TOKEN").then(|| "t0ken".to_string());
+        let c = crate::config::Config::parse_with_env(example, &env).unwrap();
+        assert!(c.routes[0].inquiry.is_some());
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+    }
+
     #[test]
     fn the_first_question_waits_the_upstream_timeout_by_default() {
         for timeout in ["25s", "3s"] {

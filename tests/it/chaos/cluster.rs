@@ -315,7 +315,9 @@ pub fn gateway_config(store_url: &str, upstream: &str, lease: Duration) -> TestC
                 .map(|r| {
                     let mut route = Table::new();
                     let policy = if r.inquires() {
-                        route.set("inquiry", inquiry(upstream));
+                        route
+                            .set("inquiry", inquiry(upstream))
+                            .set("scope_header", "X-Tenant");
                         "inquire"
                     } else if r.holds() {
                         "hold"
@@ -355,29 +357,32 @@ pub fn gateway_config(store_url: &str, upstream: &str, lease: Duration) -> TestC
 }
 
 /// The inquiring route's `[routes.inquiry]`: the recording upstream's
-/// lookup, `GET {upstream}/inquire/idempotency/{key}` (the key is the last
-/// path segment), reached through the fault proxy like the route's own
-/// requests (the proxy loses answers, it never alters one nor delivers a
-/// request late, so a faulted lookup is only asked again). The first
-/// question 200 ms after the outcome became unknown, then every second;
-/// giving up only after [`INQUIRY_GIVE_UP`], far beyond the final check,
-/// so that a key still held or inquiring at the end means the inquiry
-/// failed.
+/// lookup, `GET {upstream}/inquire/idempotency/{key}?scope={scope}` (the
+/// key is the last path segment; the route is scoped by tenant and the
+/// lookup answers per tenant), reached through the fault proxy like the
+/// route's own requests (the proxy loses answers, it never alters one nor
+/// delivers a request late, so a faulted lookup is only asked again). The
+/// first question 200 ms after the outcome became unknown, then every
+/// second; giving up only after [`INQUIRY_GIVE_UP`], far beyond the final
+/// check, so that a key still held or inquiring at the end means the
+/// inquiry failed.
 ///
 /// `after` is shorter than `upstream_timeout` (the gateways log a warning
 /// about it) on purpose: the upstream records an execution as soon as the
 /// whole request has arrived, so nothing it will act on is still on its
-/// way by then. One residual window remains: a gateway frozen (SIGSTOP)
-/// between its claim and its request's last byte (a millisecond or so)
-/// for longer than its lease and `after` (2.2 s at the very least; the
-/// nemesis freezes for 1–3.5 s) may send that request after the lookup
-/// said `404`; this upstream does not refuse such a late copy (the
-/// contract in docs/src/guide/status-inquiry.md asks the upstream to), so
-/// property 12 would report the second execution.
+/// way by then. The residual window (a gateway frozen, SIGSTOP, between
+/// its claim and its request's last byte for longer than its lease and
+/// `after`, sending that request after the lookup said `404`) is closed
+/// by the fence: the route forwards each attempt's token, the question
+/// carries a higher one, and the upstream refuses attempts up to it after
+/// a `404`, as the contract in docs/src/guide/status-inquiry.md asks.
 fn inquiry(upstream: &str) -> Table {
     let mut inquiry = Table::new();
     inquiry
-        .set("url", format!("{upstream}/inquire/idempotency/{{key}}"))
+        .set(
+            "url",
+            format!("{upstream}/inquire/idempotency/{{key}}?scope={{scope}}"),
+        )
         .set("after", "200ms")
         .set("every", "1s")
         .set("give_up_after", format!("{}s", INQUIRY_GIVE_UP.as_secs()));

@@ -15,8 +15,8 @@ use http_body_util::{BodyExt, Full};
 use super::cluster::Gateways;
 use super::history::{History, Op, Outcome, Route};
 use crate::support::upstream::{
-    DELAY_HEADER, DENIED_HEADER, KEY_LABEL_HEADER, OP_HEADER, REPLAYED_HEADERS, digest,
-    response_digest,
+    DELAY_HEADER, DENIED_HEADER, KEY_LABEL_HEADER, OP_HEADER, REPLAYED_HEADERS, TENANT_HEADER,
+    digest, response_digest,
 };
 use crate::support::{HttpClient, client};
 
@@ -31,6 +31,11 @@ pub struct KeyInfo {
     /// Where its requests go: the route's [`Route::path`], or on the
     /// inquiring route one of [`INQUIRE_PATHS`].
     pub path: &'static str,
+    /// On the inquiring route: the tenant ([`TENANT_HEADER`]; the route is
+    /// scoped by it, and its lookup answers per tenant), and whether the
+    /// key is sent quoted (`"k"`, the IETF draft's form: the same key).
+    pub tenant: Option<&'static str>,
+    pub quoted: bool,
     /// The request's body (about 512 bytes of JSON).
     pub canonical: Bytes,
     /// A different request reusing the key (a client bug: must get 422).
@@ -47,6 +52,8 @@ impl KeyInfo {
         Self {
             route,
             path,
+            tenant: None,
+            quoted: false,
             canonical: body(100),
             mutant: body(999),
             key,
@@ -142,12 +149,27 @@ impl Workload {
                 here
             })
             .map_or(Route::Inquire.path(), |(path, _)| path);
-        self.new_key_at(Route::Inquire, path)
+        let tenant = if rng.bool() { "tenant-a" } else { "tenant-b" };
+        self.new_key_with(Route::Inquire, path, |info| {
+            // Two tenants, and a third of the keys quoted.
+            info.tenant = Some(tenant);
+            info.quoted = rng.u32(..3) == 0;
+        })
     }
 
     fn new_key_at(&self, route: Route, path: &'static str) -> KeyInfo {
+        self.new_key_with(route, path, |_| {})
+    }
+
+    fn new_key_with(
+        &self,
+        route: Route,
+        path: &'static str,
+        edit: impl FnOnce(&mut KeyInfo),
+    ) -> KeyInfo {
         let n = self.next_key.fetch_add(1, Ordering::Relaxed);
-        let info = KeyInfo::new(route, path, format!("{}-{n}", self.run));
+        let mut info = KeyInfo::new(route, path, format!("{}-{n}", self.run));
+        edit(&mut info);
         self.keys.lock().unwrap().push(info.clone());
         let mut recent = self.recent.lock().unwrap();
         recent.push_back(info.clone());
@@ -186,9 +208,14 @@ impl Workload {
                 "x-webhook-signature",
                 format!("v1,{:016x}", id.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
             )
+        } else if info.quoted {
+            request.header("idempotency-key", format!("\"{}\"", info.key))
         } else {
             request.header("idempotency-key", &info.key)
         };
+        if let Some(tenant) = info.tenant {
+            request = request.header(TENANT_HEADER, tenant);
+        }
         let request = request
             .header("content-type", "application/json")
             .header(OP_HEADER, id.to_string())
