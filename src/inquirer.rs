@@ -34,13 +34,13 @@ use http::{Method, Request, StatusCode, header};
 use tokio::task::JoinSet;
 
 use crate::config::{INQUIRY_LEASE_MARGIN, Inquiry as InquirySpec, Route};
-use crate::handler::{IDEMPOTENCY_ATTEMPT, key_digest, replayable, to_client};
 use crate::metrics::Metrics;
 use crate::request::body::{Collected, collect_up_to, empty};
+use crate::request::key::digest as key_digest;
 use crate::store::{
     Cas, HeldReason, InquiringRoute, Inquiry, Store, StoreAdmin, StoreError, StoredResponse,
 };
-use crate::upstream::{Upstream, UpstreamError};
+use crate::upstream::{IDEMPOTENCY_ATTEMPT, Upstream, UpstreamError, replayable, to_client};
 
 /// How often due questions are looked for.
 pub const TICK: Duration = Duration::from_secs(1);

@@ -7,10 +7,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, Request, Response};
+use http::{Request, Response};
 use tokio::time::error::Elapsed;
 
-use super::passthrough::to_client;
 use super::{Gateway, Routed};
 use crate::clock::Instant;
 use crate::config::{Route, RouteMode};
@@ -19,7 +18,7 @@ use crate::problem::{GatewayError, KeyAfter};
 use crate::request::body::{self, Body, Collected, Prefixed, collect_up_to};
 use crate::store::{Cas, HeldReason, RecordKey, StoreError, StoredResponse, Token, UnknownOutcome};
 use crate::telemetry::spans;
-use crate::upstream::UpstreamError;
+use crate::upstream::{UpstreamError, replayable, to_client};
 
 /// What the upstream answered within `upstream_timeout` (head and body up
 /// to the route's cap), why it did not, or `Err` when time ran out.
@@ -257,14 +256,4 @@ impl Drop for InFlightGuard<'_> {
     fn drop(&mut self) {
         self.0.forwards_in_flight.dec();
     }
-}
-
-/// The headers worth recording: the response's (already without hop-by-hop
-/// headers), minus the route's `replay_headers` deny list.
-pub(crate) fn replayable(headers: &HeaderMap, deny: &[http::HeaderName]) -> HeaderMap {
-    let mut kept = headers.clone();
-    for name in deny {
-        kept.remove(name);
-    }
-    kept
 }

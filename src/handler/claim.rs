@@ -22,6 +22,7 @@ use crate::request::fingerprint::Fingerprint;
 use crate::store::{self, Claim, ClaimRequest, RecordKey, StoreError, StoredResponse};
 use crate::telemetry::spans;
 use crate::upstream;
+use crate::upstream::IDEMPOTENCY_ATTEMPT;
 
 /// The longest a waiting request goes without claiming again when the store
 /// announces nothing (announcements lost while a relay reconnects are also
@@ -264,11 +265,6 @@ impl Gateway {
         )
     }
 }
-
-/// The header that carries the attempt's fencing token upstream
-/// (`forward_attempt = true`).
-pub const IDEMPOTENCY_ATTEMPT: http::HeaderName =
-    http::HeaderName::from_static("idempotency-attempt");
 
 /// A request counted as waiting (`idemgate_waiting`, `max_waiting`, and
 /// its body against the waiters' share of the body budget) while alive.

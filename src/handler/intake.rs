@@ -14,7 +14,7 @@ use http::request::Parts;
 
 use super::claim::Claiming;
 use super::shadow::{Instead, Would};
-use super::{Answered, Gateway, Routed, Trace, key_digest};
+use super::{Answered, Gateway, Routed, Trace};
 use crate::config::Route;
 use crate::problem::GatewayError;
 use crate::request::body::{
@@ -22,6 +22,7 @@ use crate::request::body::{
 };
 use crate::request::fingerprint::Fingerprinter;
 use crate::request::json_body::JsonBody;
+use crate::request::key::digest as key_digest;
 use crate::request::key_source::{self, Found, PartError};
 use crate::store::RecordKey;
 

@@ -46,7 +46,6 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use http::{Request, Response};
-use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 
@@ -59,13 +58,11 @@ use crate::store::{Store, Token};
 use crate::telemetry::spans;
 use crate::waiters::Waiters;
 
-pub(crate) use attempt::replayable;
-pub use claim::IDEMPOTENCY_ATTEMPT;
+pub use crate::upstream::IDEMPOTENCY_ATTEMPT;
 use intake::Intake;
 use lost_claims::LostClaims;
 use outcome::Answered;
 pub use outcome::Outcome;
-pub(crate) use passthrough::to_client;
 pub(crate) use routes::connect_timeout;
 use routes::{RouteTable, Routed};
 
@@ -266,11 +263,6 @@ impl Gateway {
             self.claim_in_task(claiming).await
         }
     }
-}
-
-/// A key as logs show it: the first 12 hex digits of its SHA-256.
-pub(crate) fn key_digest(key: &str) -> String {
-    hex::encode(&Sha256::digest(key.as_bytes())[..6])
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use crate::problem::{GatewayError, KeyAfter};
 use crate::request::body::{self, Body};
 use crate::store::StoreError;
 use crate::telemetry::spans;
-use crate::upstream::{self, UpstreamError, strip_hop_by_hop};
+use crate::upstream::{self, IDEMPOTENCY_ATTEMPT, UpstreamError, to_client};
 
 impl Gateway {
     /// Forward `request` without idempotency: a pass-through.
@@ -65,7 +65,7 @@ impl Gateway {
         if route.forward_attempt {
             // Not an attempt: no token. A client's own value must not reach
             // an upstream that trusts the header (it could fence real ones).
-            request.headers_mut().remove(super::IDEMPOTENCY_ATTEMPT);
+            request.headers_mut().remove(IDEMPOTENCY_ATTEMPT);
         }
         let upstream = route.upstream();
         let span = spans::upstream(&mut request);
@@ -89,12 +89,4 @@ impl Gateway {
         to_client(&mut parts);
         Ok(Response::from_parts(parts, body::boxed(incoming)))
     }
-}
-
-/// Make an upstream response head fit for the client: no hop-by-hop
-/// headers, and the version left to the client's own connection (an
-/// HTTP/1.0 upstream must not turn the answer into HTTP/1.0).
-pub(crate) fn to_client(parts: &mut http::response::Parts) {
-    strip_hop_by_hop(&mut parts.headers);
-    parts.version = http::Version::default();
 }

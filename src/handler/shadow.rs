@@ -10,11 +10,12 @@ use std::sync::Arc;
 
 use http::Request;
 
-use super::{Answered, Gateway, Outcome, Routed, key_digest};
+use super::{Answered, Gateway, Outcome, Routed};
 use crate::config::{Route, RouteMode};
 use crate::metrics::{Metrics, ShadowLabels};
 use crate::problem::GatewayError;
 use crate::request::body::Body;
+use crate::request::key::digest as key_digest;
 use crate::store::{Claim, HeldReason, RecordKey, StoreError, StoredResponse, Token};
 
 /// What a request without a usable key gets instead of a claim.

@@ -41,6 +41,13 @@ pub enum KeyError {
     NotKeyValue(&'static str),
 }
 
+/// A key as logs and traces show it: the first 12 hex digits of its
+/// SHA-256 (never the key itself).
+pub fn digest(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(key.as_bytes())[..6])
+}
+
 /// Parse one key header value into the key it names.
 pub fn parse(value: &HeaderValue) -> Result<String, KeyError> {
     let bytes = trim_ows(value.as_bytes());

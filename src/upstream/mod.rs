@@ -4,7 +4,10 @@
 //! both directions (RFC 9110 §7.6.1, including the headers `Connection`
 //! names).
 
+mod answer;
 mod connector;
+
+pub use answer::{IDEMPOTENCY_ATTEMPT, replayable, to_client};
 
 use std::net::SocketAddr;
 use std::time::Duration;
