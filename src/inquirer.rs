@@ -35,12 +35,12 @@ use tokio::task::JoinSet;
 
 use crate::config::{INQUIRY_LEASE_MARGIN, Inquiry as InquirySpec, Route};
 use crate::metrics::Metrics;
-use crate::request::body::{Collected, collect_up_to, empty};
+use crate::request::body::{Collected, empty};
 use crate::request::key::digest as key_digest;
 use crate::store::{
     Cas, HeldReason, InquiringRoute, Inquiry, Store, StoreAdmin, StoreError, StoredResponse,
 };
-use crate::upstream::{IDEMPOTENCY_ATTEMPT, Upstream, UpstreamError, replayable, to_client};
+use crate::upstream::{ExchangeError, IDEMPOTENCY_ATTEMPT, Upstream, read_up_to, replayable};
 
 /// How often due questions are looked for.
 pub const TICK: Duration = Duration::from_secs(1);
@@ -326,22 +326,32 @@ async fn ask(
         .header(IDEMPOTENCY_ATTEMPT, inquiry.token)
         .body(empty())
         .map_err(|e| Unsettled(e.to_string()))?;
-    let exchange = tokio::time::timeout(route.upstream_timeout, async {
-        let response = upstream.send(route.upstream_ca.as_ref(), request).await?;
-        let (parts, incoming) = response.into_parts();
-        if !final_answer(parts.status) {
-            // Only an answer to record is read; any other is dropped.
-            return Ok((parts, None));
+    let cap = route.max_recorded_response;
+    // Only an answer to record is read; any other is dropped.
+    let read = |head: &http::response::Parts, body| {
+        let wanted = final_answer(head.status);
+        async move {
+            if wanted {
+                read_up_to(body, cap).await.map(Some)
+            } else {
+                Ok(None)
+            }
         }
-        let body = collect_up_to(incoming, route.max_recorded_response, |_| {})
-            .await
-            .map_err(|e| UpstreamError::Failed(format!("reading the answer: {e}")))?;
-        Ok::<_, UpstreamError>((parts, Some(body)))
-    })
-    .await
-    .map_err(|_| Unsettled(format!("no answer within {:?}", route.upstream_timeout)))?;
-    let (mut parts, body) = exchange.map_err(|e| Unsettled(e.to_string()))?;
-    to_client(&mut parts);
+    };
+    let exchanged = upstream
+        .exchange(
+            route.upstream_ca.as_ref(),
+            request,
+            route.upstream_timeout,
+            read,
+        )
+        .await;
+    let (parts, body) = exchanged.map_err(|e| match e {
+        ExchangeError::TimedOut => {
+            Unsettled(format!("no answer within {:?}", route.upstream_timeout))
+        }
+        ExchangeError::Upstream(e) => Unsettled(e.to_string()),
+    })?;
     Ok(match (parts.status, body) {
         (StatusCode::NOT_FOUND | StatusCode::GONE, _) => Asked::NotActed,
         (_, Some(Collected::Complete(body))) => {

@@ -8,24 +8,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response};
-use tokio::time::error::Elapsed;
 
 use super::{Gateway, Routed};
 use crate::clock::Instant;
 use crate::config::{Route, RouteMode};
 use crate::metrics::Metrics;
 use crate::problem::{GatewayError, KeyAfter};
-use crate::request::body::{self, Body, Collected, Prefixed, collect_up_to};
+use crate::request::body::{self, Body, Collected, Prefixed};
 use crate::store::{Cas, HeldReason, RecordKey, StoreError, StoredResponse, Token, UnknownOutcome};
 use crate::telemetry::spans;
-use crate::upstream::{UpstreamError, replayable, to_client};
+use crate::upstream::{ExchangeError, UpstreamError, read_up_to, replayable};
 
 /// What the upstream answered within `upstream_timeout` (head and body up
-/// to the route's cap), why it did not, or `Err` when time ran out.
-type Exchange = Result<
-    Result<(http::response::Parts, Collected<hyper::body::Incoming>), UpstreamError>,
-    Elapsed,
->;
+/// to the route's cap), or why it did not.
+type Exchange = Result<(http::response::Parts, Collected<hyper::body::Incoming>), ExchangeError>;
 
 impl Gateway {
     /// Send the claimed request and read the answer up to the route's cap,
@@ -33,23 +29,17 @@ impl Gateway {
     async fn exchange(&self, route: &Routed, mut request: Request<Body>) -> Exchange {
         let started = Instant::now();
         let span = spans::upstream(&mut request);
+        let cap = route.max_recorded_response;
         let exchange = spans::traced!(
-            tokio::time::timeout(route.upstream_timeout, async {
-                let response = route
-                    .upstream()
-                    .send(route.upstream_ca.as_ref(), request)
-                    .await?;
-                let (parts, incoming) = response.into_parts();
-                let collected = collect_up_to(incoming, route.max_recorded_response, |_| {})
-                    .await
-                    .map_err(|e| {
-                        UpstreamError::Failed(format!("reading the response body: {e}"))
-                    })?;
-                Ok::<_, UpstreamError>((parts, collected))
-            }),
+            route.upstream().exchange(
+                route.upstream_ca.as_ref(),
+                request,
+                route.upstream_timeout,
+                |_, body| read_up_to(body, cap),
+            ),
             span
         );
-        let answered = exchange.as_ref().ok().and_then(|r| r.as_ref().ok());
+        let answered = exchange.as_ref().ok();
         spans::upstream_done(&span, answered.map(|(parts, _)| parts.status.as_u16()));
         let elapsed = started.elapsed().as_secs_f64();
         route.metrics.upstream_seconds.observe(elapsed);
@@ -66,8 +56,8 @@ impl Gateway {
     ) -> Result<Response<Body>, GatewayError> {
         let _renewer = self.renew_while_working(route, key, token);
         let _in_flight = InFlightGuard::new(&self.metrics);
-        let (mut parts, collected) = match self.exchange(route, request).await {
-            Err(_elapsed) => {
+        let (parts, collected) = match self.exchange(route, request).await {
+            Err(ExchangeError::TimedOut) => {
                 let after = self
                     .settle_unknown(route, key, token, HeldReason::UpstreamTimeout)
                     .await?;
@@ -76,24 +66,23 @@ impl Gateway {
                     key: after,
                 });
             }
-            Ok(Err(UpstreamError::NotSent(detail))) => {
+            Err(ExchangeError::Upstream(UpstreamError::NotSent(detail))) => {
                 // Nothing reached the upstream: the key is free again.
                 self.persist(route, || self.store.release(key, token))
                     .await
                     .map_err(GatewayError::RecordFailed)?;
                 return Err(GatewayError::UpstreamUnreachable(detail));
             }
-            Ok(Err(UpstreamError::Failed(detail))) => {
+            Err(ExchangeError::Upstream(UpstreamError::Failed(detail))) => {
                 let after = self
                     .settle_unknown(route, key, token, HeldReason::UpstreamFailed)
                     .await?;
                 return Err(GatewayError::UpstreamFailed { detail, key: after });
             }
-            Ok(Ok(done)) => done,
+            Ok(done) => done,
         };
         // Window (b): the upstream has answered, nothing is recorded yet.
         kill_window!("after-upstream");
-        to_client(&mut parts);
 
         // Settle by a table: is the body complete (within the cap), and is
         // its status one the route records?

@@ -16,7 +16,7 @@ use crate::problem::{GatewayError, KeyAfter};
 use crate::request::body::{self, Body};
 use crate::store::StoreError;
 use crate::telemetry::spans;
-use crate::upstream::{self, IDEMPOTENCY_ATTEMPT, UpstreamError, to_client};
+use crate::upstream::{self, ExchangeError, IDEMPOTENCY_ATTEMPT, UpstreamError};
 
 impl Gateway {
     /// Forward `request` without idempotency: a pass-through.
@@ -67,26 +67,32 @@ impl Gateway {
             // an upstream that trusts the header (it could fence real ones).
             request.headers_mut().remove(IDEMPOTENCY_ATTEMPT);
         }
-        let upstream = route.upstream();
         let span = spans::upstream(&mut request);
-        let sent = upstream.send(route.upstream_ca.as_ref(), request);
-        let response = spans::traced!(tokio::time::timeout(route.upstream_timeout, sent), span);
-        let answered = response.as_ref().ok().and_then(|r| r.as_ref().ok());
-        spans::upstream_done(&span, answered.map(|r| r.status().as_u16()));
-        let response = response
-            .map_err(|_| GatewayError::UpstreamTimeout {
+        // Only the head within upstream_timeout: the body streams on.
+        let exchange = route.upstream().exchange(
+            route.upstream_ca.as_ref(),
+            request,
+            route.upstream_timeout,
+            |_, body| async move { Ok(body) },
+        );
+        let exchange = spans::traced!(exchange, span);
+        let answered = exchange.as_ref().ok();
+        spans::upstream_done(&span, answered.map(|(parts, _)| parts.status.as_u16()));
+        let (parts, incoming) = exchange.map_err(|e| match e {
+            ExchangeError::TimedOut => GatewayError::UpstreamTimeout {
                 timeout: route.upstream_timeout,
                 key: KeyAfter::Unkeyed,
-            })?
-            .map_err(|e| match e {
-                UpstreamError::NotSent(detail) => GatewayError::UpstreamUnreachable(detail),
-                UpstreamError::Failed(detail) => GatewayError::UpstreamFailed {
+            },
+            ExchangeError::Upstream(UpstreamError::NotSent(detail)) => {
+                GatewayError::UpstreamUnreachable(detail)
+            }
+            ExchangeError::Upstream(UpstreamError::Failed(detail)) => {
+                GatewayError::UpstreamFailed {
                     detail,
                     key: KeyAfter::Unkeyed,
-                },
-            })?;
-        let (mut parts, incoming) = response.into_parts();
-        to_client(&mut parts);
+                }
+            }
+        })?;
         Ok(Response::from_parts(parts, body::boxed(incoming)))
     }
 }

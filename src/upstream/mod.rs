@@ -6,8 +6,10 @@
 
 mod answer;
 mod connector;
+mod exchange;
 
 pub use answer::{IDEMPOTENCY_ATTEMPT, replayable, to_client};
+pub use exchange::{ExchangeError, read_up_to};
 
 use std::net::SocketAddr;
 use std::time::Duration;
