@@ -82,7 +82,10 @@ impl Payments {
                 let Ok(entry) = serde_json::from_str::<Value>(line) else {
                     continue;
                 };
-                payments.remember(entry["key"].as_str(), entry["payment"].clone());
+                match entry["fence"].as_str() {
+                    Some(key) => payments.fence(key, entry["attempt"].as_u64().unwrap_or(0)),
+                    None => payments.remember(entry["key"].as_str(), entry["payment"].clone()),
+                }
             }
         }
         payments.ledger = Some(OpenOptions::new().create(true).append(true).open(path)?);
@@ -97,6 +100,23 @@ impl Payments {
         if let Some(key) = key {
             self.by_key.insert(key.to_string(), payment);
         }
+    }
+
+    /// Refuse attempts of `key` up to `attempt` from now on.
+    fn fence(&mut self, key: &str, attempt: u64) {
+        let fenced = self.fenced.entry(key.to_string()).or_default();
+        *fenced = (*fenced).max(attempt);
+    }
+
+    /// [`Self::fence`], written to the ledger before the lookup answers.
+    fn fence_durably(&mut self, key: &str, attempt: u64) {
+        if let Some(ledger) = &mut self.ledger {
+            let line = json!({"fence": key, "attempt": attempt});
+            if let Err(e) = writeln!(ledger, "{line}").and_then(|()| ledger.sync_data()) {
+                eprintln!("cannot write the ledger: {e}");
+            }
+        }
+        self.fence(key, attempt);
     }
 
     /// Create a payment for `amount`, written to the ledger with `key`
@@ -180,38 +200,34 @@ async fn handle(req: Request<Incoming>, state: State) -> Result<Response<Full<By
     let under = |base: &str| path == base || path.starts_with(&format!("{base}/"));
     let under_payments = under("/v1/payments") || under("/v1/transfers");
     let (status, payload, location, note) = match method {
-        Method::POST
-            if under_payments
-                && state
-                    .lock()
-                    .expect("lock")
-                    .fenced
-                    .get(&key)
-                    .is_some_and(|f| attempt <= *f) =>
-        {
-            // The lookup said this key never acted, fenced up to `f`.
-            (
-                StatusCode::CONFLICT,
-                json!({"error": "a newer attempt of this key exists; nothing was created"}),
-                None,
-                format!("refused attempt {attempt} (fenced)"),
-            )
-        }
         Method::POST if under_payments => {
             let amount = serde_json::from_slice::<Value>(&body)
                 .ok()
                 .and_then(|v| v.get("amount").cloned())
                 .unwrap_or(Value::Null);
             let known = (key != "-").then_some(key.as_str());
-            let payment = state.lock().expect("lock").create(known, amount);
-            let id = payment["id"].as_str().unwrap_or_default().to_string();
-            let location = format!("/v1/payments/{id}");
-            (
-                StatusCode::CREATED,
-                payment,
-                Some(location),
-                format!("created {id}"),
-            )
+            // The fence and the payment under one lock: a lookup's 404
+            // cannot slip in between.
+            let mut state = state.lock().expect("lock");
+            if state.fenced.get(&key).is_some_and(|f| attempt <= *f) {
+                // The lookup said this key never acted, fenced up to `f`.
+                (
+                    StatusCode::CONFLICT,
+                    json!({"error": "a newer attempt of this key exists; nothing was created"}),
+                    None,
+                    format!("refused attempt {attempt} (fenced)"),
+                )
+            } else {
+                let payment = state.create(known, amount);
+                let id = payment["id"].as_str().unwrap_or_default().to_string();
+                let location = format!("/v1/payments/{id}");
+                (
+                    StatusCode::CREATED,
+                    payment,
+                    Some(location),
+                    format!("created {id}"),
+                )
+            }
         }
         Method::POST if path == "/v1/events" => {
             let events = {
@@ -240,8 +256,7 @@ async fn handle(req: Request<Incoming>, state: State) -> Result<Response<Full<By
                 }
                 None => {
                     // "Never acted, and never will": fence first.
-                    let fenced = state.fenced.entry(asked.to_string()).or_default();
-                    *fenced = (*fenced).max(attempt);
+                    state.fence_durably(&asked, attempt);
                     (
                         StatusCode::NOT_FOUND,
                         json!({"error": "no payment was created with this key"}),

@@ -371,7 +371,14 @@ async fn ask(
                 Asked::NotRecorded(status)
             }
         }
-        (_, Some(Collected::Over { .. })) => Asked::TooLarge,
+        (status, Some(Collected::Over { .. })) => {
+            let status = original_status(&parts.headers)?.unwrap_or(status);
+            if route.record.records(status) {
+                Asked::TooLarge
+            } else {
+                Asked::NotRecorded(status)
+            }
+        }
         (status, None) => return Err(Unsettled(format!("the upstream answered {status}"))),
     })
 }

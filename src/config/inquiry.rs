@@ -44,6 +44,16 @@ impl Inquiry {
     }
 }
 
+impl Inquiry {
+    /// Whether `key` cannot be asked about: `.` or `..` where `{key}` is in
+    /// the URL's path, a dot-segment whatever its encoding (RFC 3986
+    /// §6.2.2.2: a normaliser decodes `%2E` before it resolves dots).
+    pub fn refuses_key(&self, key: &str) -> bool {
+        let path = self.url.split('?').next().unwrap_or_default();
+        (key == "." || key == "..") && path.contains("{key}")
+    }
+}
+
 /// `key` as one path segment or query value: every character but RFC
 /// 3986's unreserved ones percent-encoded, and the keys `.` and `..`
 /// (dot-segments, which a path normaliser would resolve to this or the
@@ -95,6 +105,16 @@ mod tests {
             q.url_for("k1", &digest).unwrap().query(),
             Some("scope=aa5ec1d6e76e78a1ed2b0f4e2adfa3e07e82bd2f8ca1a20abb1db27d6fb0ecd0")
         );
+    }
+
+    #[test]
+    fn dot_segment_keys_are_refused_only_in_the_path() {
+        let path = inquiry("http://up/v1/idempotency/{key}?s={scope}");
+        let query = inquiry("http://up/v1/idempotency?key={key}");
+        for key in [".", ".."] {
+            assert!(path.refuses_key(key) && !query.refuses_key(key), "{key}");
+        }
+        assert!(!path.refuses_key("...") && !path.refuses_key(".a"));
     }
 
     #[test]

@@ -86,24 +86,37 @@ fn invalid(key: impl Into<String>, message: impl Into<String>) -> ConfigError {
 }
 
 /// An inquiry whose first question may come while the upstream is still
-/// working on the request: `after` shorter than `upstream_timeout`. Not an
-/// error: only the user knows the upstream's own processing timeout.
+/// working on the request (`after` shorter than `upstream_timeout`), and
+/// one whose questions carry a fence its forwards do not (`forward_attempt
+/// = false`). Not errors: only the user knows the upstream's own
+/// processing timeout, and whether it fences by other means.
 fn inquiry_warnings(routes: &[Route]) -> Vec<String> {
-    routes
-        .iter()
-        .filter_map(|route| {
-            let after = route.inquiry.as_ref()?.after;
-            (after < route.upstream_timeout).then(|| {
-                format!(
-                    "route {:?}: inquiry.after ({after:?}) is shorter than its upstream_timeout \
-                     ({:?}); the upstream may still be working on a request whose connection \
-                     broke when it is asked, and a 404 then releases a key it is acting on. \
-                     Make after longer than the upstream's own processing timeout",
-                    route.name, route.upstream_timeout
-                )
-            })
-        })
-        .collect()
+    let mut warnings = Vec::new();
+    for route in routes {
+        let Some(inquiry) = &route.inquiry else {
+            continue;
+        };
+        let after = inquiry.after;
+        if after < route.upstream_timeout {
+            warnings.push(format!(
+                "route {:?}: inquiry.after ({after:?}) is shorter than its upstream_timeout \
+                 ({:?}); the upstream may still be working on a request whose connection \
+                 broke when it is asked, and a 404 then releases a key it is acting on. \
+                 Make after longer than the upstream's own processing timeout",
+                route.name, route.upstream_timeout
+            ));
+        }
+        if !route.forward_attempt {
+            warnings.push(format!(
+                "route {:?}: forward_attempt = false on a route that inquires: its questions \
+                 carry Idempotency-Attempt, its forwards do not, so an upstream that fences by \
+                 token (as the lookup's contract asks) cannot tell a late original from a \
+                 retry. Leave forward_attempt unset (true on such a route)",
+                route.name
+            ));
+        }
+    }
+    warnings
 }
 
 /// The validated configuration of one gateway process.

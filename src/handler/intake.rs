@@ -22,7 +22,7 @@ use crate::request::body::{
 };
 use crate::request::fingerprint::Fingerprinter;
 use crate::request::json_body::JsonBody;
-use crate::request::key::digest as key_digest;
+use crate::request::key::{KeyError, digest as key_digest};
 use crate::request::key_source::{self, Found, PartError};
 use crate::store::RecordKey;
 
@@ -197,7 +197,20 @@ impl Gateway {
         found: Result<Found, PartError>,
     ) -> Result<String, Instead> {
         match found {
-            Ok(Found::Key(key)) => Ok(key),
+            Ok(Found::Key(key)) => {
+                let refused = route.inquiry.as_ref().is_some_and(|q| q.refuses_key(&key));
+                match route.key_from.first() {
+                    // One key part (several make a quoted list, never a dot).
+                    Some(part) if refused => Err(self.instead_of_invalid(
+                        route,
+                        PartError {
+                            part: part.clone(),
+                            reason: KeyError::DotSegment,
+                        },
+                    )),
+                    _ => Ok(key),
+                }
+            }
             Ok(Found::Missing(_)) if !route.key_required => Err(Instead::Forward),
             Ok(Found::Missing(part)) => {
                 Err(

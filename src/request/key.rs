@@ -30,6 +30,13 @@ pub enum KeyError {
     /// Starts with `"` but is not a valid RFC 8941 sf-string.
     #[error("the key is not a valid structured-field string (RFC 8941 §3.3.3)")]
     BadString,
+    /// `.` or `..` on a route whose status inquiry names the key in its
+    /// URL's path, where it would be a dot-segment (a normaliser resolves
+    /// it, even percent-encoded, to the lookup's own or parent resource).
+    #[error(
+        "the key is `.` or `..`, which this route's status inquiry would send as a URL path segment"
+    )]
+    DotSegment,
     /// The header (or query parameter) appears more than once.
     #[error("it appears more than once")]
     Repeated,

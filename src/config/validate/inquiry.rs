@@ -101,6 +101,13 @@ pub(super) fn inquiry(
     for (name, value) in raw.headers.iter().flatten() {
         let at_header = format!("{at_table}.headers.{name}");
         let name: HeaderName = header_name(&at_header, name)?;
+        if name == "idempotency-attempt" {
+            return Err(invalid(
+                &at_header,
+                "is the question's fence, which idemgate sets to the key's token: it cannot \
+                 be a static header",
+            ));
+        }
         let mut value = HeaderValue::from_str(value)
             .map_err(|_| invalid(&at_header, "is not a valid header value"))?;
         // Often a credential: never in a `Debug` print of the config.
@@ -272,6 +279,25 @@ mod tests {
             let err = route_error(text);
             assert!(err.contains(named), "{text}: {err}");
         }
+    }
+
+    #[test]
+    fn the_fence_is_never_static_nor_missing_from_forwards() {
+        let err = route_error(&format!(
+            "{TABLE}url = \"http://up/{{key}}\"\nheaders = {{ Idempotency-Attempt = \"1\" }}\n"
+        ));
+        assert!(err.contains("routes[0].inquiry.headers"), "{err}");
+        let c = parse(&format!(
+            "{MINIMAL}\nforward_attempt = false\n{TABLE}url = \"http://up/{{key}}\"\n"
+        ))
+        .unwrap();
+        let warned = c.warnings();
+        assert!(
+            warned.len() == 1 && warned[0].contains("forward_attempt = false"),
+            "{warned:?}"
+        );
+        let c = parse(&format!("{MINIMAL}\n{TABLE}url = \"http://up/{{key}}\"\n")).unwrap();
+        assert!(c.routes[0].forward_attempt);
     }
 
     #[test]

@@ -127,26 +127,40 @@ async fn two_tenants_with_one_key_get_their_own_answers(b: Backend) {
     gateway.shutdown().await;
 }
 
-/// The keys `.` and `..` are asked about as themselves, never as the
-/// lookup's own or parent resource (the upstream normalises paths).
-async fn dot_segment_keys_stay_one_segment(b: Backend) {
+/// The keys `.` and `..` would be dot-segments in the lookup's path, which
+/// a normalising upstream resolves (even percent-encoded) to the lookup's
+/// own or parent resource: refused (`400`) before anything is claimed or
+/// forwarded, while `...` is an ordinary key.
+async fn dot_segment_keys_are_refused_where_they_would_be_a_segment(b: Backend) {
     let store = TestStore::new(b).await;
     let upstream = Upstream::start().await;
     let gateway = Gateway::start(&inquiring(&store, &upstream, "20s")).await;
     let (c, url) = (client(), gateway.url("/v1/reset"));
-    for key in [".", ".."] {
-        let headers = [("idempotency-key", key)];
-        let broken = send(&c, "POST", &url, &headers, "{}").await;
+    for key in [".", "..", "\"..\""] {
+        let refused = send(&c, "POST", &url, &[("idempotency-key", key)], "{}").await;
         assert_eq!(
-            broken.status,
-            StatusCode::BAD_GATEWAY,
+            refused.status,
+            StatusCode::BAD_REQUEST,
             "{key}: {}",
-            broken.text()
+            refused.text()
         );
-        assert_lookup_replay(&settled(&c, &url, &headers).await, StatusCode::OK);
-        assert_eq!(upstream.executions_per_key()[key].len(), 1, "{key}");
-        assert_eq!(upstream.lookups(key), 1, "{key}");
+        assert_eq!(refused.problem_type(), "urn:idemgate:problem:invalid-key");
+        assert!(
+            refused.text().contains("path segment"),
+            "{}",
+            refused.text()
+        );
     }
+    assert_eq!(
+        upstream.total(),
+        0,
+        "a dot-segment key reached the upstream"
+    );
+    let headers = [("idempotency-key", "...")];
+    let broken = send(&c, "POST", &url, &headers, "{}").await;
+    assert_eq!(broken.status, StatusCode::BAD_GATEWAY, "{}", broken.text());
+    assert_lookup_replay(&settled(&c, &url, &headers).await, StatusCode::OK);
+    assert_eq!(upstream.lookups("..."), 1);
     gateway.shutdown().await;
 }
 
@@ -223,7 +237,7 @@ per_backend!(
     a_quoted_key_is_asked_by_its_value,
     a_composite_key_is_asked_by_its_list,
     two_tenants_with_one_key_get_their_own_answers,
-    dot_segment_keys_stay_one_segment,
+    dot_segment_keys_are_refused_where_they_would_be_a_segment,
     a_not_found_stands_behind_the_questions_fence,
     still_processing_is_asked_again,
     an_original_client_error_is_conveyed,

@@ -28,9 +28,9 @@
 //!   key arrived (so two executions of one key never answer the same bytes),
 //!   plus `Location`, `ETag` and `Set-Cookie`.
 //!
-//! Paths are normalised first, as many frameworks do (RFC 3986
-//! dot-segments removed from the raw path), so `…/idempotency/..` is
-//! `…/` and never a lookup.
+//! Paths are normalised first, as many proxies and frameworks do (RFC
+//! 3986: `%2E` decoded, then dot-segments removed), so
+//! `…/idempotency/%2E%2E` is `…/` and never a lookup.
 //!
 //! On any path, the header [`DELAY_HEADER`] makes it wait that many
 //! milliseconds once the request has arrived, before it answers, and
@@ -625,11 +625,13 @@ pub fn scope_digest(value: &[u8]) -> Vec<u8> {
     hasher.finalize().to_vec()
 }
 
-/// RFC 3986 §5.2.4 on a raw path: `.` and `..` segments resolved, as a
-/// framework that normalises paths does.
+/// RFC 3986 §6.2.2.2 and §5.2.4 on a raw path: percent-encoded dots
+/// decoded, then `.` and `..` segments resolved, as a normalising proxy
+/// (nginx) or framework does.
 fn remove_dot_segments(path: &str) -> String {
+    let decoded = path.replace("%2E", ".").replace("%2e", ".");
     let mut out: Vec<&str> = Vec::new();
-    let segments: Vec<&str> = path.split('/').collect();
+    let segments: Vec<&str> = decoded.split('/').collect();
     let last = segments.len().saturating_sub(1);
     for (i, segment) in segments.iter().enumerate() {
         match *segment {
