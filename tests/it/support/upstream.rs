@@ -545,6 +545,7 @@ fn lookup(req: &Request<Incoming>, path: &str, seen: &Mutex<Seen>) -> Response<F
             extra.push(("etag", format!("\"lookup-{number}\"")));
             extra.push(("cache-control", "max-age=60".to_string()));
             extra.push(("content-location", format!("/v1/idempotency/{raw}")));
+            extra.push(("set-cookie", "lookup-session=1".to_string()));
             (200, lookup_body(&key, number, times))
         }
         (Lookup::FailFirst(0) | Lookup::AcceptedFirst(0) | Lookup::Truthful | Lookup::Lying, _) => {
