@@ -97,8 +97,24 @@ pub(super) fn inquiry(
             ),
         ));
     }
+    let headers = headers(&at_table, raw.headers.iter().flatten())?;
+    Ok(Some(Inquiry {
+        url,
+        after,
+        every,
+        give_up_after,
+        headers,
+    }))
+}
+
+/// The static `headers` sent with every question: valid names and values
+/// (marked sensitive: often a credential), never the fence's header.
+fn headers<'a>(
+    at_table: &str,
+    raw: impl Iterator<Item = (&'a String, &'a String)>,
+) -> Result<Vec<(HeaderName, HeaderValue)>, ConfigError> {
     let mut headers = Vec::new();
-    for (name, value) in raw.headers.iter().flatten() {
+    for (name, value) in raw {
         let at_header = format!("{at_table}.headers.{name}");
         let name: HeaderName = header_name(&at_header, name)?;
         if name == "idempotency-attempt" {
@@ -114,13 +130,7 @@ pub(super) fn inquiry(
         value.set_sensitive(true);
         headers.push((name, value));
     }
-    Ok(Some(Inquiry {
-        url,
-        after,
-        every,
-        give_up_after,
-        headers,
-    }))
+    Ok(headers)
 }
 
 /// An absolute `http`/`https` URL with `{key}` in its path or query, and
