@@ -97,7 +97,8 @@ async fn a_redis_that_refuses_the_marker_still_serves() {
         ">secret",
         "~acl:rec:*",
         "~acl:token",
-        "~acl:due",
+        "~acl:due*",
+        "~acl:inquiring:*",
         "&*",
         "+@all",
     ]);
