@@ -89,8 +89,9 @@ pub enum ClaimStep {
     /// (zero: the question is due).
     Inquiring(Duration),
     /// The lease lapsed and the route inquires: the record turns
-    /// `inquiring`, due at once (same token: the lapsed attempt may still
-    /// settle it), and the answer is `409`.
+    /// `inquiring` (same token: the lapsed attempt may still settle it),
+    /// its first question due [`lapsed_question_in`], and the answer is
+    /// `409` until then.
     InquireLapsed,
 }
 
@@ -176,16 +177,31 @@ pub fn write_applies(write: Write, same_token: bool, phase: Phase) -> bool {
     }
 }
 
+/// When the first question about an attempt whose lease lapsed
+/// `lapsed_for` ago is due, from now: `after` (the route's
+/// `[routes.inquiry] after`, the time the upstream may still be working on
+/// the request) past the moment the lease lapsed. Until then nobody takes
+/// the key from the attempt (a new token would fence it): its own answer,
+/// late because its gateway stalled, may still settle the key. The
+/// inquiry is reckoned from that moment too (`inquiring_for`), so the
+/// question is asked when it is due, not put off by another `after`.
+pub fn lapsed_question_in(lapsed_for: Duration, after: Duration) -> Duration {
+    after.saturating_sub(lapsed_for)
+}
+
 /// Whether an inquirer may take the question about a record
 /// ([`super::StoreAdmin::take_inquiries`]): an inquiring record whose
 /// question is due, or an in-flight one whose lease lapsed (its gateway
-/// died and no request came for the key). Taking gives the record a new
-/// token, so only the taker's writes apply.
-pub fn take_applies(phase: Phase) -> bool {
-    matches!(
-        phase,
-        Phase::Inquiring { due_in: None } | Phase::InFlight { lease_left: None }
-    )
+/// died and no request came for the key) once its first question is due
+/// ([`lapsed_question_in`]: `lapsed_for` is how long ago its lease lapsed,
+/// `after` its route's). Taking gives the record a new token, so only the
+/// taker's writes apply.
+pub fn take_applies(phase: Phase, lapsed_for: Duration, after: Duration) -> bool {
+    match phase {
+        Phase::Inquiring { due_in: None } => true,
+        Phase::InFlight { lease_left: None } => lapsed_question_in(lapsed_for, after).is_zero(),
+        _ => false,
+    }
 }
 
 /// Whether an abandon (the claim's answer was lost, nothing was forwarded)
@@ -329,13 +345,32 @@ mod tests {
     #[test]
     fn only_due_questions_and_lapsed_leases_are_taken() {
         assert_eq!(Phase::inquiring(Duration::ZERO), DUE);
+        let after = Duration::from_secs(3);
         for phase in ALL {
             assert_eq!(
-                take_applies(phase),
+                take_applies(phase, after, after),
                 phase == DUE || phase == LAPSED,
                 "{phase:?}"
             );
         }
+        // A lapsed lease's question waits `after` past the lapse.
+        assert!(!take_applies(LAPSED, Duration::from_secs(2), after));
+        assert!(take_applies(LAPSED, Duration::from_secs(4), after));
+        assert!(take_applies(DUE, Duration::ZERO, after));
+    }
+
+    #[test]
+    fn a_lapsed_leases_question_is_due_after_past_the_lapse() {
+        let after = Duration::from_secs(3);
+        assert_eq!(lapsed_question_in(Duration::ZERO, after), after);
+        assert_eq!(
+            lapsed_question_in(Duration::from_secs(1), after),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            lapsed_question_in(Duration::from_secs(5), after),
+            Duration::ZERO
+        );
     }
 
     #[test]

@@ -29,7 +29,9 @@ end\n";
 /// records (both sets of the record's route); ARGV =
 /// fingerprint, lease ms, retention ms, what a lapsed lease turns into (1:
 /// taken over, 0: held, 2: inquiring), attempt id, the instant (ms since
-/// the epoch) after which it must not run, wake-up channel, wake id. A
+/// the epoch) after which it must not run, the route's inquiry `after` ms
+/// (a lapsed lease's question is due that long past the lapse:
+/// `transitions::lapsed_question_in`), wake-up channel, wake id. A
 /// claim past that instant answers `late` (and by how many ms, by the
 /// server's clock) and reads and writes nothing
 /// (`transitions::claim_write_limit`: its caller has given up, and the
@@ -60,12 +62,16 @@ local left = tonumber(r[4]) - now
 if r[2] == 'inquiring' and (left > 0 or ARGV[4] == '2') then return {'inquiring', tonumber(r[3]), math.max(left, 0)} end
 if left > 0 then return {'in_flight', tonumber(r[3]), left} end
 if ARGV[4] == '2' then
-  redis.call('HSET', KEYS[1], 'state', 'inquiring', 'lease_until', now, 'asked', 0, 'since', now, 'updated_at', now)
+  -- Reckoned from the lapse, due `after` past it: until then the lapsed
+  -- attempt's own answer (same token) may settle the key.
+  local lapsed = tonumber(r[4])
+  local due = math.max(lapsed + tonumber(ARGV[7]), now)
+  redis.call('HSET', KEYS[1], 'state', 'inquiring', 'lease_until', due, 'asked', 0, 'since', lapsed, 'updated_at', now)
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
-  redis.call('ZADD', KEYS[3], now, KEYS[1])
+  redis.call('ZADD', KEYS[3], due, KEYS[1])
   inquiring(KEYS[4], KEYS[1])
   announce()
-  return {'inquiring', tonumber(r[3]), 0}
+  return {'inquiring', tonumber(r[3]), due - now}
 end
 redis.call('ZREM', KEYS[3], KEYS[1])
 redis.call('ZREM', KEYS[4], KEYS[1])

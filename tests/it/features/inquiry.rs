@@ -295,6 +295,65 @@ async fn a_killed_gateways_key_is_resolved_by_another(b: Backend) {
     survivor.shutdown().await;
 }
 
+/// A gateway that stalls (SIGSTOP) longer than its lease while its request
+/// is at the upstream, and resumes inside `after`: its own answer settles
+/// the key (issue 43). Meanwhile the other instance answers `409` for the
+/// key, with a `Retry-After` until the question, and neither its claim nor
+/// its inquirer takes the key from the stalled attempt before `after` has
+/// passed since the lapse: its client gets the upstream's `201`, which
+/// every retry replays, and the lookup is never asked.
+async fn a_stalled_gateways_answer_inside_after_settles_its_key(b: Backend) {
+    let store = TestStore::new(b).await;
+    let upstream = Upstream::start().await;
+    let config = inquiring(&store, &upstream, "20s").route(|r| {
+        r.set("lease", "1s").set("upstream_timeout", "5s");
+        let inquiry = r.get_mut("inquiry").and_then(toml::Value::as_table_mut);
+        inquiry.expect("an inquiry").set("after", "3s");
+    });
+    let survivor = Gateway::start(&config).await;
+    let stalled = GatewayProcess::start("inquiry-stalled", &config).await;
+    let c = client();
+    let url = stalled.url("/v1/slow/2500");
+    let sent = tokio::spawn({
+        let c = c.clone();
+        async move { crate::support::http::try_post(&c, &url, "stalled", "{}").await }
+    });
+    upstream.arrived("stalled").await;
+    stalled.stall();
+    let stalled_at = tokio::time::Instant::now();
+    // The lease (1 s, renewed every third of it) has lapsed by now; the
+    // question is due 3 s past the lapse, so after the upstream's answer.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let pending = post(&c, &survivor.url("/v1/slow/2500"), "stalled", "{}").await;
+    assert_eq!(pending.status, StatusCode::CONFLICT, "{}", pending.text());
+    assert_eq!(
+        pending.problem_type(),
+        "urn:idemgate:problem:outcome-pending"
+    );
+    let retry_after: u64 = pending
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("a Retry-After");
+    assert!(retry_after >= 2, "the question is due in {retry_after} s");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    stalled.resume();
+    let answered = sent.await.unwrap().expect("the stalled gateway answers");
+    assert!(
+        stalled_at.elapsed() < Duration::from_millis(3600),
+        "too slow to tell: the question may have been due"
+    );
+    assert_eq!(answered.status, StatusCode::CREATED, "{}", answered.text());
+    assert!(!answered.is_replay());
+    let replay = post(&c, &survivor.url("/v1/slow/2500"), "stalled", "{}").await;
+    assert_eq!(replay.status, StatusCode::CREATED, "{}", replay.text());
+    assert!(replay.is_replay());
+    assert_eq!(replay.body, answered.body);
+    assert_eq!(upstream.executions_per_key()["stalled"].len(), 1);
+    assert_eq!(upstream.lookups("stalled"), 0);
+    assert_eq!(inquiries(&survivor, "acted").await, 0.0);
+    survivor.shutdown().await;
+}
+
 /// `idemgate_inquiries_pending` counts a key the whole time it waits for
 /// an answer (here during a long `after`, when no question is on the
 /// wire), so an alert on it can fire; 0 once the key is settled.
@@ -447,6 +506,7 @@ mod attempt_header {
 mod shared {
     use super::{
         a_killed_gateways_key_is_resolved_by_another,
+        a_stalled_gateways_answer_inside_after_settles_its_key,
         instances_of_other_routes_never_delay_a_routes_questions,
         operators_see_and_release_inquiring_keys, two_instances_ask_once,
     };
@@ -456,6 +516,7 @@ mod shared {
         only [postgres, redis, sqlite, front]:
         two_instances_ask_once,
         a_killed_gateways_key_is_resolved_by_another,
+        a_stalled_gateways_answer_inside_after_settles_its_key,
         operators_see_and_release_inquiring_keys,
         instances_of_other_routes_never_delay_a_routes_questions,
     );

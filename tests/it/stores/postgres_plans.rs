@@ -158,6 +158,7 @@ async fn claim(store: &dyn Store, key: &str) -> Claim {
             lease: Duration::from_secs(30),
             retention: Duration::from_secs(3600),
             on_unknown_outcome: UnknownOutcome::Hold,
+            inquire_after: Duration::ZERO,
             attempt: 1,
         })
         .await
