@@ -327,13 +327,14 @@ pub trait StoreAdmin: Send + Sync + 'static {
         state: RecordState,
         limit: usize,
     ) -> Result<Vec<RecordInfo>, StoreError>;
-    /// Remove a `held` record, or an `in_flight` one whose lease has lapsed,
-    /// so the next request with the key is forwarded. A live lease (an
-    /// attempt may be at the upstream right now) is removed only with
-    /// `force`; a completed record never ([`transitions::clearable`]).
+    /// Remove a `held` or `inquiring` record, or an `in_flight` one whose
+    /// lease has lapsed, so the next request with the key is forwarded. One
+    /// the upstream may still be working on (a live lease, an inquiry
+    /// inside its route's `after`) is removed only with `force`; a
+    /// completed record never ([`transitions::clearable`]).
     async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError>;
-    /// Remove a record in any state; a live lease only with `force`
-    /// ([`transitions::deletable`]).
+    /// Remove a record in any state; one the upstream may still be working
+    /// on only with `force` ([`transitions::deletable`]).
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError>;
     /// One step of retention: delete up to `batch` expired records, or
     /// (PostgreSQL) retire the previous generation once the current one is

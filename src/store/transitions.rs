@@ -224,19 +224,36 @@ pub fn expired(past_retention: bool, phase: Phase) -> bool {
     past_retention && !phase.lease_live()
 }
 
-/// `keys release`: a held or inquiring record, or an in-flight one whose lease lapsed
-/// (a live one only with `force`); a completed record never.
-pub fn clearable(phase: Phase, force: bool) -> bool {
+/// Whether the upstream may still be working on the key's request, so
+/// that removing the record would let a retry be forwarded while the first
+/// attempt may still act: a live lease, or an inquiring record inside its
+/// route's `after` (its first question neither asked nor due yet; `asked`
+/// is the questions asked so far). Once the first question is due or was
+/// asked, `after` has passed.
+pub fn upstream_may_be_working(phase: Phase, asked: u32) -> bool {
     match phase {
-        Phase::Held(_) | Phase::Inquiring { .. } => true,
-        Phase::InFlight { .. } => force || !phase.lease_live(),
-        Phase::Completed => false,
+        Phase::InFlight { .. } => phase.lease_live(),
+        Phase::Inquiring { due_in } => asked == 0 && due_in.is_some(),
+        Phase::Completed | Phase::Held(_) => false,
     }
 }
 
-/// `keys delete`: a record in any state, but a live lease only with `force`.
-pub fn deletable(phase: Phase, force: bool) -> bool {
-    force || !phase.lease_live()
+/// `keys release`: a held or inquiring record, or an in-flight one whose
+/// lease lapsed; one the upstream may still be working on
+/// ([`upstream_may_be_working`]: a live lease, an inquiry inside `after`)
+/// only with `force`; a completed record never.
+pub fn clearable(phase: Phase, asked: u32, force: bool) -> bool {
+    match phase {
+        Phase::Completed => false,
+        _ => force || !upstream_may_be_working(phase, asked),
+    }
+}
+
+/// `keys delete`: a record in any state, but one the upstream may still be
+/// working on ([`upstream_may_be_working`]) only with `force`, as for
+/// `keys release`.
+pub fn deletable(phase: Phase, asked: u32, force: bool) -> bool {
+    force || !upstream_may_be_working(phase, asked)
 }
 
 /// How long a lost claim's record is still looked for once the store
@@ -382,8 +399,9 @@ mod tests {
                 assert!(!write_applies(write, false, phase), "{write:?} {phase:?}");
             }
             assert!(!write_applies(Renew, true, phase));
-            assert!(clearable(phase, false));
-            assert!(deletable(phase, false));
+            // Once a question was asked, `after` has passed.
+            assert!(clearable(phase, 1, false));
+            assert!(deletable(phase, 1, false));
         }
         for phase in [Phase::Completed, HELD, LAPSED_HELD] {
             assert!(!write_applies(Inquire, true, phase), "{phase:?}");
@@ -461,15 +479,36 @@ mod tests {
 
     #[test]
     fn administration_spares_live_leases_and_release_spares_records() {
-        assert!(clearable(HELD, false));
-        assert!(clearable(LAPSED, false));
-        assert!(!clearable(LIVE, false));
-        assert!(clearable(LIVE, true));
-        assert!(!clearable(Phase::Completed, true));
+        assert!(clearable(HELD, 0, false));
+        assert!(clearable(LAPSED, 0, false));
+        assert!(!clearable(LIVE, 0, false));
+        assert!(clearable(LIVE, 0, true));
+        assert!(!clearable(Phase::Completed, 0, true));
         for phase in [LAPSED, Phase::Completed, HELD] {
-            assert!(deletable(phase, false));
+            assert!(deletable(phase, 0, false));
         }
-        assert!(!deletable(LIVE, false));
-        assert!(deletable(LIVE, true));
+        assert!(!deletable(LIVE, 0, false));
+        assert!(deletable(LIVE, 0, true));
+    }
+
+    #[test]
+    fn administration_spares_an_inquiry_inside_after() {
+        // Not asked yet and not due: inside `after`, the upstream may
+        // still be working on the request.
+        assert!(upstream_may_be_working(ASKING, 0));
+        assert!(!clearable(ASKING, 0, false));
+        assert!(!deletable(ASKING, 0, false));
+        assert!(clearable(ASKING, 0, true));
+        assert!(deletable(ASKING, 0, true));
+        // Due, or asked already: `after` has passed.
+        for (phase, asked) in [(DUE, 0), (ASKING, 1), (DUE, 2)] {
+            assert!(!upstream_may_be_working(phase, asked), "{phase:?} {asked}");
+            assert!(clearable(phase, asked, false), "{phase:?} {asked}");
+            assert!(deletable(phase, asked, false), "{phase:?} {asked}");
+        }
+        for phase in [LAPSED, Phase::Completed, HELD, LAPSED_HELD] {
+            assert!(!upstream_may_be_working(phase, 0), "{phase:?}");
+        }
+        assert!(upstream_may_be_working(LIVE, 0));
     }
 }

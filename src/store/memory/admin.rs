@@ -109,11 +109,15 @@ impl StoreAdmin for MemoryStore {
     }
 
     async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        Ok(self.remove_if(key, |_, phase| transitions::clearable(phase, force)))
+        Ok(self.remove_if(key, |r, phase| {
+            transitions::clearable(phase, r.asked(), force)
+        }))
     }
 
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        Ok(self.remove_if(key, |_, phase| transitions::deletable(phase, force)))
+        Ok(self.remove_if(key, |r, phase| {
+            transitions::deletable(phase, r.asked(), force)
+        }))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

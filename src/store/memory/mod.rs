@@ -126,6 +126,14 @@ impl Record {
         self.expires_at = self.expires_at.max(now + retention);
     }
 
+    /// Questions asked about its outcome (zero unless inquiring).
+    fn asked(&self) -> u32 {
+        match self.state {
+            State::Inquiring { asked, .. } => asked,
+            _ => 0,
+        }
+    }
+
     /// How long ago this in-flight record's lease lapsed at `now` (zero:
     /// live, or not in flight).
     fn lapsed_for(&self, now: Instant) -> Duration {

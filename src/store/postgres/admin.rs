@@ -234,26 +234,37 @@ impl StoreAdmin for PgStore {
 
     async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
         let done = self
-            // transitions::clearable
-            .bounded(async |conn| bind_key!(sqlx::query(at_key!(
-                    "DELETE FROM idemgate_records",
-                    "AND (state IN ('held', 'inquiring')
-                             OR (state = 'in_flight' AND ($4 OR lease_until <= clock_timestamp())))",
-                )), key)
+            // transitions::clearable: an inquiry inside `after` (not asked,
+            // not due) only with force, as a live lease.
+            .bounded(async |conn| {
+                bind_key!(
+                    sqlx::query(at_key!(
+                        "DELETE FROM idemgate_records",
+                        "AND (state = 'held'
+                          OR (state = 'inquiring'
+                              AND ($4 OR inquiries > 0 OR lease_until <= clock_timestamp()))
+                          OR (state = 'in_flight' AND ($4 OR lease_until <= clock_timestamp())))",
+                    )),
+                    key
+                )
                 .bind(force)
-                .execute(conn).await)
+                .execute(conn)
+                .await
+            })
             .await?;
         Ok(done.rows_affected() == 1)
     }
 
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
         let done = self
-            // transitions::deletable
+            // transitions::deletable: a live lease or an inquiry inside
+            // `after` only with force.
             .bounded(async |conn| {
                 bind_key!(
                     sqlx::query(at_key!(
                         "DELETE FROM idemgate_records",
-                        "AND ($4 OR state <> 'in_flight' OR lease_until <= clock_timestamp())"
+                        "AND ($4 OR lease_until <= clock_timestamp() OR state = 'completed'
+                              OR state = 'held' OR (state = 'inquiring' AND inquiries > 0))"
                     )),
                     key
                 )

@@ -200,16 +200,18 @@ return {r[1], r[2] or '', r[3], r[4] or '0', r[5] or '0', r[6] or '', r[7] or ''
 /// KEYS = record, due questions, inquiring records; ARGV = force (1/0),
 /// whether completed
 /// records go too (1/0), wake-up channel, wake id.
-/// Deletes a held record, an in-flight one whose lease lapsed (or any
-/// in-flight one with force), and a completed one if asked:
-/// `transitions::clearable` (completed: 0) and `transitions::deletable` (1).
+/// Deletes a held record, an in-flight one whose lease lapsed and an
+/// inquiring one past its `after` (asked, or due) (any of them with
+/// force), and a completed one if asked: `transitions::clearable`
+/// (completed: 0) and `transitions::deletable` (1).
 pub(super) static CLEAR: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
         r#"
-local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until')
+local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'asked')
 if not r[1] then return 0 end
 if r[1] == 'in_flight' and ARGV[1] ~= '1' and tonumber(r[2]) > now then return 0 end
+if r[1] == 'inquiring' and ARGV[1] ~= '1' and tonumber(r[3] or '0') == 0 and tonumber(r[2]) > now then return 0 end
 if r[1] == 'completed' and ARGV[2] ~= '1' then return 0 end
 local n = redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], KEYS[1])

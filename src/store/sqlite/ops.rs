@@ -181,8 +181,8 @@ pub(super) async fn execute(
                 Removal::Abandon(attempt) => {
                     transitions::abandon_applies(head.attempt == Some(attempt), phase)
                 }
-                Removal::Clear { force } => transitions::clearable(phase, force),
-                Removal::Delete { force } => transitions::deletable(phase, force),
+                Removal::Clear { force } => transitions::clearable(phase, head.asked(), force),
+                Removal::Delete { force } => transitions::deletable(phase, head.asked(), force),
             };
             if allowed {
                 at_key(conn, "DELETE FROM idemgate_records", key, |q| q).await?;
