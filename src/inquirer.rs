@@ -158,6 +158,7 @@ impl Inquirer {
                 .map(|r| InquiringRoute {
                     name: r.name.clone(),
                     retention: r.retention,
+                    after: r.inquiry.as_ref().map_or(Duration::ZERO, |i| i.after),
                 })
                 .collect();
             // Every tick, before taking: the keys waiting for an answer,

@@ -145,6 +145,17 @@ pub enum KeysError {
         /// When the lease ends.
         until: String,
     },
+    /// release/delete on an inquiring key inside its route's `after` (its
+    /// first question neither asked nor due yet), without --force.
+    #[error(
+        "key {key:?} is inquiring and its first question is not due before {due}: until then (the route's inquiry `after`) the upstream may still be working on the request, and releasing it would let a retry be forwarded while the first attempt may still act; wait for the question, or add --force"
+    )]
+    InsideAfter {
+        /// The key.
+        key: String,
+        /// When the first question is due.
+        due: String,
+    },
     /// `release` on a completed record.
     #[error(
         "key {0:?} has a recorded response, which release leaves alone; use `keys delete` to forget it"
@@ -189,7 +200,10 @@ impl KeysError {
             Self::NoRoute(_) | Self::NoScope(_) | Self::InvalidKey(_) | Self::KeyParts { .. } => {
                 S::BAD_REQUEST
             }
-            Self::LiveLease { .. } | Self::Completed(_) | Self::Changed { .. } => S::CONFLICT,
+            Self::LiveLease { .. }
+            | Self::InsideAfter { .. }
+            | Self::Completed(_)
+            | Self::Changed { .. } => S::CONFLICT,
             Self::Store(_) | Self::Admin(_) => S::SERVICE_UNAVAILABLE,
         }
     }
@@ -261,9 +275,10 @@ enum Removal {
 }
 
 /// Why a release or delete removed nothing, judged by the record as it is
-/// now: a live lease, a completed record (release leaves those alone), or
-/// a record that changed since the attempt (it would have been removed as
-/// it is now).
+/// now: a live lease, an inquiry inside `after`
+/// (`transitions::upstream_may_be_working`), a completed record (release
+/// leaves those alone), or a record that changed since the attempt (it
+/// would have been removed as it is now).
 fn why_not(found: Option<RecordInfo>, key: RecordKey, removal: Removal) -> KeysError {
     let Some(info) = found else {
         return not_found(&key);
@@ -273,6 +288,14 @@ fn why_not(found: Option<RecordInfo>, key: RecordKey, removal: Removal) -> KeysE
             key: key.key,
             until: time(until),
         },
+        (RecordState::Inquiring, Some(due))
+            if due > SystemTime::now() && info.inquiries.unwrap_or(0) == 0 =>
+        {
+            KeysError::InsideAfter {
+                key: key.key,
+                due: time(due),
+            }
+        }
         (RecordState::Completed, _) if removal == Removal::Release => KeysError::Completed(key.key),
         (state, _) => KeysError::Changed {
             key: key.key,

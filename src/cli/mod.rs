@@ -107,9 +107,17 @@ pub enum KeysCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Clear a held or in-flight key so the next request with it is forwarded.
+    /// Clear a held or inquiring key (or an in-flight one whose lease
+    /// lapsed) so the next request with it is forwarded.
+    ///
+    /// A live lease, or an inquiring key inside its route's `after` (its
+    /// first question neither asked nor due yet), is refused without
+    /// --force: the upstream may still be working on the request.
     Release(KeyArgs),
     /// Forget a key in any state (a recorded response too).
+    ///
+    /// A live lease, or an inquiring key inside its route's `after`, is
+    /// refused without --force, as by `release`.
     Delete(KeyArgs),
 }
 
@@ -161,9 +169,11 @@ pub struct KeyArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
-    /// release/delete: also remove an in-flight key whose lease is live (an
-    /// attempt may be at the upstream right now: the next request will be
-    /// forwarded while it may still act).
+    /// release/delete: also remove an in-flight key whose lease is live, or
+    /// an inquiring key inside its route's `after` (its first question
+    /// neither asked nor due yet): the upstream may still be working on the
+    /// request, and the next request will be forwarded while it may still
+    /// act.
     #[arg(long)]
     pub force: bool,
 }

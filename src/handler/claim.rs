@@ -171,6 +171,7 @@ impl Gateway {
                 lease: route.lease,
                 retention: route.retention,
                 on_unknown_outcome: route.on_unknown_outcome,
+                inquire_after: route.inquiry.as_ref().map_or(Duration::ZERO, |i| i.after),
             })
             .await;
         let claimed = match claimed {

@@ -12,6 +12,7 @@ mod config;
 pub mod front;
 mod headers;
 mod info;
+mod inquiry;
 pub mod memory;
 pub mod metered;
 pub mod postgres;
@@ -35,6 +36,7 @@ pub use config::{FrontConfig, InvalidStoreSetting, StoreConfig, UnknownOutcome, 
 pub use front::FrontStats;
 pub use headers::{decode_headers, encode_headers};
 pub use info::{RecordInfo, RecordState};
+pub use inquiry::{InquiringRoute, Inquiry};
 pub use swept::Swept;
 
 /// The key space of docs/src/design/state-machine.md: `(route, scope, key)`.
@@ -102,6 +104,10 @@ pub struct ClaimRequest<'a> {
     pub retention: Duration,
     /// What a lapsed lease found by this claim turns into.
     pub on_unknown_outcome: UnknownOutcome,
+    /// On a route that inquires, its `[routes.inquiry] after`: a lapsed
+    /// lease's first question is due this long past the lapse
+    /// ([`transitions::lapsed_question_in`]). Zero elsewhere.
+    pub inquire_after: Duration,
 }
 
 /// A recorded upstream response, replayed byte for byte.
@@ -196,37 +202,6 @@ pub enum Claim {
         /// Time until the next question (zero: due now).
         retry_after: Duration,
     },
-}
-
-/// A key whose outcome is being asked about, taken by one instance
-/// ([`StoreAdmin::take_inquiries`]): it holds `token` until it settles the
-/// key with a write of the request path, or until its lease lapses.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Inquiry {
-    /// The key.
-    pub key: RecordKey,
-    /// The token this inquirer's writes carry.
-    pub token: Token,
-    /// Questions asked before this one.
-    pub asked: u32,
-    /// How long the key has been inquiring.
-    pub inquiring_for: Duration,
-}
-
-/// A route whose unknown outcomes are asked about, as the store needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InquiringRoute {
-    /// The route's name.
-    pub name: String,
-    /// Its records' retention.
-    pub retention: Duration,
-}
-
-impl InquiringRoute {
-    /// The retention of the route named `name` among `routes`, if it is one.
-    pub fn retention_of(routes: &[Self], name: &str) -> Option<Duration> {
-        routes.iter().find(|r| r.name == name).map(|r| r.retention)
-    }
 }
 
 /// Whether a compare-and-set on a token took effect.
@@ -352,13 +327,14 @@ pub trait StoreAdmin: Send + Sync + 'static {
         state: RecordState,
         limit: usize,
     ) -> Result<Vec<RecordInfo>, StoreError>;
-    /// Remove a `held` record, or an `in_flight` one whose lease has lapsed,
-    /// so the next request with the key is forwarded. A live lease (an
-    /// attempt may be at the upstream right now) is removed only with
-    /// `force`; a completed record never ([`transitions::clearable`]).
+    /// Remove a `held` or `inquiring` record, or an `in_flight` one whose
+    /// lease has lapsed, so the next request with the key is forwarded. One
+    /// the upstream may still be working on (a live lease, an inquiry
+    /// inside its route's `after`) is removed only with `force`; a
+    /// completed record never ([`transitions::clearable`]).
     async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError>;
-    /// Remove a record in any state; a live lease only with `force`
-    /// ([`transitions::deletable`]).
+    /// Remove a record in any state; one the upstream may still be working
+    /// on only with `force` ([`transitions::deletable`]).
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError>;
     /// One step of retention: delete up to `batch` expired records, or
     /// (PostgreSQL) retire the previous generation once the current one is

@@ -89,8 +89,9 @@ pub enum ClaimStep {
     /// (zero: the question is due).
     Inquiring(Duration),
     /// The lease lapsed and the route inquires: the record turns
-    /// `inquiring`, due at once (same token: the lapsed attempt may still
-    /// settle it), and the answer is `409`.
+    /// `inquiring` (same token: the lapsed attempt may still settle it),
+    /// its first question due [`lapsed_question_in`], and the answer is
+    /// `409` until then.
     InquireLapsed,
 }
 
@@ -176,16 +177,31 @@ pub fn write_applies(write: Write, same_token: bool, phase: Phase) -> bool {
     }
 }
 
+/// When the first question about an attempt whose lease lapsed
+/// `lapsed_for` ago is due, from now: `after` (the route's
+/// `[routes.inquiry] after`, the time the upstream may still be working on
+/// the request) past the moment the lease lapsed. Until then nobody takes
+/// the key from the attempt (a new token would fence it): its own answer,
+/// late because its gateway stalled, may still settle the key. The
+/// inquiry is reckoned from that moment too (`inquiring_for`), so the
+/// question is asked when it is due, not put off by another `after`.
+pub fn lapsed_question_in(lapsed_for: Duration, after: Duration) -> Duration {
+    after.saturating_sub(lapsed_for)
+}
+
 /// Whether an inquirer may take the question about a record
 /// ([`super::StoreAdmin::take_inquiries`]): an inquiring record whose
 /// question is due, or an in-flight one whose lease lapsed (its gateway
-/// died and no request came for the key). Taking gives the record a new
-/// token, so only the taker's writes apply.
-pub fn take_applies(phase: Phase) -> bool {
-    matches!(
-        phase,
-        Phase::Inquiring { due_in: None } | Phase::InFlight { lease_left: None }
-    )
+/// died and no request came for the key) once its first question is due
+/// ([`lapsed_question_in`]: `lapsed_for` is how long ago its lease lapsed,
+/// `after` its route's). Taking gives the record a new token, so only the
+/// taker's writes apply.
+pub fn take_applies(phase: Phase, lapsed_for: Duration, after: Duration) -> bool {
+    match phase {
+        Phase::Inquiring { due_in: None } => true,
+        Phase::InFlight { lease_left: None } => lapsed_question_in(lapsed_for, after).is_zero(),
+        _ => false,
+    }
 }
 
 /// Whether an abandon (the claim's answer was lost, nothing was forwarded)
@@ -208,19 +224,36 @@ pub fn expired(past_retention: bool, phase: Phase) -> bool {
     past_retention && !phase.lease_live()
 }
 
-/// `keys release`: a held or inquiring record, or an in-flight one whose lease lapsed
-/// (a live one only with `force`); a completed record never.
-pub fn clearable(phase: Phase, force: bool) -> bool {
+/// Whether the upstream may still be working on the key's request, so
+/// that removing the record would let a retry be forwarded while the first
+/// attempt may still act: a live lease, or an inquiring record inside its
+/// route's `after` (its first question neither asked nor due yet; `asked`
+/// is the questions asked so far). Once the first question is due or was
+/// asked, `after` has passed.
+pub fn upstream_may_be_working(phase: Phase, asked: u32) -> bool {
     match phase {
-        Phase::Held(_) | Phase::Inquiring { .. } => true,
-        Phase::InFlight { .. } => force || !phase.lease_live(),
-        Phase::Completed => false,
+        Phase::InFlight { .. } => phase.lease_live(),
+        Phase::Inquiring { due_in } => asked == 0 && due_in.is_some(),
+        Phase::Completed | Phase::Held(_) => false,
     }
 }
 
-/// `keys delete`: a record in any state, but a live lease only with `force`.
-pub fn deletable(phase: Phase, force: bool) -> bool {
-    force || !phase.lease_live()
+/// `keys release`: a held or inquiring record, or an in-flight one whose
+/// lease lapsed; one the upstream may still be working on
+/// ([`upstream_may_be_working`]: a live lease, an inquiry inside `after`)
+/// only with `force`; a completed record never.
+pub fn clearable(phase: Phase, asked: u32, force: bool) -> bool {
+    match phase {
+        Phase::Completed => false,
+        _ => force || !upstream_may_be_working(phase, asked),
+    }
+}
+
+/// `keys delete`: a record in any state, but one the upstream may still be
+/// working on ([`upstream_may_be_working`]) only with `force`, as for
+/// `keys release`.
+pub fn deletable(phase: Phase, asked: u32, force: bool) -> bool {
+    force || !upstream_may_be_working(phase, asked)
 }
 
 /// How long a lost claim's record is still looked for once the store
@@ -329,13 +362,32 @@ mod tests {
     #[test]
     fn only_due_questions_and_lapsed_leases_are_taken() {
         assert_eq!(Phase::inquiring(Duration::ZERO), DUE);
+        let after = Duration::from_secs(3);
         for phase in ALL {
             assert_eq!(
-                take_applies(phase),
+                take_applies(phase, after, after),
                 phase == DUE || phase == LAPSED,
                 "{phase:?}"
             );
         }
+        // A lapsed lease's question waits `after` past the lapse.
+        assert!(!take_applies(LAPSED, Duration::from_secs(2), after));
+        assert!(take_applies(LAPSED, Duration::from_secs(4), after));
+        assert!(take_applies(DUE, Duration::ZERO, after));
+    }
+
+    #[test]
+    fn a_lapsed_leases_question_is_due_after_past_the_lapse() {
+        let after = Duration::from_secs(3);
+        assert_eq!(lapsed_question_in(Duration::ZERO, after), after);
+        assert_eq!(
+            lapsed_question_in(Duration::from_secs(1), after),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            lapsed_question_in(Duration::from_secs(5), after),
+            Duration::ZERO
+        );
     }
 
     #[test]
@@ -347,8 +399,9 @@ mod tests {
                 assert!(!write_applies(write, false, phase), "{write:?} {phase:?}");
             }
             assert!(!write_applies(Renew, true, phase));
-            assert!(clearable(phase, false));
-            assert!(deletable(phase, false));
+            // Once a question was asked, `after` has passed.
+            assert!(clearable(phase, 1, false));
+            assert!(deletable(phase, 1, false));
         }
         for phase in [Phase::Completed, HELD, LAPSED_HELD] {
             assert!(!write_applies(Inquire, true, phase), "{phase:?}");
@@ -426,15 +479,36 @@ mod tests {
 
     #[test]
     fn administration_spares_live_leases_and_release_spares_records() {
-        assert!(clearable(HELD, false));
-        assert!(clearable(LAPSED, false));
-        assert!(!clearable(LIVE, false));
-        assert!(clearable(LIVE, true));
-        assert!(!clearable(Phase::Completed, true));
+        assert!(clearable(HELD, 0, false));
+        assert!(clearable(LAPSED, 0, false));
+        assert!(!clearable(LIVE, 0, false));
+        assert!(clearable(LIVE, 0, true));
+        assert!(!clearable(Phase::Completed, 0, true));
         for phase in [LAPSED, Phase::Completed, HELD] {
-            assert!(deletable(phase, false));
+            assert!(deletable(phase, 0, false));
         }
-        assert!(!deletable(LIVE, false));
-        assert!(deletable(LIVE, true));
+        assert!(!deletable(LIVE, 0, false));
+        assert!(deletable(LIVE, 0, true));
+    }
+
+    #[test]
+    fn administration_spares_an_inquiry_inside_after() {
+        // Not asked yet and not due: inside `after`, the upstream may
+        // still be working on the request.
+        assert!(upstream_may_be_working(ASKING, 0));
+        assert!(!clearable(ASKING, 0, false));
+        assert!(!deletable(ASKING, 0, false));
+        assert!(clearable(ASKING, 0, true));
+        assert!(deletable(ASKING, 0, true));
+        // Due, or asked already: `after` has passed.
+        for (phase, asked) in [(DUE, 0), (ASKING, 1), (DUE, 2)] {
+            assert!(!upstream_may_be_working(phase, asked), "{phase:?} {asked}");
+            assert!(clearable(phase, asked, false), "{phase:?} {asked}");
+            assert!(deletable(phase, asked, false), "{phase:?} {asked}");
+        }
+        for phase in [LAPSED, Phase::Completed, HELD, LAPSED_HELD] {
+            assert!(!upstream_may_be_working(phase, 0), "{phase:?}");
+        }
+        assert!(upstream_may_be_working(LIVE, 0));
     }
 }

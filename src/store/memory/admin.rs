@@ -23,18 +23,29 @@ impl StoreAdmin for MemoryStore {
     ) -> Result<Vec<Inquiry>, StoreError> {
         let now = Instant::now();
         let mut inner = self.lock();
-        let retention = |key: &RecordKey| InquiringRoute::retention_of(routes, &key.route);
-        let due: Vec<(RecordKey, Duration)> = inner
+        let route = |key: &RecordKey| {
+            let retention = InquiringRoute::retention_of(routes, &key.route)?;
+            Some((retention, InquiringRoute::after_of(routes, &key.route)?))
+        };
+        let due: Vec<(RecordKey, Duration, Duration)> = inner
             .records
             .iter()
-            .filter(|(_, r)| !r.expired(now) && transitions::take_applies(r.phase(now)))
-            .filter_map(|(k, _)| Some((k.clone(), retention(k)?)))
+            .filter(|(_, r)| !r.expired(now))
+            .filter_map(|(k, r)| {
+                let (retention, after) = route(k)?;
+                transitions::take_applies(r.phase(now), r.lapsed_for(now), after)
+                    .then(|| (k.clone(), retention, after))
+            })
             .take(limit)
             .collect();
         let mut taken = Vec::with_capacity(due.len());
-        for (key, retention) in due {
+        for (key, retention, after) in due {
             let token = inner.next_token();
             let record = inner.records.get_mut(&key).expect("listed above");
+            if matches!(record.state, State::InFlight { .. }) {
+                // Reckoned from the lapse, as a claim would have.
+                record.inquire_lapsed(now, after, retention);
+            }
             record.inquire(now, lease, false, retention);
             record.token = token;
             record.updated_at = now;
@@ -98,11 +109,15 @@ impl StoreAdmin for MemoryStore {
     }
 
     async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        Ok(self.remove_if(key, |_, phase| transitions::clearable(phase, force)))
+        Ok(self.remove_if(key, |r, phase| {
+            transitions::clearable(phase, r.asked(), force)
+        }))
     }
 
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
-        Ok(self.remove_if(key, |_, phase| transitions::deletable(phase, force)))
+        Ok(self.remove_if(key, |r, phase| {
+            transitions::deletable(phase, r.asked(), force)
+        }))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

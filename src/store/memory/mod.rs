@@ -126,6 +126,41 @@ impl Record {
         self.expires_at = self.expires_at.max(now + retention);
     }
 
+    /// Questions asked about its outcome (zero unless inquiring).
+    fn asked(&self) -> u32 {
+        match self.state {
+            State::Inquiring { asked, .. } => asked,
+            _ => 0,
+        }
+    }
+
+    /// How long ago this in-flight record's lease lapsed at `now` (zero:
+    /// live, or not in flight).
+    fn lapsed_for(&self, now: Instant) -> Duration {
+        match self.state {
+            State::InFlight { lease_until } => now.saturating_duration_since(lease_until),
+            _ => Duration::ZERO,
+        }
+    }
+
+    /// An in-flight record whose lease lapsed turns inquiring at `now`,
+    /// reckoned from the lapse and due `after` past it
+    /// ([`transitions::lapsed_question_in`]); kept at least `retention`
+    /// from now. Returns the time until the question.
+    fn inquire_lapsed(&mut self, now: Instant, after: Duration, retention: Duration) -> Duration {
+        let State::InFlight { lease_until } = self.state else {
+            unreachable!("only a lapsed in-flight record turns inquiring here")
+        };
+        let next = transitions::lapsed_question_in(self.lapsed_for(now), after);
+        self.state = State::Inquiring {
+            due: now + next,
+            asked: 0,
+            since: lease_until,
+        };
+        self.expires_at = self.expires_at.max(now + retention);
+        next
+    }
+
     /// Gone for every purpose ([`transitions::expired`]).
     fn expired(&self, now: Instant) -> bool {
         transitions::expired(self.expires_at <= now, self.phase(now))
@@ -261,6 +296,7 @@ mod tests {
             lease: Duration::from_secs(30),
             retention: Duration::from_secs(3600),
             on_unknown_outcome: unknown,
+            inquire_after: Duration::ZERO,
         };
         store.claim(&request).await.unwrap()
     }
@@ -309,6 +345,7 @@ mod tests {
             lease: Duration::from_secs(10),
             retention: Duration::from_secs(5),
             on_unknown_outcome: UnknownOutcome::Hold,
+            inquire_after: Duration::ZERO,
         };
         let Ok(Claim::Claimed { token, .. }) = store.claim(&request).await else {
             panic!("a fresh key is claimed");

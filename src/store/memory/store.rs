@@ -72,13 +72,11 @@ impl Store for MemoryStore {
             ClaimStep::Inquiring(retry_after) => Claim::Inquiring { retry_after },
             ClaimStep::InquireLapsed => {
                 let entry = inner.records.get_mut(req.key).expect("read above");
-                entry.inquire(now, Duration::ZERO, false, req.retention);
+                let retry_after = entry.inquire_lapsed(now, req.inquire_after, req.retention);
                 entry.updated_at = now;
                 drop(inner);
                 self.announce(req.key);
-                Claim::Inquiring {
-                    retry_after: Duration::ZERO,
-                }
+                Claim::Inquiring { retry_after }
             }
         })
     }

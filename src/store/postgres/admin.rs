@@ -46,14 +46,15 @@ const INFO_COLUMNS: &str = "route, scope, key, state, held_reason, token,
 /// in ms in `$4`), up to `$3`, each with a new token and a lease of `$2` ms
 /// (transitions::take_applies): rows other instances are taking are
 /// skipped, so each question has one taker. A lapsed in-flight record
-/// starts its inquiry here; every taken record is kept at least its
+/// starts its inquiry here once its route's `after` (ms, `$5`) has passed
+/// since the lapse, reckoned from the lapse; every taken record is kept at least its
 /// route's retention. The instant is `statement_timestamp()` (stable), so
 /// the partial index of in-flight and inquiring records (migration 0008)
 /// bounds the scan by `lease_until`.
 const TAKE: &str = "UPDATE idemgate_records r
         SET token = nextval('idemgate_token_seq'),
             inquiring_since = CASE WHEN r.state = 'inquiring' THEN r.inquiring_since
-                                   ELSE clock_timestamp() END,
+                                   ELSE LEAST(r.lease_until, clock_timestamp()) END,
             inquiries = CASE WHEN r.state = 'inquiring' THEN r.inquiries ELSE 0 END,
             state = 'inquiring',
             lease_until = clock_timestamp() + $2 * INTERVAL '1 millisecond',
@@ -62,9 +63,13 @@ const TAKE: &str = "UPDATE idemgate_records r
             updated_at = clock_timestamp()
        FROM (SELECT d.route, d.scope, d.key, q.retention_ms
                FROM idemgate_records d
-               JOIN unnest($1::text[], $4::int8[]) AS q(route, retention_ms) ON q.route = d.route
+               JOIN unnest($1::text[], $4::int8[], $5::int8[]) AS q(route, retention_ms, after_ms)
+                 ON q.route = d.route
               WHERE d.state IN ('in_flight', 'inquiring')
                 AND d.lease_until <= statement_timestamp()
+                AND (d.state = 'inquiring'
+                     OR d.lease_until
+                        <= statement_timestamp() - q.after_ms * INTERVAL '1 millisecond')
                 AND d.expires_at > statement_timestamp()
               ORDER BY d.lease_until LIMIT $3 FOR UPDATE OF d SKIP LOCKED) due
       WHERE r.route = due.route AND r.scope = due.scope AND r.key = due.key
@@ -149,6 +154,7 @@ impl StoreAdmin for PgStore {
         type Row = (String, Vec<u8>, String, i64, i32, i64);
         let names: Vec<&str> = routes.iter().map(|r| r.name.as_str()).collect();
         let retentions: Vec<i64> = routes.iter().map(|r| millis(r.retention)).collect();
+        let afters: Vec<i64> = routes.iter().map(|r| millis(r.after)).collect();
         let rows: Vec<Row> = self
             .bounded(async |conn| {
                 // Unnamed, as the sweep: planned at each round.
@@ -158,6 +164,7 @@ impl StoreAdmin for PgStore {
                     .bind(millis(lease))
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                     .bind(&retentions)
+                    .bind(&afters)
                     .fetch_all(conn)
                     .await
             })
@@ -227,26 +234,37 @@ impl StoreAdmin for PgStore {
 
     async fn clear(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
         let done = self
-            // transitions::clearable
-            .bounded(async |conn| bind_key!(sqlx::query(at_key!(
-                    "DELETE FROM idemgate_records",
-                    "AND (state IN ('held', 'inquiring')
-                             OR (state = 'in_flight' AND ($4 OR lease_until <= clock_timestamp())))",
-                )), key)
+            // transitions::clearable: an inquiry inside `after` (not asked,
+            // not due) only with force, as a live lease.
+            .bounded(async |conn| {
+                bind_key!(
+                    sqlx::query(at_key!(
+                        "DELETE FROM idemgate_records",
+                        "AND (state = 'held'
+                          OR (state = 'inquiring'
+                              AND ($4 OR inquiries > 0 OR lease_until <= clock_timestamp()))
+                          OR (state = 'in_flight' AND ($4 OR lease_until <= clock_timestamp())))",
+                    )),
+                    key
+                )
                 .bind(force)
-                .execute(conn).await)
+                .execute(conn)
+                .await
+            })
             .await?;
         Ok(done.rows_affected() == 1)
     }
 
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
         let done = self
-            // transitions::deletable
+            // transitions::deletable: a live lease or an inquiry inside
+            // `after` only with force.
             .bounded(async |conn| {
                 bind_key!(
                     sqlx::query(at_key!(
                         "DELETE FROM idemgate_records",
-                        "AND ($4 OR state <> 'in_flight' OR lease_until <= clock_timestamp())"
+                        "AND ($4 OR lease_until <= clock_timestamp() OR state = 'completed'
+                              OR state = 'held' OR (state = 'inquiring' AND inquiries > 0))"
                     )),
                     key
                 )

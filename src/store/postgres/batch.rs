@@ -74,6 +74,9 @@ pub(super) enum Op {
         retention_ms: i64,
         /// What a lapsed lease turns into.
         on_unknown: UnknownOutcome,
+        /// On a route that inquires, its `after` (a lapsed lease's first
+        /// question is due that long past the lapse).
+        inquire_after_ms: i64,
     },
     /// The compare-and-set completion of one attempt.
     Complete {
@@ -321,6 +324,16 @@ struct BatchRow {
     outcome: ClaimRow,
 }
 
+/// idemgate_claim's `p_release_lapsed`: true takes over, false holds, NULL
+/// inquires.
+fn release_lapsed(on_unknown: UnknownOutcome) -> Option<bool> {
+    match on_unknown {
+        UnknownOutcome::Release => Some(true),
+        UnknownOutcome::Hold => Some(false),
+        UnknownOutcome::Inquire => None,
+    }
+}
+
 /// One call of `idemgate_batch` for `batch`, in its order.
 async fn call(pool: &PgPool, timeout: Duration, batch: &[Job]) -> Result<Vec<BatchRow>, RunError> {
     if timeout.is_zero() {
@@ -342,6 +355,7 @@ async fn call(pool: &PgPool, timeout: Duration, batch: &[Job]) -> Result<Vec<Bat
     let mut headers: Vec<Option<&[u8]>> = Vec::with_capacity(n);
     let mut bodies: Vec<Option<&[u8]>> = Vec::with_capacity(n);
     let mut wakes = Vec::with_capacity(n);
+    let mut afters = Vec::with_capacity(n);
     for job in batch {
         let key = job.op.key();
         routes.push(key.route.as_str());
@@ -354,25 +368,21 @@ async fn call(pool: &PgPool, timeout: Duration, batch: &[Job]) -> Result<Vec<Bat
                 lease_ms,
                 retention_ms,
                 on_unknown,
+                inquire_after_ms,
                 ..
             } => {
                 kinds.push("claim");
                 fingerprints.push(Some(&fingerprint[..]));
                 attempts.push(Some(*attempt));
                 leases.push(Some(*lease_ms));
-                // idemgate_claim's p_release_lapsed: true takes over,
-                // false holds, NULL inquires.
-                release.push(match on_unknown {
-                    UnknownOutcome::Release => Some(true),
-                    UnknownOutcome::Hold => Some(false),
-                    UnknownOutcome::Inquire => None,
-                });
+                release.push(release_lapsed(*on_unknown));
                 retentions.push(*retention_ms);
                 tokens.push(None);
                 statuses.push(None);
                 headers.push(None);
                 bodies.push(None);
                 wakes.push(None);
+                afters.push(Some(*inquire_after_ms));
             }
             Op::Complete {
                 token,
@@ -394,12 +404,14 @@ async fn call(pool: &PgPool, timeout: Duration, batch: &[Job]) -> Result<Vec<Bat
                 headers.push(Some(&encoded[..]));
                 bodies.push(Some(&body[..]));
                 wakes.push(wake.as_deref());
+                afters.push(None);
             }
         }
     }
     pool.run(timeout, async |conn| {
         sqlx::query_as(
-            "SELECT * FROM idemgate_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+            "SELECT * FROM idemgate_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
+                                          $15)",
         )
         .bind(&kinds)
         .bind(&routes)
@@ -415,6 +427,7 @@ async fn call(pool: &PgPool, timeout: Duration, batch: &[Job]) -> Result<Vec<Bat
         .bind(&headers)
         .bind(&bodies)
         .bind(&wakes)
+        .bind(&afters)
         .fetch_all(conn)
         .await
     })

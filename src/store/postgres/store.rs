@@ -14,7 +14,7 @@ use crate::store::{
 #[async_trait::async_trait]
 impl Store for PgStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        // idemgate_claim (migrations/0006_inquiry.sql) implements
+        // idemgate_claim (migrations/0013_lapsed_question.sql) implements
         // transitions::claim; idemgate_batch calls it per claim.
         let op = batch::Op::Claim {
             key: req.key.clone(),
@@ -23,6 +23,7 @@ impl Store for PgStore {
             lease_ms: millis(req.lease),
             retention_ms: millis(req.retention),
             on_unknown: req.on_unknown_outcome,
+            inquire_after_ms: millis(req.inquire_after),
         };
         match self.batcher().submit(op).await? {
             batch::Reply::Claim(claim) => Ok(claim),

@@ -43,9 +43,11 @@ const CONCURRENCY: usize = 16;
 /// KEYS = token counter, the bucket's due set of before the sets per route,
 /// then per route this instance asks for its due set and its set of
 /// inquiring records; ARGV = lease ms, limit, then per route its
-/// record-name prefix and retention ms (in the order of the KEYS). Takes up
-/// to `limit` due questions of these routes, earliest due first
-/// (`transitions::take_applies`): each gets a new token and a lease, is due
+/// record-name prefix, retention ms and inquiry `after` ms (in the order of
+/// the KEYS). Takes up to `limit` due questions of these routes, earliest
+/// due first (`transitions::take_applies`: an in-flight record whose lease
+/// lapsed only `after` past the lapse, reckoned from it; until then it is
+/// due again then): each gets a new token and a lease, is due
 /// again when the lease ends, and lives at least its route's retention
 /// more. Entries whose record is gone or settled leave the route's sets; a
 /// renewed in-flight record is due again at its lease's new end. First,
@@ -61,7 +63,7 @@ local limit = tonumber(ARGV[2])
 local routes = (#KEYS - 2) / 2
 local function route_of(name)
   for i = 1, routes do
-    local start = ARGV[1 + 2 * i]
+    local start = ARGV[3 * i]
     if string.sub(name, 1, #start) == start then return i end
   end
   return nil
@@ -95,9 +97,11 @@ for _, entry in ipairs(due) do
     redis.call('ZREM', inquiring_set, name)
   elseif lease > now then
     redis.call('ZADD', set, lease, name)
+  elseif r[1] == 'in_flight' and lease + tonumber(ARGV[3 * entry[3] + 2]) > now then
+    redis.call('ZADD', set, lease + tonumber(ARGV[3 * entry[3] + 2]), name)
   else
-    local retention = tonumber(ARGV[2 + 2 * entry[3]])
-    local asked, since = 0, now
+    local retention = tonumber(ARGV[3 * entry[3] + 1])
+    local asked, since = 0, lease
     if r[1] == 'inquiring' then asked, since = tonumber(r[3] or '0'), tonumber(r[4] or now) end
     local token = redis.call('INCR', KEYS[1])
     local until_ = now + tonumber(ARGV[1])
@@ -207,7 +211,8 @@ impl RedisStore {
         for route in routes {
             invocation
                 .arg(Layout::route_start(&bucket.tagged, &route.name))
-                .arg(millis(route.retention).to_string());
+                .arg(millis(route.retention).to_string())
+                .arg(millis(route.after).to_string());
         }
         let invocation = &invocation;
         self.bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })

@@ -29,7 +29,9 @@ end\n";
 /// records (both sets of the record's route); ARGV =
 /// fingerprint, lease ms, retention ms, what a lapsed lease turns into (1:
 /// taken over, 0: held, 2: inquiring), attempt id, the instant (ms since
-/// the epoch) after which it must not run, wake-up channel, wake id. A
+/// the epoch) after which it must not run, the route's inquiry `after` ms
+/// (a lapsed lease's question is due that long past the lapse:
+/// `transitions::lapsed_question_in`), wake-up channel, wake id. A
 /// claim past that instant answers `late` (and by how many ms, by the
 /// server's clock) and reads and writes nothing
 /// (`transitions::claim_write_limit`: its caller has given up, and the
@@ -60,12 +62,16 @@ local left = tonumber(r[4]) - now
 if r[2] == 'inquiring' and (left > 0 or ARGV[4] == '2') then return {'inquiring', tonumber(r[3]), math.max(left, 0)} end
 if left > 0 then return {'in_flight', tonumber(r[3]), left} end
 if ARGV[4] == '2' then
-  redis.call('HSET', KEYS[1], 'state', 'inquiring', 'lease_until', now, 'asked', 0, 'since', now, 'updated_at', now)
+  -- Reckoned from the lapse, due `after` past it: until then the lapsed
+  -- attempt's own answer (same token) may settle the key.
+  local lapsed = tonumber(r[4])
+  local due = math.max(lapsed + tonumber(ARGV[7]), now)
+  redis.call('HSET', KEYS[1], 'state', 'inquiring', 'lease_until', due, 'asked', 0, 'since', lapsed, 'updated_at', now)
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
-  redis.call('ZADD', KEYS[3], now, KEYS[1])
+  redis.call('ZADD', KEYS[3], due, KEYS[1])
   inquiring(KEYS[4], KEYS[1])
   announce()
-  return {'inquiring', tonumber(r[3]), 0}
+  return {'inquiring', tonumber(r[3]), due - now}
 end
 redis.call('ZREM', KEYS[3], KEYS[1])
 redis.call('ZREM', KEYS[4], KEYS[1])
@@ -194,16 +200,18 @@ return {r[1], r[2] or '', r[3], r[4] or '0', r[5] or '0', r[6] or '', r[7] or ''
 /// KEYS = record, due questions, inquiring records; ARGV = force (1/0),
 /// whether completed
 /// records go too (1/0), wake-up channel, wake id.
-/// Deletes a held record, an in-flight one whose lease lapsed (or any
-/// in-flight one with force), and a completed one if asked:
-/// `transitions::clearable` (completed: 0) and `transitions::deletable` (1).
+/// Deletes a held record, an in-flight one whose lease lapsed and an
+/// inquiring one past its `after` (asked, or due) (any of them with
+/// force), and a completed one if asked: `transitions::clearable`
+/// (completed: 0) and `transitions::deletable` (1).
 pub(super) static CLEAR: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
         r#"
-local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until')
+local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'asked')
 if not r[1] then return 0 end
 if r[1] == 'in_flight' and ARGV[1] ~= '1' and tonumber(r[2]) > now then return 0 end
+if r[1] == 'inquiring' and ARGV[1] ~= '1' and tonumber(r[3] or '0') == 0 and tonumber(r[2]) > now then return 0 end
 if r[1] == 'completed' and ARGV[2] ~= '1' then return 0 end
 local n = redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], KEYS[1])

@@ -213,6 +213,7 @@ impl Store for RedisStore {
             .arg(lapsed)
             .arg(req.attempt)
             .arg(write_by.to_string())
+            .arg(millis(req.inquire_after))
             .arg(&wake.0)
             .arg(&wake.1);
         let (invocation, wait) = (&invocation, self.replicas);

@@ -370,6 +370,7 @@ mod tests {
                     lease: Duration::from_secs(30),
                     retention: Duration::from_secs(3600),
                     on_unknown_outcome: UnknownOutcome::Hold,
+                    inquire_after: Duration::ZERO,
                 };
                 store.claim(&request).await
             })

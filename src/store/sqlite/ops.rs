@@ -26,6 +26,7 @@ pub(super) struct ClaimOp {
     pub(super) lease: Duration,
     pub(super) retention: Duration,
     pub(super) on_unknown: UnknownOutcome,
+    pub(super) inquire_after: Duration,
 }
 
 /// What a claim for `fingerprint` does, given the record under the key (if
@@ -180,8 +181,8 @@ pub(super) async fn execute(
                 Removal::Abandon(attempt) => {
                     transitions::abandon_applies(head.attempt == Some(attempt), phase)
                 }
-                Removal::Clear { force } => transitions::clearable(phase, force),
-                Removal::Delete { force } => transitions::deletable(phase, force),
+                Removal::Clear { force } => transitions::clearable(phase, head.asked(), force),
+                Removal::Delete { force } => transitions::deletable(phase, head.asked(), force),
             };
             if allowed {
                 at_key(conn, "DELETE FROM idemgate_records", key, |q| q).await?;
@@ -288,7 +289,12 @@ async fn claim_for_writing(
             Reply::Claim(claimed, false)
         }
         ClaimStep::InquireLapsed | ClaimStep::HoldLapsed => {
-            settle_lapsed(conn, claim, step == ClaimStep::HoldLapsed, context, now).await?
+            let lapsed_at = row.as_ref().and_then(|r| r.head.lease_until).unwrap_or(now);
+            let lapsed = Lapsed {
+                hold: step == ClaimStep::HoldLapsed,
+                at: lapsed_at,
+            };
+            settle_lapsed(conn, claim, lapsed, context, now).await?
         }
         // The record changed since the first read: answer as it is now.
         step => Reply::Claim(
@@ -298,18 +304,26 @@ async fn claim_for_writing(
     })
 }
 
+/// What a claim found lapsed: whether it holds the record, and when the
+/// lease lapsed (µs since the epoch).
+struct Lapsed {
+    hold: bool,
+    at: i64,
+}
+
 /// A claim found the lease lapsed (or a due inquiry nobody asks about):
-/// the record turns held (`hold`) or inquiring, due at once, and leaves
-/// `in_flight` for its waiters.
+/// the record turns held (`hold`) or inquiring, reckoned from the lapse and
+/// due the route's `after` past it (transitions::lapsed_question_in), and
+/// leaves `in_flight` for its waiters.
 async fn settle_lapsed(
     conn: &mut SqliteConnection,
     claim: &ClaimOp,
-    hold: bool,
+    lapsed: Lapsed,
     context: &Context,
     now: i64,
 ) -> Result<Reply, StoreError> {
     let key = &claim.key;
-    let answer = if hold {
+    let answer = if lapsed.hold {
         at_key(
             conn,
             "UPDATE idemgate_records SET state = 'held', held_reason = 'lease_lapsed',
@@ -320,21 +334,23 @@ async fn settle_lapsed(
         .await?;
         Claim::Held(HeldReason::LeaseLapsed)
     } else {
+        let lapsed_for = Duration::from_micros(u64::try_from(now - lapsed.at).unwrap_or(0));
+        let next = transitions::lapsed_question_in(lapsed_for, claim.inquire_after);
         at_key(
             conn,
             "UPDATE idemgate_records SET state = 'inquiring', lease_until = ?4,
-                 inquiries = 0, inquiring_since = ?4, updated_at = ?4,
+                 inquiries = 0, inquiring_since = ?7, updated_at = ?6,
                  expires_at = max(expires_at, ?5)",
             key,
             |q| {
-                q.bind(now)
+                q.bind(now.saturating_add(micros(next)))
                     .bind(now.saturating_add(micros(claim.retention)))
+                    .bind(now)
+                    .bind(lapsed.at.min(now))
             },
         )
         .await?;
-        Claim::Inquiring {
-            retry_after: Duration::ZERO,
-        }
+        Claim::Inquiring { retry_after: next }
     };
     context.announce(conn, key, now).await?;
     Ok(Reply::Claim(answer, true))

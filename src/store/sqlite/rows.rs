@@ -90,6 +90,11 @@ impl Head {
         })
     }
 
+    /// Questions asked about its outcome (zero unless inquiring).
+    pub(super) fn asked(&self) -> u32 {
+        u32::try_from(self.inquiries).unwrap_or(0)
+    }
+
     /// Gone for every purpose ([`transitions::expired`]).
     pub(super) fn expired(&self, now: i64) -> Result<bool, StoreError> {
         Ok(transitions::expired(

@@ -29,6 +29,7 @@ impl Store for SqliteStore {
             lease: req.lease,
             retention: req.retention,
             on_unknown: req.on_unknown_outcome,
+            inquire_after: req.inquire_after,
         };
         match self.write(Op::Claim(claim)).await? {
             Reply::Claim(claim, settled) => {

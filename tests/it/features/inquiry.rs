@@ -146,11 +146,11 @@ async fn an_inquiry_gives_up_and_holds_the_key(b: Backend) {
     gateway.shutdown().await;
 }
 
-/// `idemgate --config PATH keys ARGS…` (the real binary); its stdout.
-async fn keys(path: &std::path::Path, args: &[&str]) -> String {
+/// `idemgate --config PATH keys ARGS…` (the real binary), run to its end.
+async fn run_keys(path: &std::path::Path, args: &[&str]) -> std::process::Output {
     let path = path.to_path_buf();
     let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    let out = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         std::process::Command::new(crate::support::process::binary())
             .arg("--config")
             .arg(&path)
@@ -160,13 +160,84 @@ async fn keys(path: &std::path::Path, args: &[&str]) -> String {
             .expect("the binary runs")
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// `idemgate --config PATH keys ARGS…`, which succeeds; its stdout.
+async fn keys(path: &std::path::Path, args: &[&str]) -> String {
+    let out = run_keys(path, args).await;
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `idemgate --config PATH keys ARGS…`, which fails (not with "not
+/// found"); its stderr.
+async fn keys_refused(path: &std::path::Path, args: &[&str]) -> String {
+    let out = run_keys(path, args).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success() && out.status.code() != Some(3),
+        "{args:?} was not refused ({:?}): {}{stderr}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    stderr
+}
+
+/// Inside `after` (no question asked yet, the first not due) the upstream
+/// may still be working on the request: `keys release` and `keys delete`
+/// refuse the inquiring key without `--force`, as they refuse a live lease
+/// (issue 43), and say why; the key stays inquiring. With `--force` it is
+/// released and the next request is forwarded. (After the first question a
+/// plain release works: [`operators_see_and_release_inquiring_keys`].)
+async fn an_inquiring_key_inside_after_is_released_only_with_force(b: Backend) {
+    let store = TestStore::new(b).await;
+    let upstream = Upstream::start().await;
+    upstream.lookup(Lookup::Down);
+    let config = inquiring(&store, &upstream, "20s").route(|r| {
+        let inquiry = r.get_mut("inquiry").and_then(toml::Value::as_table_mut);
+        inquiry.expect("an inquiry").set("after", "10s");
+    });
+    let gateway = Gateway::start(&config).await;
+    let (c, url) = (client(), gateway.url("/v1/drop-once"));
+    assert_eq!(
+        post(&c, &url, "early", "{}").await.status,
+        StatusCode::BAD_GATEWAY
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.toml");
+    std::fs::write(&path, config.to_string()).unwrap();
+    for command in ["release", "delete"] {
+        let refused = keys_refused(&path, &[command, "--route", "api", "early"]).await;
+        assert!(
+            refused.contains("--force") && refused.contains("may still be working"),
+            "{command}: {refused}"
+        );
+    }
+    let shown = keys(&path, &["show", "--route", "api", "early"]).await;
+    assert!(
+        shown.contains("inquiring") && shown.contains("asked    0"),
+        "{shown}"
+    );
+    assert_eq!(
+        post(&c, &url, "early", "{}").await.status,
+        StatusCode::CONFLICT
+    );
+    keys(&path, &["release", "--route", "api", "--force", "early"]).await;
+    let forwarded = post(&c, &url, "early", "{}").await;
+    assert_eq!(
+        forwarded.status,
+        StatusCode::CREATED,
+        "{}",
+        forwarded.text()
+    );
+    assert_eq!(upstream.executions_per_key()["early"].len(), 1);
+    assert_eq!(upstream.lookups("early"), 0);
+    gateway.shutdown().await;
 }
 
 /// What an operator sees of an inquiring key, and that `keys release`
@@ -292,6 +363,65 @@ async fn a_killed_gateways_key_is_resolved_by_another(b: Backend) {
     assert_eq!(replay.status, StatusCode::OK, "{}", replay.text());
     assert!(replay.is_replay());
     assert_eq!(upstream.executions_per_key()["orphan"].len(), 1);
+    survivor.shutdown().await;
+}
+
+/// A gateway that stalls (SIGSTOP) longer than its lease while its request
+/// is at the upstream, and resumes inside `after`: its own answer settles
+/// the key (issue 43). Meanwhile the other instance answers `409` for the
+/// key, with a `Retry-After` until the question, and neither its claim nor
+/// its inquirer takes the key from the stalled attempt before `after` has
+/// passed since the lapse: its client gets the upstream's `201`, which
+/// every retry replays, and the lookup is never asked.
+async fn a_stalled_gateways_answer_inside_after_settles_its_key(b: Backend) {
+    let store = TestStore::new(b).await;
+    let upstream = Upstream::start().await;
+    let config = inquiring(&store, &upstream, "20s").route(|r| {
+        r.set("lease", "1s").set("upstream_timeout", "5s");
+        let inquiry = r.get_mut("inquiry").and_then(toml::Value::as_table_mut);
+        inquiry.expect("an inquiry").set("after", "3s");
+    });
+    let survivor = Gateway::start(&config).await;
+    let stalled = GatewayProcess::start("inquiry-stalled", &config).await;
+    let c = client();
+    let url = stalled.url("/v1/slow/2500");
+    let sent = tokio::spawn({
+        let c = c.clone();
+        async move { crate::support::http::try_post(&c, &url, "stalled", "{}").await }
+    });
+    upstream.arrived("stalled").await;
+    stalled.stall();
+    let stalled_at = tokio::time::Instant::now();
+    // The lease (1 s, renewed every third of it) has lapsed by now; the
+    // question is due 3 s past the lapse, so after the upstream's answer.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let pending = post(&c, &survivor.url("/v1/slow/2500"), "stalled", "{}").await;
+    assert_eq!(pending.status, StatusCode::CONFLICT, "{}", pending.text());
+    assert_eq!(
+        pending.problem_type(),
+        "urn:idemgate:problem:outcome-pending"
+    );
+    let retry_after: u64 = pending
+        .header("retry-after")
+        .and_then(|v| v.parse().ok())
+        .expect("a Retry-After");
+    assert!(retry_after >= 2, "the question is due in {retry_after} s");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    stalled.resume();
+    let answered = sent.await.unwrap().expect("the stalled gateway answers");
+    assert!(
+        stalled_at.elapsed() < Duration::from_millis(3600),
+        "too slow to tell: the question may have been due"
+    );
+    assert_eq!(answered.status, StatusCode::CREATED, "{}", answered.text());
+    assert!(!answered.is_replay());
+    let replay = post(&c, &survivor.url("/v1/slow/2500"), "stalled", "{}").await;
+    assert_eq!(replay.status, StatusCode::CREATED, "{}", replay.text());
+    assert!(replay.is_replay());
+    assert_eq!(replay.body, answered.body);
+    assert_eq!(upstream.executions_per_key()["stalled"].len(), 1);
+    assert_eq!(upstream.lookups("stalled"), 0);
+    assert_eq!(inquiries(&survivor, "acted").await, 0.0);
     survivor.shutdown().await;
 }
 
@@ -447,6 +577,8 @@ mod attempt_header {
 mod shared {
     use super::{
         a_killed_gateways_key_is_resolved_by_another,
+        a_stalled_gateways_answer_inside_after_settles_its_key,
+        an_inquiring_key_inside_after_is_released_only_with_force,
         instances_of_other_routes_never_delay_a_routes_questions,
         operators_see_and_release_inquiring_keys, two_instances_ask_once,
     };
@@ -456,6 +588,8 @@ mod shared {
         only [postgres, redis, sqlite, front]:
         two_instances_ask_once,
         a_killed_gateways_key_is_resolved_by_another,
+        a_stalled_gateways_answer_inside_after_settles_its_key,
+        an_inquiring_key_inside_after_is_released_only_with_force,
         operators_see_and_release_inquiring_keys,
         instances_of_other_routes_never_delay_a_routes_questions,
     );

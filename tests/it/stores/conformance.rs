@@ -111,6 +111,7 @@ pub(super) async fn claim_as(
             lease,
             retention: RETENTION,
             on_unknown_outcome: on_unknown,
+            inquire_after: Duration::ZERO,
         })
         .await
         .expect("claim")
@@ -477,6 +478,7 @@ async fn a_live_lease_outlives_retention(b: Backend) {
         lease: short,
         retention: short,
         on_unknown_outcome: UnknownOutcome::Release,
+        inquire_after: Duration::ZERO,
     };
     let t = token(s.claim(&request).await.unwrap());
     for _ in 0..4 {
@@ -626,6 +628,7 @@ async fn memory_store_refuses_new_keys_when_full_of_live_records() {
             lease: LEASE,
             retention: RETENTION,
             on_unknown_outcome: UnknownOutcome::Hold,
+            inquire_after: Duration::ZERO,
         })
         .await;
     assert!(

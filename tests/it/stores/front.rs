@@ -173,6 +173,7 @@ async fn claim_lease(store: &dyn Store, k: &RecordKey, f: u8, lease: Duration) -
             lease,
             retention: RETENTION,
             on_unknown_outcome: UnknownOutcome::Hold,
+            inquire_after: Duration::ZERO,
         })
         .await
         .expect("claim")

@@ -32,6 +32,7 @@ pub(super) fn routes_named(names: &[&str]) -> Vec<InquiringRoute> {
         .map(|name| InquiringRoute {
             name: name.to_string(),
             retention: RETENTION,
+            after: Duration::ZERO,
         })
         .collect()
 }
@@ -274,6 +275,97 @@ async fn a_lapsed_lease_turns_inquiring(b: Backend) {
     );
 }
 
+/// A claim by the attempt `lease` long on a route that inquires with
+/// `after`, as the gateway makes it.
+async fn claim_after(s: &dyn Store, k: &RecordKey, lease: Duration, after: Duration) -> Claim {
+    let request = ClaimRequest {
+        key: k,
+        fingerprint: &[1; 32],
+        attempt: idemgate::store::new_attempt_id(),
+        lease,
+        retention: RETENTION,
+        on_unknown_outcome: INQUIRE,
+        inquire_after: after,
+    };
+    s.claim(&request).await.unwrap()
+}
+
+/// The routes of [`routes`], inquiring with `after`.
+fn routes_after(after: Duration) -> Vec<InquiringRoute> {
+    let mut routes = routes();
+    routes[0].after = after;
+    routes
+}
+
+/// A claim that finds a lapsed lease on a route that inquires turns the key
+/// `inquiring` due the route's `after` past the lapse, not at once (issue
+/// 43), and nobody takes it before then: the stalled attempt's own answer,
+/// which arrives inside `after`, settles its key (same token). A key left
+/// unanswered is taken once due, its inquiry reckoned from the lapse.
+async fn a_claim_over_a_lapsed_lease_leaves_the_question_after_away(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
+    let (short, after) = (Duration::from_millis(200), Duration::from_millis(1500));
+    let routes = routes_after(after);
+    let (stalled, found) = (key("stalled"), key("found"));
+    // Every lease below lapses `short` after this instant at the earliest.
+    let start = tokio::time::Instant::now();
+    let t = token(claim_after(s, &stalled, short, after).await);
+    token(claim_after(s, &found, short, after).await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    for k in [&stalled, &found] {
+        match claim_after(s, k, LEASE, after).await {
+            Claim::Inquiring { retry_after } => assert!(
+                retry_after > Duration::from_millis(900) && retry_after <= after,
+                "{}: due in {retry_after:?}, not `after` past the lapse",
+                k.key
+            ),
+            other => panic!("expected Inquiring, got {other:?}"),
+        }
+    }
+    let early = s.take_inquiries(&routes, ASKING, 10).await.unwrap();
+    assert!(early.is_empty(), "taken inside `after`: {early:?}");
+    // The stalled attempt's answer, inside `after`, settles its key.
+    let real = response("late but real");
+    let written = s.complete(&stalled, t, &real, RETENTION).await.unwrap();
+    assert_eq!(written, Cas::Applied);
+    assert_eq!(claim(s, &stalled, 1).await, Claim::Replay(real));
+    let taken = take_within(s, &routes, 1, 10, Duration::from_secs(4)).await;
+    assert!(start.elapsed() >= short + after, "taken inside `after`");
+    assert_eq!((&taken[0].key, taken[0].asked), (&found, 0));
+    assert!(taken[0].inquiring_for >= after, "{taken:?}");
+}
+
+/// An in-flight record whose lease lapsed, found by no request, is taken
+/// by the inquirer only its route's `after` past the lapse (issue 43),
+/// its inquiry reckoned from the lapse (so its first question is asked at
+/// once, not put off by another `after`); until then the attempt's token
+/// stands.
+async fn a_lapsed_lease_is_taken_only_after_past_the_lapse(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
+    let (short, after) = (Duration::from_millis(200), Duration::from_millis(1500));
+    let routes = routes_after(after);
+    let (quiet, answered) = (key("quiet"), key("answered"));
+    let start = tokio::time::Instant::now();
+    let quiet_token = token(claim_after(s, &quiet, short, after).await);
+    let t = token(claim_after(s, &answered, short, after).await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let early = s.take_inquiries(&routes, ASKING, 10).await.unwrap();
+    assert!(early.is_empty(), "taken inside `after`: {early:?}");
+    let real = response("late but real");
+    let written = s.complete(&answered, t, &real, RETENTION).await.unwrap();
+    assert_eq!(written, Cas::Applied);
+    let taken = take_within(s, &routes, 1, 10, Duration::from_secs(4)).await;
+    assert!(start.elapsed() >= short + after, "taken inside `after`");
+    assert_eq!((&taken[0].key, taken[0].asked), (&quiet, 0));
+    assert!(taken[0].inquiring_for >= after, "{taken:?}");
+    let stale = response("x");
+    let late = s.complete(&quiet, quiet_token, &stale, RETENTION);
+    assert_eq!(late.await.unwrap(), Cas::Fenced);
+    assert_eq!(claim(s, &answered, 1).await, Claim::Replay(real));
+}
+
 async fn operators_and_abandons_clear_inquiring_keys(b: Backend) {
     let f = Fixture::new(b).await;
     let s = f.store.as_ref();
@@ -282,11 +374,36 @@ async fn operators_and_abandons_clear_inquiring_keys(b: Backend) {
     s.inquire(&k, t, Duration::from_secs(30), false, RETENTION)
         .await
         .unwrap();
-    assert!(s.clear(&k, false).await.unwrap());
+    // Inside `after` (not asked, not due): the upstream may still be
+    // working on the request, so only with force (issue 43).
+    assert!(!s.clear(&k, false).await.unwrap());
+    assert!(!s.delete(&k, false).await.unwrap());
+    let info = s.inspect(&k).await.unwrap().unwrap();
+    assert_eq!(info.state, RecordState::Inquiring);
+    assert!(s.clear(&k, true).await.unwrap());
     assert!(matches!(
         claim_with(s, &k, 1, LEASE, INQUIRE).await,
         Claim::Claimed { .. }
     ));
+    // Asked once already, or due: `after` has passed, no force needed.
+    for (name, next, asked) in [
+        ("asked", Duration::from_secs(30), true),
+        ("due", Duration::ZERO, false),
+    ] {
+        for delete in [false, true] {
+            let k = key(&format!("{name}-{delete}"));
+            let t = token(claim_with(s, &k, 1, LEASE, INQUIRE).await);
+            s.inquire(&k, t, next, asked, RETENTION).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let removed = if delete {
+                s.delete(&k, false).await
+            } else {
+                s.clear(&k, false).await
+            };
+            assert!(removed.unwrap(), "{name}, delete: {delete}");
+            assert!(s.inspect(&k).await.unwrap().is_none());
+        }
+    }
     // A claim whose answer was lost, found lapsed by a retry, is abandoned.
     let lost = key("lost");
     claim_as(s, &lost, 1, 77, Duration::from_millis(200), INQUIRE).await;
@@ -355,6 +472,7 @@ async fn an_inquiry_outlives_the_claims_retention(b: Backend) {
             lease: LEASE,
             retention: Duration::from_secs(1),
             on_unknown_outcome: INQUIRE,
+            inquire_after: Duration::ZERO,
         })
         .await
         .unwrap();
@@ -432,7 +550,8 @@ async fn inquiring_keys_are_counted_per_route(b: Backend) {
     let answer = response("x");
     let written = s.complete(&lapsed, answered.token, &answer, RETENTION);
     assert_eq!(written.await.unwrap(), Cas::Applied);
-    assert!(s.delete(&broken, false).await.unwrap());
+    // Inside `after` (not asked yet): deleted only with force.
+    assert!(s.delete(&broken, true).await.unwrap());
     assert_eq!(count(&["r"]).await, 1);
 }
 
@@ -444,6 +563,8 @@ per_backend!(
     a_due_question_has_one_taker_and_only_it_settles,
     an_answer_releases_or_holds_the_key,
     a_lapsed_lease_turns_inquiring,
+    a_claim_over_a_lapsed_lease_leaves_the_question_after_away,
+    a_lapsed_lease_is_taken_only_after_past_the_lapse,
     operators_and_abandons_clear_inquiring_keys,
     a_route_that_stopped_inquiring_settles_its_keys_by_its_policy,
     an_inquiry_outlives_the_claims_retention,

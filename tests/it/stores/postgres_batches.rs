@@ -58,6 +58,7 @@ async fn try_claim(
             lease: Duration::from_secs(30),
             retention: Duration::from_secs(3600),
             on_unknown_outcome: UnknownOutcome::Hold,
+            inquire_after: Duration::ZERO,
         })
         .await
 }

@@ -177,6 +177,7 @@ async fn contend(s: Arc<dyn Store>, i: usize, fp: u8, retention: Duration) -> bo
                 lease: Duration::from_secs(30),
                 retention,
                 on_unknown_outcome: UnknownOutcome::Hold,
+                inquire_after: Duration::ZERO,
             })
             .await
             .unwrap();

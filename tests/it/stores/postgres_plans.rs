@@ -158,6 +158,7 @@ async fn claim(store: &dyn Store, key: &str) -> Claim {
             lease: Duration::from_secs(30),
             retention: Duration::from_secs(3600),
             on_unknown_outcome: UnknownOutcome::Hold,
+            inquire_after: Duration::ZERO,
             attempt: 1,
         })
         .await
@@ -202,15 +203,25 @@ async fn grow(conn: &mut sqlx::PgConnection) {
 /// On a fresh store: plans cached on an analyzed empty table, the table
 /// grown to 200,000 rows without new statistics, then 50 claims; their
 /// sequential and index scans of the table. `seq_scans_allowed`: the
-/// functions' `enable_seqscan = off` (migration 0009) reset first.
+/// functions' `enable_seqscan = off` (migration 0009, and the claim and
+/// batch of 0013 that the gateway calls now, which carry it in their
+/// definitions) reset first.
 async fn claim_scans(seq_scans_allowed: bool) -> (i64, i64) {
     let (_storage, store, mut conn) = fresh_store().await;
     if seq_scans_allowed {
-        // The migration's statements, undone.
+        // The migration's statements, undone, and the same for 0013's.
         let migration = include_str!("../../../migrations/0009_plans.sql");
+        let current = [
+            "ALTER FUNCTION idemgate_claim(TEXT, BYTEA, TEXT, BYTEA, BIGINT, BIGINT, BOOLEAN,
+                 BIGINT, BIGINT) SET enable_seqscan = off",
+            "ALTER FUNCTION idemgate_batch(TEXT[], TEXT[], BYTEA[], TEXT[], BYTEA[], BIGINT[],
+                 BIGINT[], BOOLEAN[], BIGINT[], BIGINT[], SMALLINT[], BYTEA[], BYTEA[], TEXT[],
+                 BIGINT[]) SET enable_seqscan = off",
+        ];
         for statement in migration
             .split(';')
             .filter(|s| s.contains("ALTER FUNCTION"))
+            .chain(current)
         {
             let start = statement.find("ALTER FUNCTION").unwrap();
             let reset =

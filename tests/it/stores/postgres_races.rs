@@ -45,6 +45,7 @@ async fn claim(s: &dyn Store, lease: Duration, retention: Duration) -> Claim {
         lease,
         retention,
         on_unknown_outcome: UnknownOutcome::Release,
+        inquire_after: Duration::ZERO,
     })
     .await
     .unwrap()
@@ -67,6 +68,7 @@ async fn claim_named(
         lease: Duration::from_secs(30),
         retention: Duration::from_secs(3600),
         on_unknown_outcome: UnknownOutcome::Hold,
+        inquire_after: Duration::ZERO,
     })
     .await
 }

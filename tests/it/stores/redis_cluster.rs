@@ -134,6 +134,7 @@ async fn keys_list_finds_records_on_every_primary() {
                 lease: Duration::from_secs(30),
                 retention: Duration::from_secs(3600),
                 on_unknown_outcome: UnknownOutcome::Hold,
+                inquire_after: Duration::ZERO,
                 attempt: i,
             })
             .await

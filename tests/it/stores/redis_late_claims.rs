@@ -35,6 +35,7 @@ async fn claim(s: Arc<dyn Backend>, k: &'static str) -> Result<Claim, StoreError
         lease: LEASE,
         retention: Duration::from_secs(3600),
         on_unknown_outcome: UnknownOutcome::Hold,
+        inquire_after: Duration::ZERO,
     })
     .await
 }

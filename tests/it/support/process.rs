@@ -221,6 +221,17 @@ impl GatewayProcess {
         self.signal("-TERM");
     }
 
+    /// SIGSTOP: the process stalls (no lease renewal, no inquirer) until
+    /// [`Self::resume`].
+    pub fn stall(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT: a stalled process goes on where it stopped.
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
     /// `kill SIGNAL pid`.
     fn signal(&self, signal: &str) {
         let pid = self.pid().to_string();
