@@ -341,6 +341,16 @@ mod tests {
         }
     }
 
+    /// The shipped `gateway.toml` (its `transfers` route inquires) passes
+    /// `check` with no warning.
+    #[test]
+    fn the_shipped_config_is_quiet() {
+        let shipped = include_str!("../../../gateway.toml");
+        let c = parse(shipped).unwrap();
+        assert!(c.routes.iter().any(|r| r.inquiry.is_some()));
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+    }
+
     /// The status inquiry chapter's example route passes `check` with no
     /// warning (its defaults included).
     #[test]
