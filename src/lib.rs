@@ -36,6 +36,7 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod handler;
+pub mod host;
 pub mod inquirer;
 pub mod logging;
 pub mod metrics;

@@ -33,11 +33,6 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// `server_threads`: the most that may be asked for (unset: one per core).
 pub const MAX_SERVER_THREADS: usize = 256;
 
-/// The cores this process may run on: `server_threads` when unset, and
-/// the cap on Redis lanes.
-pub fn host_cores() -> usize {
-    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-}
 /// `admin_token`: the shortest accepted (there is no default token: without
 /// one, key administration over HTTP is off).
 pub const MIN_ADMIN_TOKEN_LEN: usize = 16;

@@ -14,7 +14,7 @@
 //!   parts: the key is their values as an RFC 8941 list of strings
 //!   (`"saga-7", "3"`), so `("a:b", "c")` and `("a", "b:c")` never meet.
 //! - A scope part gives all its values (none when absent); the scope is the
-//!   SHA-256 of one part's values as [`store::scope_digest`] takes them (the
+//!   SHA-256 of one part's values as [`scope_digest`] takes them (the
 //!   same digest `scope_header` gave), or of each part's digest in turn.
 
 use std::fmt;
@@ -24,7 +24,6 @@ use http::{HeaderName, HeaderValue};
 
 use crate::request::json_body::JsonBody;
 use crate::request::key::{self as key, KeyError};
-use crate::store;
 
 /// Most parts in one `key_from` or `scope_from`.
 pub const MAX_PARTS: usize = 8;
@@ -209,13 +208,13 @@ fn json_text<'j>(
 fn scope_of(per_part: Vec<Vec<Vec<u8>>>) -> Vec<u8> {
     match per_part.as_slice() {
         [] => Vec::new(),
-        [values] => store::scope_digest(values.iter().map(Vec::as_slice)),
+        [values] => scope_digest(values.iter().map(Vec::as_slice)),
         _ => {
             let digests: Vec<Vec<u8>> = per_part
                 .iter()
-                .map(|values| store::scope_digest(values.iter().map(Vec::as_slice)))
+                .map(|values| scope_digest(values.iter().map(Vec::as_slice)))
                 .collect();
-            store::scope_digest(digests.iter().map(Vec::as_slice))
+            scope_digest(digests.iter().map(Vec::as_slice))
         }
     }
 }
@@ -224,6 +223,19 @@ fn query_values<'a>(head: &'a Parts, name: &'a str) -> impl Iterator<Item = Stri
     url::form_urlencoded::parse(head.uri.query().unwrap_or("").as_bytes())
         .filter(move |(n, _)| n == name)
         .map(|(_, v)| v.into_owned())
+}
+
+/// The scope of one part's values (a `scope_header`'s, say): the SHA-256
+/// of each value preceded by its length as 8 bytes big-endian (none: the
+/// anonymous scope). Only this digest is ever stored.
+pub fn scope_digest<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    for value in values {
+        hasher.update((value.len() as u64).to_be_bytes());
+        hasher.update(value);
+    }
+    hasher.finalize().to_vec()
 }
 
 /// One value: itself; several: an RFC 8941 list of strings.
@@ -425,7 +437,7 @@ mod tests {
     fn one_scope_part_digests_like_scope_header_did() {
         let h = head("/", &[("authorization", "Bearer a")]);
         let digest = scope(&parts(&["header:Authorization"]), &h, None).unwrap();
-        assert_eq!(digest, store::scope_digest([b"Bearer a".as_slice()]));
+        assert_eq!(digest, scope_digest([b"Bearer a".as_slice()]));
         assert_eq!(scope(&[], &h, None).unwrap(), Vec::<u8>::new());
         assert_eq!(
             scope_of_values(&parts(&["header:Authorization"]), &["Bearer a".into()]).unwrap(),

@@ -57,19 +57,6 @@ impl RecordKey {
     }
 }
 
-/// The scope of a request on a route with a `scope_header`: the SHA-256 of
-/// all of the header's values (none: the anonymous scope). Only this digest
-/// is ever stored.
-pub fn scope_digest<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    for value in values {
-        hasher.update((value.len() as u64).to_be_bytes());
-        hasher.update(value);
-    }
-    hasher.finalize().to_vec()
-}
-
 /// An attempt's fencing token.
 pub type Token = i64;
 

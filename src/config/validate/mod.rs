@@ -85,9 +85,7 @@ fn limits(raw: &RawConfig, routes: &[Route]) -> Result<Limits, ConfigError> {
     if max_connections == 0 {
         return Err(invalid("max_connections", "must be at least 1"));
     }
-    let server_threads = raw
-        .server_threads
-        .unwrap_or_else(super::defaults::host_cores);
+    let server_threads = raw.server_threads.unwrap_or_else(crate::host::cores);
     if server_threads > super::defaults::MAX_SERVER_THREADS {
         return Err(invalid(
             "server_threads",
@@ -364,7 +362,7 @@ mod tests {
     #[test]
     fn server_threads_default_to_the_cores_and_are_bounded() {
         let c = parse(MINIMAL).unwrap();
-        assert_eq!(c.server_threads, crate::config::defaults::host_cores());
+        assert_eq!(c.server_threads, crate::host::cores());
         assert!(c.server_threads >= 1);
         let shared = parse(&format!("server_threads = 0\n{MINIMAL}")).unwrap();
         assert_eq!(shared.server_threads, 0);

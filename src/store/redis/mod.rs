@@ -171,7 +171,7 @@ fn cluster_client(urls: Vec<String>, timeout: Duration) -> redis::RedisResult<Cl
 /// clients: 2 lanes 6.5–6.8k/s, 16 lanes 5.9k/s, with 10–20 % less CPU
 /// per key in idemgate and in Redis).
 fn lane_count(pool_size: u32) -> usize {
-    let cores = crate::config::defaults::host_cores();
+    let cores = crate::host::cores();
     // At least two, so that one large write never holds up every read.
     (pool_size as usize).clamp(1, cores.max(2))
 }
