@@ -13,9 +13,9 @@ use crate::clock::Instant;
 use crate::config::Config;
 use crate::handler::Gateway;
 use crate::inquirer::{self, Inquirer};
+use crate::metrics::metered::InstrumentedStore;
 use crate::metrics::{Metrics, plain_result};
 use crate::reload::{Reloader, hangup, watch};
-use crate::store::metered::InstrumentedStore;
 use crate::store::{self, Backend, Store, StoreAdmin, StoreError};
 use crate::waiters::Waiters;
 use crate::{admin, server};
@@ -158,9 +158,9 @@ pub async fn run_with(
 async fn start_threads(
     config: &Config,
     records: &Arc<dyn StoreAdmin>,
-) -> Result<Option<server::serving_threads::ServingThreads>, RunError> {
+) -> Result<Option<crate::serving_threads::ServingThreads>, RunError> {
     let threads = (config.server_threads > 0)
-        .then(|| server::serving_threads::ServingThreads::start(config.server_threads))
+        .then(|| crate::serving_threads::ServingThreads::start(config.server_threads))
         .transpose()
         .map_err(RunError::Threads)?;
     if let Some(threads) = &threads {

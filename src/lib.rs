@@ -7,21 +7,25 @@
 //! # Layout
 //! - [`app`]: wiring one gateway: store, wrappers, admin listener, sweeper, proxy.
 //! - [`config`]: the TOML file → a validated [`Config`].
-//! - [`server`]: accept loop, connection cap, serving threads, HTTP/1.1 and
-//!   h2c connections (or TLS with ALPN) and their deadlines, graceful shutdown.
+//! - [`server`]: accept loop, connection cap, HTTP/1.1 and h2c connections
+//!   (or TLS with ALPN) and their deadlines, graceful shutdown.
+//! - [`serving_threads`]: a runtime per core, which the server places
+//!   connections on and the handler asks for its upstream pool.
+//! - [`host`]: what the host offers (its cores).
 //! - [`handler`]: the request pipeline (route, key, body, claim, forward, record).
 //! - [`request`]: what a protected request carries: its body, its key (syntax
 //!   and where a route reads it), the JSON body, the fingerprint.
 //! - [`store`]: the request-path [`store::Store`] and [`store::StoreAdmin`]
 //!   traits, the state machine ([`store::transitions`]), and the backends.
-//! - [`upstream`]: the upstream clients (cleartext and `https://`) and
-//!   header hygiene.
+//! - [`upstream`]: the upstream clients (cleartext and `https://`), header
+//!   hygiene, and the one exchange the forward, pass-through and inquiry use.
 //! - [`tls`]: PEM files into rustls values (ring), for both sides.
 //! - [`waiters`]: requests waiting for an in-flight key, woken by the store.
 //! - [`problem`]: every synthetic answer, as `application/problem+json`.
 //! - [`admin`]: the admin listener (metrics, health, readiness, `POST /keys`)
 //!   and key administration ([`admin::keys`]), shared with the CLI.
-//! - [`metrics`]: the Prometheus metrics.
+//! - [`metrics`]: the Prometheus metrics, and the wrapper that times every
+//!   store operation ([`metrics::metered`]; the store knows nothing of it).
 //! - [`clock`]: the one clock.
 //! - [`logging`]: the logger, writing off the request path.
 //! - [`cli`]: the command line and its types.
@@ -44,6 +48,7 @@ pub mod problem;
 pub mod reload;
 pub mod request;
 pub mod server;
+pub mod serving_threads;
 pub mod store;
 pub mod telemetry;
 pub mod tls;

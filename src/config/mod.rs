@@ -134,7 +134,7 @@ pub struct Config {
     /// Most client connections served at once; further ones wait in the backlog.
     pub max_connections: usize,
     /// Threads serving client connections, each with its own runtime and
-    /// upstream pool (`crate::server::serving_threads`); 0: they are served on the
+    /// upstream pool (`crate::serving_threads`); 0: they are served on the
     /// process's shared runtime.
     pub server_threads: usize,
     /// Time a client has to send its request headers.

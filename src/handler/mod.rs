@@ -269,7 +269,7 @@ impl Gateway {
 mod tests {
     use super::*;
     use crate::config::tests::{MINIMAL, parse};
-    use crate::server::serving_threads::ServingThreads;
+    use crate::serving_threads::ServingThreads;
     use crate::store::memory::MemoryStore;
 
     /// Each serving thread forwards through its own upstream pool; any
@@ -307,7 +307,7 @@ mod tests {
                 let (gateway, seen) = (gateway.clone(), seen.clone());
                 async move {
                     let pool = pool_of(&gateway);
-                    let core = crate::server::serving_threads::current();
+                    let core = crate::serving_threads::current();
                     seen.lock().unwrap().push((core, pool));
                 }
             })

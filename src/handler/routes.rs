@@ -52,7 +52,7 @@ impl Routed {
     /// (and drops when that thread ends).
     pub(super) fn upstream(&self) -> &Upstream {
         let last = self.upstreams.len() - 1;
-        let pool = crate::server::serving_threads::current().map_or(last, |t| t.min(last));
+        let pool = crate::serving_threads::current().map_or(last, |t| t.min(last));
         &self.upstreams[pool]
     }
 }

@@ -32,7 +32,6 @@ mod h1;
 mod h2;
 mod preface;
 mod prefixed;
-pub(crate) mod serving_threads;
 pub(crate) mod tls;
 
 use std::future::Future;
@@ -51,13 +50,13 @@ use crate::clock::Instant;
 use crate::config::Config;
 use crate::handler::Gateway;
 use crate::request::body::{Body, RequestBody};
+use crate::serving_threads::ServingThreads;
 use crate::upstream::ClientOverTls;
-use serving_threads::ServingThreads;
 
 /// Serve `gateway` on `listener` until `shutdown` resolves, then drain.
 /// With `tls`, the listener speaks TLS with that certificate (reloaded
 /// with the configuration, [`crate::reload`]); with `threads`, connections are served on those
-/// threads ([`serving_threads`]), which end once everything is drained.
+/// threads ([`crate::serving_threads`]), which end once everything is drained.
 pub(crate) async fn serve(
     listener: TcpListener,
     gateway: Arc<Gateway>,

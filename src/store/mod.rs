@@ -14,7 +14,6 @@ mod headers;
 mod info;
 mod inquiry;
 pub mod memory;
-pub mod metered;
 pub mod postgres;
 pub mod redis;
 pub(crate) mod runtime;

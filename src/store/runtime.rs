@@ -22,7 +22,7 @@ use tokio::runtime::Handle;
 use tokio::task::JoinError;
 
 thread_local! {
-    /// This thread is a serving thread (src/server/serving_threads.rs).
+    /// This thread is a serving thread (src/serving_threads.rs).
     static SERVING: Cell<bool> = const { Cell::new(false) };
     /// A serving thread's own lanes, by the id of the store they belong
     /// to, newest last ([`serving_lane`]).

@@ -6,8 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::{Metrics, plain_result};
 use crate::clock::Instant;
-use crate::metrics::{Metrics, plain_result};
 use crate::store::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse,
     Token,
