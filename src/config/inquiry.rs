@@ -45,12 +45,14 @@ impl Inquiry {
 }
 
 impl Inquiry {
-    /// Whether `key` cannot be asked about: `.` or `..` where `{key}` is in
-    /// the URL's path, a dot-segment whatever its encoding (RFC 3986
-    /// §6.2.2.2: a normaliser decodes `%2E` before it resolves dots).
+    /// Whether `key` cannot be asked about: where `{key}` is in the URL's
+    /// path, a key that is, or has between its `/` or `\`, a `.` or `..`
+    /// segment. Encoded or not, it is a dot-segment to a normaliser that
+    /// decodes before it resolves dots (RFC 3986 §6.2.2.2 decodes `%2E`;
+    /// some proxies decode `%2F` too), and would reach another resource.
     pub fn refuses_key(&self, key: &str) -> bool {
         let path = self.url.split('?').next().unwrap_or_default();
-        (key == "." || key == "..") && path.contains("{key}")
+        path.contains("{key}") && key.split(['/', '\\']).any(|s| s == "." || s == "..")
     }
 }
 
@@ -115,6 +117,10 @@ mod tests {
             assert!(path.refuses_key(key) && !query.refuses_key(key), "{key}");
         }
         assert!(!path.refuses_key("...") && !path.refuses_key(".a"));
+        for key in ["a/../b", "../x", "a/.", "a\\..\\b"] {
+            assert!(path.refuses_key(key) && !query.refuses_key(key), "{key}");
+        }
+        assert!(!path.refuses_key("a/b") && !path.refuses_key("a/..b"));
     }
 
     #[test]

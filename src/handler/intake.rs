@@ -200,7 +200,7 @@ impl Gateway {
             Ok(Found::Key(key)) => {
                 let refused = route.inquiry.as_ref().is_some_and(|q| q.refuses_key(&key));
                 match route.key_from.first() {
-                    // One key part (several make a quoted list, never a dot).
+                    // Named by the first part (a composite key is refused whole).
                     Some(part) if refused => Err(self.instead_of_invalid(
                         route,
                         PartError {

@@ -30,11 +30,12 @@ pub enum KeyError {
     /// Starts with `"` but is not a valid RFC 8941 sf-string.
     #[error("the key is not a valid structured-field string (RFC 8941 §3.3.3)")]
     BadString,
-    /// `.` or `..` on a route whose status inquiry names the key in its
-    /// URL's path, where it would be a dot-segment (a normaliser resolves
-    /// it, even percent-encoded, to the lookup's own or parent resource).
+    /// A key that is, or holds between `/` or `\`, `.` or `..`, on a route
+    /// whose status inquiry names the key in its URL's path, where it would
+    /// be a dot-segment (a normaliser that decodes first resolves it, even
+    /// percent-encoded, to another resource).
     #[error(
-        "the key is `.` or `..`, which this route's status inquiry would send as a URL path segment"
+        "the key is or holds a `.` or `..` path segment, which this route's status inquiry would send in its URL"
     )]
     DotSegment,
     /// The header (or query parameter) appears more than once.

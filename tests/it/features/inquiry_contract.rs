@@ -141,7 +141,7 @@ async fn dot_segment_keys_are_refused_where_they_would_be_a_segment(b: Backend) 
     let upstream = Upstream::start().await;
     let gateway = Gateway::start(&inquiring(&store, &upstream, "20s")).await;
     let (c, url) = (client(), gateway.url("/v1/reset"));
-    for key in [".", "..", "\"..\""] {
+    for key in [".", "..", "\"..\"", "a/../../admin"] {
         let refused = send(&c, "POST", &url, &[("idempotency-key", key)], "{}").await;
         assert_eq!(
             refused.status,
