@@ -19,22 +19,25 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 
 # Dependency layer: build every dependency against stub sources, so a source
-# change does not rebuild them. build.rs and migrations/ are real (build.rs
-# watches migrations/, and sqlx::migrate! embeds it when the crate compiles).
-COPY Cargo.toml Cargo.lock build.rs ./
+# change does not rebuild them. The workspace's manifests,
+# crates/store/build.rs and migrations/ are real (it watches migrations/, and
+# sqlx::migrate! embeds it when the store crate compiles).
+COPY Cargo.toml Cargo.lock ./
+COPY crates/core/Cargo.toml crates/core/
+COPY crates/store/Cargo.toml crates/store/build.rs crates/store/
 COPY migrations ./migrations
-RUN mkdir src \
+RUN mkdir -p src crates/core/src crates/store/src \
  && echo 'fn main() {}' > src/main.rs \
- && echo '//! stub' > src/lib.rs \
+ && for crate in src crates/core/src crates/store/src; do echo '//! stub' > "$crate/lib.rs"; done \
  && cargo build --release --locked \
- && rm -rf src
+ && rm -rf src crates/core/src crates/store/src
 
 # The real sources. COPY keeps the files' own mtimes, which may be older than
-# the stub build: touch the crate roots so cargo rebuilds idemgate itself.
+# the stub build: touch the crate roots so cargo rebuilds the workspace's crates.
 COPY . .
 # The binary alone first: built in one command with an example, it would
 # get the dev-dependencies' features, the test-only failpoints among them.
-RUN touch src/main.rs src/lib.rs \
+RUN touch src/main.rs src/lib.rs crates/core/src/lib.rs crates/store/src/lib.rs \
  && cargo build --release --locked --bin idemgate \
  && cargo build --release --locked --example demo_upstream \
  && ./target/release/idemgate --version | grep -q "^idemgate "

@@ -770,7 +770,7 @@ done
 log "redis-benchmark ceilings (idemgate's own claim and complete scripts)"
 python3 - "$WORK" <<'PY'
 import re, sys
-src = open("src/store/redis/scripts.rs").read()
+src = open("crates/store/src/redis/scripts.rs").read()
 now = re.search(r'const NOW: &str =\s*"(.*?)";', src, re.S).group(1).replace("\\n", "\n")
 for name in ["CLAIM", "COMPLETE"]:
     body = re.search(r'static %s: .*?r#"(.*?)"#' % name, src, re.S).group(1)

@@ -2,14 +2,14 @@
 -- its claim, and the claim writes the name with the record. A gateway whose
 -- claim's answer was lost (a timeout, a cut connection) never forwarded the
 -- request; it removes the record it may have created by that name
--- (`abandon` in src/store/postgres.rs), so a key that never reached the
+-- (`abandon` in crates/store/src/postgres.rs), so a key that never reached the
 -- upstream never stays in flight or turns held.
 
 ALTER TABLE idemgate_records ADD COLUMN attempt BIGINT;
 
 -- The claim of 0001 with the attempt id written on every path that gives
 -- the key to this attempt (insert, reuse after expiry, takeover). It
--- implements transitions::claim (src/store/transitions.rs).
+-- implements transitions::claim (crates/core/src/transitions.rs).
 CREATE FUNCTION idemgate_claim(
     p_route TEXT, p_scope BYTEA, p_key TEXT, p_fingerprint BYTEA,
     p_lease_ms BIGINT, p_retention_ms BIGINT, p_release_lapsed BOOLEAN, p_attempt BIGINT)

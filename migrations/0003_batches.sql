@@ -1,4 +1,4 @@
--- Batched operations (docs/DESIGN.md §6, src/store/postgres/batch.rs): the
+-- Batched operations (docs/DESIGN.md §6, crates/store/src/postgres/batch.rs): the
 -- claims and completions that arrive while earlier ones are being committed
 -- go to PostgreSQL together, in one call of this function, one round trip
 -- and one commit. Each operation does exactly what it does alone:

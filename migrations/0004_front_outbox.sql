@@ -1,5 +1,5 @@
 -- The front store's transactional outbox (docs/DESIGN.md §6 "The front
--- store", src/store/front/). With `[store.front]` configured, every
+-- store", crates/store/src/front/). With `[store.front]` configured, every
 -- connection of the PostgreSQL store sets the session variable
 -- idemgate.front = on, and every change that can make the Redis front
 -- stale writes a row here in the same transaction as the change itself:

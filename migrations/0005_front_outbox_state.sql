@@ -2,7 +2,7 @@
 -- state and token (NULL for a delete). A relay that finds the front
 -- already showing a completion (the completing instance wrote it before
 -- answering, as it nearly always does) deletes the row without reading
--- the record again or writing Redis (src/store/postgres/outbox.rs). Rows
+-- the record again or writing Redis (crates/store/src/postgres/outbox.rs). Rows
 -- written before this migration have no state and take the full path.
 -- A held record whose reason changes under the same token now writes a
 -- row too, so that the front's held answer follows it.

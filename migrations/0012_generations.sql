@@ -4,7 +4,7 @@
 -- about 100 M records autovacuum fell behind, the table grew and new keys
 -- ran at 0.45x their rate on an empty table. Instead, records live in two
 -- partitions, one per generation: new keys go to the current one, the
--- claim reads both, and a rotation (src/store/postgres/generations.rs)
+-- claim reads both, and a rotation (crates/store/src/postgres/generations.rs)
 -- swaps the older one for an empty table and drops it, after moving into
 -- the other the few records that are still live in it.
 --
@@ -264,7 +264,7 @@ DECLARE
 BEGIN
     -- The generation first, as a claim reads it, before any completion
     -- below locks the records: every transaction then takes the two in the
-    -- order a rotation does (src/store/postgres/generations.rs).
+    -- order a rotation does (crates/store/src/postgres/generations.rs).
     PERFORM 1 FROM idemgate_generation WHERE one;
     FOR op IN
         SELECT * FROM unnest(p_kinds, p_routes, p_scopes, p_keys, p_fingerprints, p_attempts,

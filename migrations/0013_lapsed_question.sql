@@ -10,7 +10,7 @@
 -- `after` of 0: due at once, as before).
 
 -- The claim of 0012, with the route's inquiry `after`. It implements
--- transitions::claim (src/store/transitions.rs).
+-- transitions::claim (crates/core/src/transitions.rs).
 CREATE FUNCTION idemgate_claim(
     p_route TEXT, p_scope BYTEA, p_key TEXT, p_fingerprint BYTEA,
     p_lease_ms BIGINT, p_retention_ms BIGINT, p_release_lapsed BOOLEAN, p_attempt BIGINT,
@@ -204,7 +204,7 @@ DECLARE
 BEGIN
     -- The generation first, as a claim reads it, before any completion
     -- below locks the records: every transaction then takes the two in the
-    -- order a rotation does (src/store/postgres/generations.rs).
+    -- order a rotation does (crates/store/src/postgres/generations.rs).
     PERFORM 1 FROM idemgate_generation WHERE one;
     FOR op IN
         SELECT * FROM unnest(p_kinds, p_routes, p_scopes, p_keys, p_fingerprints, p_attempts,

@@ -17,7 +17,7 @@ use crate::metrics::metered::InstrumentedStore;
 use crate::metrics::{Metrics, plain_result};
 use crate::reload::{Reloader, hangup, watch};
 use crate::store::{self, Backend, Store, StoreAdmin, StoreError};
-use crate::waiters::Waiters;
+use crate::store::waiters::Waiters;
 use crate::{admin, server};
 
 /// Why the gateway could not run.
@@ -85,7 +85,11 @@ pub async fn run_with(
     let waiters = Waiters::new();
     let relay = start_relay(backend.clone(), waiters.clone());
     let path: Arc<dyn Store> = Arc::new(InstrumentedStore::new(backend, metrics.clone()));
-    let path = store::with_replay_cache(path, &config.store, metrics.replay_cache_hits.clone());
+    let hits = metrics.replay_cache_hits.clone();
+    let on_hit: store::OnHit = Box::new(move || {
+        hits.inc();
+    });
+    let path = store::with_replay_cache(path, &config.store, on_hit);
     let sweeper = tokio::spawn(sweep_forever(
         records.clone(),
         metrics.clone(),

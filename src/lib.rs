@@ -49,11 +49,13 @@ pub mod reload;
 pub mod request;
 pub mod server;
 pub mod serving_threads;
-pub mod store;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;
-pub mod waiters;
+
+/// The record stores (the `idemgate-store` crate), under the name the
+/// gateway's modules use.
+pub use idemgate_store as store;
 
 pub use app::{RunError, run, run_with, sweep_once};
 pub use config::Config;

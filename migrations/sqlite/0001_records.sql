@@ -2,7 +2,7 @@
 -- (route, scope, key), as in PostgreSQL's migrations/0001_records.sql and
 -- 0002_attempts.sql. Times are microseconds since the Unix epoch (the
 -- wall clock of the processes sharing the file). The state machine itself
--- runs in src/store/sqlite (src/store/transitions.rs), inside
+-- runs in crates/store/src/sqlite (crates/core/src/transitions.rs), inside
 -- `BEGIN IMMEDIATE` transactions.
 
 CREATE TABLE idemgate_records (

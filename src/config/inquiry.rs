@@ -101,7 +101,7 @@ mod tests {
     /// scope `tenant-a` from one header, as `{scope}` sends it.
     #[test]
     fn the_scope_is_sent_as_the_books_digest() {
-        let digest = crate::request::key_source::scope_digest([&b"tenant-a"[..]]);
+        let digest = idemgate_core::scope_digest([&b"tenant-a"[..]]);
         let q = inquiry("http://up/k/{key}?scope={scope}");
         assert_eq!(
             q.url_for("k1", &digest).unwrap().query(),

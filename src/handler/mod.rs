@@ -56,7 +56,7 @@ use crate::problem::GatewayError;
 use crate::request::body::{self, Body, RequestBody};
 use crate::store::{Store, Token};
 use crate::telemetry::spans;
-use crate::waiters::Waiters;
+use crate::store::waiters::Waiters;
 
 pub use crate::upstream::IDEMPOTENCY_ATTEMPT;
 use intake::Intake;

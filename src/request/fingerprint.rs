@@ -41,8 +41,7 @@ pub struct FingerprintSpec {
     pub exclude: Vec<String>,
 }
 
-/// A SHA-256 fingerprint.
-pub type Fingerprint = [u8; 32];
+pub use idemgate_core::Fingerprint;
 
 /// Computes a fingerprint while the body streams in.
 pub struct Fingerprinter<'a> {

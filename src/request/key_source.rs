@@ -19,6 +19,7 @@
 
 use std::fmt;
 
+use idemgate_core::scope_digest;
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
 
@@ -223,19 +224,6 @@ fn query_values<'a>(head: &'a Parts, name: &'a str) -> impl Iterator<Item = Stri
     url::form_urlencoded::parse(head.uri.query().unwrap_or("").as_bytes())
         .filter(move |(n, _)| n == name)
         .map(|(_, v)| v.into_owned())
-}
-
-/// The scope of one part's values (a `scope_header`'s, say): the SHA-256
-/// of each value preceded by its length as 8 bytes big-endian (none: the
-/// anonymous scope). Only this digest is ever stored.
-pub fn scope_digest<'a>(values: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    for value in values {
-        hasher.update((value.len() as u64).to_be_bytes());
-        hasher.update(value);
-    }
-    hasher.finalize().to_vec()
 }
 
 /// One value: itself; several: an RFC 8941 list of strings.

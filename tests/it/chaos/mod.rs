@@ -167,7 +167,7 @@ fn postgres() {
     serial::alone(|| async { passes(chaos(Backend::Postgres, Variant::Normal).await) });
 }
 
-/// PostgreSQL with a Redis front (`[store.front]`, src/store/front/): the
+/// PostgreSQL with a Redis front (`[store.front]`, crates/store/src/front/): the
 /// postgres run's cluster, store proxy and faults, plus the front's own
 /// (frozen, killed and restarted empty, flushed: see `nemesis.rs`), which
 /// must cost no client anything (property 10) and leave the front showing
@@ -192,7 +192,7 @@ fn sqlite() {
 /// PostgreSQL failed over under the chaos: a primary with a synchronous
 /// standby, both named in the gateways' URL; every other fault stops the
 /// primary (`-m immediate`), promotes the standby and rebuilds the old
-/// primary as its standby (src/store/postgres/hosts.rs finds the writable
+/// primary as its standby (crates/store/src/postgres/hosts.rs finds the writable
 /// one). Nothing acknowledged may be lost.
 #[test]
 fn postgres_failover() {
@@ -893,7 +893,7 @@ async fn outbox_drained(pg_url: &str) -> Result<(), String> {
 
 /// Every entry the front holds for the run's records
 /// (`{prefix}front:rec:{len(route)}:{route}:{hex(scope)}:{key}`, see
-/// src/store/front/entries.rs), read straight from its Redis.
+/// crates/store/src/front/entries.rs), read straight from its Redis.
 async fn read_front(url: &str) -> Result<Vec<checker::FrontRecord>, String> {
     use deadpool_redis::redis;
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;

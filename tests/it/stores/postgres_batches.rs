@@ -1,4 +1,4 @@
-//! Batched claims and completions on PostgreSQL (src/store/postgres/batch.rs):
+//! Batched claims and completions on PostgreSQL (crates/store/src/postgres/batch.rs):
 //! operations submitted together share commits, and each keeps the meaning
 //! it has alone — duplicates inside a batch resolve as if sequential, a key
 //! the database refuses fails alone, and concurrent batches never deadlock.
@@ -267,7 +267,7 @@ async fn concurrent_batches_on_overlapping_keys_never_deadlock() {
 }
 
 /// On a serving thread, a request's claim and completion go through that
-/// thread's own dispatcher and connection (src/store/postgres/lanes.rs),
+/// thread's own dispatcher and connection (crates/store/src/postgres/lanes.rs),
 /// which PostgreSQL lists as `idemgate serving thread`: after a few new
 /// keys through the gateway, such a connection has run a batch. Sent
 /// through the shared dispatcher instead, the lanes' connections would

@@ -1,4 +1,4 @@
-//! PostgreSQL's retention by generations (src/store/postgres/generations.rs):
+//! PostgreSQL's retention by generations (crates/store/src/postgres/generations.rs):
 //! what a rotation keeps, drops and refuses, that it gives way to the
 //! transactions it must wait for while holding nothing they need, that an
 //! earlier release's sweep spares live records, and a storm of claims on

@@ -247,7 +247,7 @@ impl TestStore {
     /// A `[store]` for opening this store directly (no gateway): 8
     /// connections, a 5 s timeout, 10,000 records at most (memory), and no
     /// replay cache (it sits in front of a store, not in it:
-    /// src/store/cache.rs).
+    /// crates/store/src/cache.rs).
     pub fn store_config(&self) -> StoreConfig {
         StoreConfig {
             url: self.url.clone(),
