@@ -9,7 +9,10 @@
 //! - Sizes: no file under src/ over 600 lines of non-test code, no function
 //!   there over 100 lines.
 //! - Import cycles: no two files under src/ that depend on each other through
-//!   `use` or inline `crate::`/`super::`/`self::` paths. A path that goes
+//!   a `use` (grouped trees `crate::{a::X, b::{Y, Z}}` included) or an inline
+//!   path: `crate::`, `super::`, `self::`, or the bare name of a child module
+//!   the file declares (`mod redis;`, then `redis::connect()`); any other
+//!   bare name is an extern crate or an item, no dependency. A path that goes
 //!   through a facade's `pub use` (or a module's private `use`, reached by a
 //!   descendant) counts as a dependency on the file that defines the item.
 //!   An edge from a file to one of its ancestor modules' files (its parent
@@ -1244,6 +1247,8 @@ struct UsePath {
     name: String,
     line: usize,
     reexport: bool,
+    /// A path written in code, not in a `use`: it imports no name.
+    inline: bool,
 }
 
 /// Splits a `use` tree into its paths: `a::{b, c::{self, D as E}, f::*}`.
@@ -1329,9 +1334,11 @@ fn parse_tree(
     }
 }
 
-/// The `use` declarations and inline `crate::`/`super::`/`self::`/
-/// `<crate name>::` paths of blanked code, before line `limit` (exclusive).
-fn use_paths(code: &str, limit: usize, crate_name: &str) -> Vec<UsePath> {
+/// The `use` declarations and inline paths (`crate::`, `super::`,
+/// `self::`, `$crate::`, or any other first name: the crate's own name, a
+/// child module, an extern crate, a type; [`ModuleGraph::absolute`] sorts
+/// them out) of blanked code, before line `limit` (exclusive).
+fn use_paths(code: &str, limit: usize) -> Vec<UsePath> {
     let cs = Chars::of(code);
     let mut out = Vec::new();
     let mut in_use = vec![false; cs.c.len()];
@@ -1355,26 +1362,30 @@ fn use_paths(code: &str, limit: usize, crate_name: &str) -> Vec<UsePath> {
                 name,
                 line: cs.line[k],
                 reexport,
+                inline: false,
             });
         }
     }
-    let roots = ["crate", "super", "self", "$crate", crate_name];
     for (k, &inside_use) in in_use.iter().enumerate() {
         if cs.line[k] >= limit
             || inside_use
-            || (k > 0 && (is_ident(cs.c[k - 1]) || cs.c[k - 1] == ':'))
+            || (k > 0 && (is_ident(cs.c[k - 1]) || "$.':".contains(cs.c[k - 1])))
         {
             continue;
         }
-        let Some(root) = roots.iter().find(|r| cs.word_at(k, r)) else {
-            continue;
+        let root = if cs.word_at(k, "$crate") {
+            "$crate".to_owned()
+        } else {
+            cs.ident_at(k)
         };
-        if cs.c.get(k + root.len()..k + root.len() + 2) != Some(&[':', ':'][..])
+        if root.is_empty()
+            || root.starts_with(|c: char| c.is_ascii_digit())
+            || cs.c.get(k + root.len()..k + root.len() + 2) != Some(&[':', ':'][..])
             || preceded_by_in(&cs, k)
         {
             continue;
         }
-        let mut segs = vec![(*root).to_owned()];
+        let mut segs = vec![root.clone()];
         let mut j = k + root.len();
         while cs.c.get(j..j + 2) == Some(&[':', ':'][..]) {
             let seg = cs.ident_at(j + 2);
@@ -1390,6 +1401,7 @@ fn use_paths(code: &str, limit: usize, crate_name: &str) -> Vec<UsePath> {
             name,
             line: cs.line[k],
             reexport: false,
+            inline: true,
         });
     }
     out
@@ -1502,8 +1514,7 @@ impl ModuleGraph {
             let code = lex_rust(text).code;
             let cut = non_test_lines(&code);
             let kept: String = code.lines().take(cut).collect::<Vec<_>>().join("\n");
-            g.uses
-                .insert(file.clone(), use_paths(&kept, cut + 1, &g.crate_name));
+            g.uses.insert(file.clone(), use_paths(&kept, cut + 1));
             g.items.insert(file.clone(), item_names(&kept));
         }
         g
@@ -1520,7 +1531,14 @@ impl ModuleGraph {
             "crate" | "$crate" if *is_lib => (Vec::new(), &segs[1..]),
             _ if first == self.crate_name => (Vec::new(), &segs[1..]),
             "self" | "super" if *is_lib => (here.clone(), segs),
-            _ if *is_lib && self.modules.contains_key(&child) => (here.clone(), segs),
+            // A child module, named bare: declared here (`mod redis;`) and
+            // with a file; any other bare name is an extern crate or an item.
+            _ if *is_lib
+                && self.modules.contains_key(&child)
+                && self.items.get(file).is_some_and(|i| i.contains(first)) =>
+            {
+                (here.clone(), segs)
+            }
             _ => return None,
         };
         while let Some(s) = rest.first() {
@@ -1560,6 +1578,7 @@ impl ModuleGraph {
             .get(&file)
             .into_iter()
             .flatten()
+            .filter(|u| !u.inline)
             .filter_map(|u| Some((self.absolute(&file, &u.segs)?, u)))
             .collect();
         if let Some((target, _)) = imports.iter().find(|(_, u)| u.name == *name) {
@@ -2529,6 +2548,38 @@ trait T {
             ("src/c.rs", "pub struct C;\nfn f(_: crate::a::B) {}\n"),
         ]);
         assert_eq!(through_root.len(), 1, "{through_root:?}");
+    }
+
+    /// A child module named bare (`mod redis;`, then `redis::connect()`
+    /// inline) is read as a path into it, here on to what it re-exports; a
+    /// bare name that is no child module of the file (an extern crate) is not.
+    #[test]
+    fn bare_child_module_paths_are_file_edges() {
+        let child = graph_of(&[
+            ("src/lib.rs", "mod config;\nmod store;\n"),
+            (
+                "src/store/mod.rs",
+                "mod redis;\nfn f() { redis::connect(); }\npub struct Key;\n",
+            ),
+            ("src/store/redis.rs", "pub use crate::config::connect;\n"),
+            (
+                "src/config.rs",
+                "pub fn connect() {}\nfn f(_: crate::store::Key) {}\n",
+            ),
+        ]);
+        assert_eq!(child.len(), 1, "{child:?}");
+        let edge =
+            "src/store/mod.rs → src/config.rs   (src/store/mod.rs:2: fn f() { redis::connect(); })";
+        assert!(child[0].to_string().contains(edge), "{child:?}");
+        let extern_crate = graph_of(&[
+            ("src/lib.rs", "mod redis;\nmod store;\n"),
+            ("src/redis.rs", "use crate::store::Key;\n"),
+            (
+                "src/store/mod.rs",
+                "use redis::Client;\npub struct Key;\nfn f() { redis::connect(); }\n",
+            ),
+        ]);
+        assert!(extern_crate.is_empty(), "{extern_crate:?}");
     }
 
     #[test]
