@@ -6,9 +6,9 @@
 //! - Markdown links: relative links (and their `#anchor`s) must resolve.
 //! - Section numbers: chapters are cited by name or link, never by an
 //!   internal section number; `§` is kept for external specs (RFC, IETF draft).
-//! - Sizes: no file under src/ over 600 lines of non-test code, no function
-//!   there over 100 lines.
-//! - Import cycles: no two files under src/ that depend on each other through
+//! - Sizes: no file of a crate's sources (below) over 600 lines of non-test
+//!   code, no function there over 100 lines.
+//! - Import cycles: no two files of a crate that depend on each other through
 //!   a `use` (grouped trees `crate::{a::X, b::{Y, Z}}` included) or an inline
 //!   path: `crate::`, `super::`, `self::`, or the bare name of a child module
 //!   the file declares (`mod redis;`, then `redis::connect()`); any other
@@ -16,11 +16,15 @@
 //!   through a facade's `pub use` (or a module's private `use`, reached by a
 //!   descendant) counts as a dependency on the file that defines the item.
 //!   An edge from a file to one of its ancestor modules' files (its parent
-//!   `mod.rs` or parent module file, the grandparent, … up to src/lib.rs) is
+//!   `mod.rs` or parent module file, the grandparent, … up to the root) is
 //!   not counted: a module is part of its ancestors and may use what they
 //!   define, as when a submodule adds `impl` blocks to its parent's type.
 //!   Every other edge counts: parent → child, sibling ↔ sibling, cousins,
 //!   anything across the tree.
+//!
+//! The crates: the root package's `src/`, and each `crates/*/src/` there is
+//! (named by its `Cargo.toml`, else its directory). The import check reads
+//! a file's code outside the test modules at its end.
 //!
 //! Each check is a pure function over text or a directory, with negative
 //! controls on fabricated inputs in `mod controls` at the end of this file.
@@ -138,6 +142,82 @@ fn read(root: &Path, file: &str) -> String {
     let path = root.join(file);
     let bytes = fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// One crate of the repository: the directory of its sources (`src`,
+/// `crates/store/src`) and its name as paths spell it (`idemgate_store`).
+#[derive(Debug, Clone)]
+struct Crate {
+    src: String,
+    name: String,
+}
+
+/// The `[package]` name of a manifest, with `-` as `_`.
+fn package_name(manifest: &str) -> Option<String> {
+    let mut in_package = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_package = line == "[package]";
+        } else if let Some((_, value)) = line
+            .split_once('=')
+            .filter(|(key, _)| in_package && key.trim() == "name")
+        {
+            return Some(value.trim().trim_matches('"').replace('-', "_"));
+        }
+    }
+    None
+}
+
+/// The root package's name, with `-` as `_`.
+fn crate_name(root: &Path) -> String {
+    package_name(&read(root, "Cargo.toml")).expect("Cargo.toml has no [package] name")
+}
+
+/// The source directory of the crate `file` is part of: `src` (the root
+/// package) or `crates/<dir>/src`; None outside every crate's sources.
+fn crate_src(file: &str) -> Option<&str> {
+    if file.starts_with("src/") {
+        return Some("src");
+    }
+    let (dir, tail) = file.strip_prefix("crates/")?.split_once('/')?;
+    tail.starts_with("src/")
+        .then(|| &file[.."crates/".len() + dir.len() + "/src".len()])
+}
+
+/// Every crate of the repository: the root package (`src/`), then each
+/// `crates/*/src/` holding Rust files, named by its manifest's `[package]`
+/// name, else by its directory.
+fn crates(root: &Path, files: &[String]) -> Vec<Crate> {
+    let dirs: BTreeSet<&str> = files
+        .iter()
+        .filter(|f| f.ends_with(".rs"))
+        .filter_map(|f| crate_src(f))
+        .filter(|&src| src != "src")
+        .collect();
+    let mut out = vec![Crate {
+        src: "src".to_owned(),
+        name: crate_name(root),
+    }];
+    for src in dirs {
+        let dir = src.strip_suffix("/src").unwrap_or(src);
+        let manifest = fs::read_to_string(root.join(dir).join("Cargo.toml")).unwrap_or_default();
+        let name = package_name(&manifest)
+            .unwrap_or_else(|| dir.trim_start_matches("crates/").replace('-', "_"));
+        out.push(Crate {
+            src: src.to_owned(),
+            name,
+        });
+    }
+    out
+}
+
+/// `(file, text)` of each `.rs` file of `krate`.
+fn crate_sources(root: &Path, files: &[String], krate: &Crate) -> Vec<(String, String)> {
+    files
+        .iter()
+        .filter(|f| f.ends_with(".rs") && crate_src(f) == Some(krate.src.as_str()))
+        .map(|f| (f.clone(), read(root, f)))
+        .collect()
 }
 
 /// One finding: where, and what to do about it.
@@ -1228,7 +1308,7 @@ fn check_sizes(root: &Path, files: &[String]) -> Vec<Violation> {
     let mut out = Vec::new();
     for file in files
         .iter()
-        .filter(|f| f.starts_with("src/") && f.ends_with(".rs"))
+        .filter(|f| f.ends_with(".rs") && crate_src(f).is_some())
     {
         out.extend(sizes_of(file, &read(root, file)));
     }
@@ -1484,25 +1564,31 @@ fn item_names(code: &str) -> BTreeSet<String> {
 type Edges = BTreeMap<(String, String), (usize, String)>;
 
 impl ModuleGraph {
-    /// `sources`: `(path under the root, text)` of every `src/**/*.rs`.
-    fn build(sources: &[(String, String)], crate_name: &str) -> ModuleGraph {
+    /// `sources`: `(path under the repository root, text)` of the crate's
+    /// `.rs` files (others are skipped). The crate's root is its `lib.rs`;
+    /// its `main.rs` and `bin/` are binaries using it, or, without a
+    /// `lib.rs`, `main.rs` is the root.
+    fn build(sources: &[(String, String)], krate: &Crate) -> ModuleGraph {
         let mut g = ModuleGraph {
             modules: BTreeMap::new(),
             file_mod: BTreeMap::new(),
             uses: BTreeMap::new(),
             items: BTreeMap::new(),
-            crate_name: crate_name.replace('-', "_"),
+            crate_name: krate.name.replace('-', "_"),
         };
+        let lib = format!("{}/lib.rs", krate.src);
+        let has_lib = sources.iter().any(|(file, _)| *file == lib);
         for (file, text) in sources {
             let Some(rel) = file
-                .strip_prefix("src/")
+                .strip_prefix(&krate.src)
+                .and_then(|f| f.strip_prefix('/'))
                 .and_then(|f| f.strip_suffix(".rs"))
             else {
                 continue;
             };
-            let is_bin = rel == "main" || rel.starts_with("bin/");
+            let is_bin = (rel == "main" && has_lib) || rel.starts_with("bin/");
             let mut segs: Vec<String> = rel.split('/').map(str::to_owned).collect();
-            if segs.last().is_some_and(|s| s == "mod") || rel == "lib" {
+            if segs.last().is_some_and(|s| s == "mod") || rel == "lib" || rel == "main" {
                 segs.pop();
             }
             if is_bin {
@@ -1722,8 +1808,8 @@ fn cycles(edges: &Edges) -> Vec<Vec<String>> {
 }
 
 /// One violation per cycle, listing its files and one `use` line per edge.
-fn cycle_violations(sources: &[(String, String)], crate_name: &str) -> Vec<Violation> {
-    let graph = ModuleGraph::build(sources, crate_name);
+fn cycle_violations(sources: &[(String, String)], krate: &Crate) -> Vec<Violation> {
+    let graph = ModuleGraph::build(sources, krate);
     let texts: BTreeMap<String, String> = sources.iter().cloned().collect();
     let edges = graph.edges(&texts);
     let mut out = Vec::new();
@@ -1747,29 +1833,11 @@ fn cycle_violations(sources: &[(String, String)], crate_name: &str) -> Vec<Viola
     out
 }
 
-fn crate_name(root: &Path) -> String {
-    let manifest = read(root, "Cargo.toml");
-    let mut in_package = false;
-    for line in manifest.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_package = line == "[package]";
-        } else if let Some((_, value)) = line
-            .split_once('=')
-            .filter(|(key, _)| in_package && key.trim() == "name")
-        {
-            return value.trim().trim_matches('"').replace('-', "_");
-        }
-    }
-    panic!("Cargo.toml has no [package] name");
-}
-
 fn check_cycles(root: &Path, files: &[String]) -> Vec<Violation> {
-    let sources: Vec<(String, String)> = files
+    crates(root, files)
         .iter()
-        .filter(|f| f.starts_with("src/") && f.ends_with(".rs"))
-        .map(|f| (f.clone(), read(root, f)))
-        .collect();
-    cycle_violations(&sources, &crate_name(root))
+        .flat_map(|krate| cycle_violations(&crate_sources(root, files, krate), krate))
+        .collect()
 }
 
 /// The book's chapters missing from its `SUMMARY.md`: every Markdown
@@ -2378,12 +2446,23 @@ trait T {
         assert_eq!(comments, [7, 8]);
     }
 
-    fn graph_of(files: &[(&str, &str)]) -> Vec<Violation> {
-        let sources: Vec<(String, String)> = files
+    /// The fabricated crates' crate: `src/`, named `demo`.
+    fn demo() -> Crate {
+        Crate {
+            src: "src".to_owned(),
+            name: "demo".to_owned(),
+        }
+    }
+
+    fn sources_of(files: &[(&str, &str)]) -> Vec<(String, String)> {
+        files
             .iter()
             .map(|(f, t)| ((*f).to_owned(), (*t).to_owned()))
-            .collect();
-        cycle_violations(&sources, "demo")
+            .collect()
+    }
+
+    fn graph_of(files: &[(&str, &str)]) -> Vec<Violation> {
+        cycle_violations(&sources_of(files), &demo())
     }
 
     #[test]
@@ -2548,6 +2627,105 @@ trait T {
             ("src/c.rs", "pub struct C;\nfn f(_: crate::a::B) {}\n"),
         ]);
         assert_eq!(through_root.len(), 1, "{through_root:?}");
+    }
+
+    /// The workspace: `src/` and each `crates/*/src/` is a crate of its own
+    /// (a `lib.rs` or `main.rs` root, named by its manifest or directory);
+    /// the file and size checks cover each, and a path into another crate
+    /// of the workspace is no edge.
+    #[test]
+    fn every_crate_of_the_workspace_is_checked() {
+        let big = "// filler\n".repeat(601);
+        let tree = TempTree::new(&[
+            (
+                "Cargo.toml",
+                "[workspace]\nmembers = [\"crates/*\"]\n\n[package]\nname = \"demo\"\n",
+            ),
+            ("src/lib.rs", "pub mod a;\npub mod b;\n"),
+            ("src/a.rs", "use crate::b::B;\npub struct A;\n"),
+            ("src/b.rs", "pub struct B;\n"),
+            (
+                "crates/core/Cargo.toml",
+                "[package]\nname = \"demo-core\"\n",
+            ),
+            (
+                "crates/core/src/lib.rs",
+                "pub mod config;\npub mod store;\n",
+            ),
+            (
+                "crates/core/src/config.rs",
+                "pub struct Limits;\nuse crate::store::Key;\n",
+            ),
+            (
+                "crates/core/src/store.rs",
+                "pub struct Key;\nfn f(_: crate::config::Limits) {}\n",
+            ),
+            (
+                "crates/cli/src/main.rs",
+                "mod args;\nmod run;\nfn main() {}\n",
+            ),
+            (
+                "crates/cli/src/args.rs",
+                "use crate::run::Run;\npub struct Args;\n",
+            ),
+            ("crates/cli/src/run/mod.rs", "mod step;\npub struct Run;\n"),
+            (
+                "crates/cli/src/run/step.rs",
+                "fn f(_: crate::args::Args) {}\n",
+            ),
+            (
+                "crates/store/Cargo.toml",
+                "[package]\nname = \"demo-store\"\n",
+            ),
+            (
+                "crates/store/src/lib.rs",
+                "pub mod big;\npub mod config;\npub mod store;\n",
+            ),
+            ("crates/store/src/big.rs", &big),
+            (
+                "crates/store/src/config.rs",
+                "use demo_core::store::Key;\nuse idemgate_store::store::Key as K;\nuse crate::store::Backend;\n",
+            ),
+            (
+                "crates/store/src/store.rs",
+                "pub struct Backend;\nfn f(_: demo_core::config::Limits, _: demo::a::A) {}\n",
+            ),
+        ]);
+        let files = walk(&tree.0);
+        let names: Vec<(String, String)> = crates(&tree.0, &files)
+            .into_iter()
+            .map(|c| (c.src, c.name))
+            .collect();
+        let want = [
+            ("src", "demo"),
+            ("crates/cli/src", "cli"),
+            ("crates/core/src", "demo_core"),
+            ("crates/store/src", "demo_store"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(s, n)| ((*s).to_owned(), (*n).to_owned()))
+            .collect();
+        assert_eq!(names, want);
+        let file_cycles = check_cycles(&tree.0, &files);
+        assert_eq!(file_cycles.len(), 1, "{file_cycles:#?}");
+        assert!(
+            file_cycles[0]
+                .to_string()
+                .starts_with("crates/core/src/config.rs: import cycle among 2 files")
+        );
+        let sizes = check_sizes(&tree.0, &files);
+        assert_eq!(sizes.len(), 1, "{sizes:#?}");
+        assert!(
+            sizes[0]
+                .to_string()
+                .starts_with("crates/store/src/big.rs: 601 lines")
+        );
+        // Without crates/, the root package alone.
+        let single = fake_repo(&[]);
+        let files = walk(&single.0);
+        assert_eq!(crates(&single.0, &files).len(), 1);
+        assert!(check_cycles(&single.0, &files).is_empty());
     }
 
     /// A child module named bare (`mod redis;`, then `redis::connect()`
