@@ -21,10 +21,18 @@
 //!   define, as when a submodule adds `impl` blocks to its parent's type.
 //!   Every other edge counts: parent → child, sibling ↔ sibling, cousins,
 //!   anything across the tree.
+//! - Top-level modules: in each crate, the children of the root (`lib.rs`,
+//!   or `main.rs` in a crate without one) form a DAG, with no cycle of any
+//!   length between them (`store → config → request → store`), each finding
+//!   naming the cycle with a file:line per edge. Every path form above counts,
+//!   and a `pub use` of another module's item is an edge of the module that
+//!   re-exports it. A path to an item the root defines is no edge; one to an
+//!   import of the root (its `pub use` facade) is an edge to the module it
+//!   imports from. A path into another crate (`idemgate_store::…`) is none.
 //!
 //! The crates: the root package's `src/`, and each `crates/*/src/` there is
-//! (named by its `Cargo.toml`, else its directory). The import check reads
-//! a file's code outside the test modules at its end.
+//! (named by its `Cargo.toml`, else its directory). The two import checks
+//! read a file's code outside the test modules at its end.
 //!
 //! Each check is a pure function over text or a directory, with negative
 //! controls on fabricated inputs in `mod controls` at the end of this file.
@@ -32,7 +40,7 @@
 //! Without cargo, compile it with `rustc --edition 2024 --test tests/tree.rs`
 //! and run it from the repository root (or set `IDEMGATE_REPO_ROOT`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -1743,7 +1751,7 @@ impl ModuleGraph {
 }
 
 /// The strongly connected components with more than one node (Tarjan).
-fn cycles(edges: &Edges) -> Vec<Vec<String>> {
+fn cycles<V>(edges: &BTreeMap<(String, String), V>) -> Vec<Vec<String>> {
     struct Tarjan<'a> {
         next: BTreeMap<&'a str, Vec<&'a str>>,
         index: HashMap<&'a str, usize>,
@@ -1837,6 +1845,145 @@ fn check_cycles(root: &Path, files: &[String]) -> Vec<Violation> {
     crates(root, files)
         .iter()
         .flat_map(|krate| cycle_violations(&crate_sources(root, files, krate), krate))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Check 6: the top-level modules form a DAG
+// ---------------------------------------------------------------------------
+
+/// Where a dependency between two top-level modules is written: the file,
+/// the line, and the source line.
+type Site = (String, usize, String);
+/// Edges `from → to` between top-level modules, with every site of each.
+type ModuleEdges = BTreeMap<(String, String), Vec<Site>>;
+
+impl ModuleGraph {
+    /// The top-level module `file` is part of (`store` for
+    /// `src/store/redis/mod.rs`); None for the crate root and the binaries.
+    fn top(&self, file: &str) -> Option<&String> {
+        match self.file_mod.get(file)? {
+            (segs, true) => segs.first(),
+            (_, false) => None,
+        }
+    }
+
+    /// Every dependency between two different top-level modules: each path
+    /// of a file outside its tests (a `use`, a `pub use` re-export, an
+    /// inline path) from which [`ModuleGraph::absolute`] and
+    /// [`ModuleGraph::land`] find the file defining what it names. A path
+    /// to an item of the crate root is no edge; one to an import of the
+    /// root (its `pub use` facade) lands on the module it imports from.
+    fn module_edges(&self, sources: &BTreeMap<String, String>) -> ModuleEdges {
+        let mut edges = ModuleEdges::new();
+        for (file, uses) in &self.uses {
+            let Some(from) = self.top(file) else {
+                continue;
+            };
+            for u in uses {
+                let landed = self
+                    .absolute(file, &u.segs)
+                    .and_then(|abs| self.land(&abs, 0));
+                let Some(to) = landed.as_deref().and_then(|f| self.top(f)) else {
+                    continue;
+                };
+                if to != from {
+                    let text = sources.get(file).and_then(|s| s.lines().nth(u.line - 1));
+                    let text = text.unwrap_or_default().trim().to_owned();
+                    let key = (from.clone(), to.clone());
+                    edges
+                        .entry(key)
+                        .or_default()
+                        .push((file.clone(), u.line, text));
+                }
+            }
+        }
+        for sites in edges.values_mut() {
+            sites.sort();
+            sites.dedup();
+        }
+        edges
+    }
+}
+
+/// A shortest cycle from `start` back to it through `members` (a strongly
+/// connected component of `edges`): `[start, …, start]`.
+fn shortest_cycle<'a, V>(
+    edges: &'a BTreeMap<(String, String), V>,
+    members: &BTreeSet<&String>,
+    start: &'a str,
+) -> Vec<String> {
+    let mut parent: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut queue = VecDeque::from([start]);
+    while let Some(v) = queue.pop_front() {
+        for (_, to) in edges.keys().filter(|(f, t)| f == v && members.contains(t)) {
+            if to == start {
+                let mut path = vec![start.to_owned()];
+                let mut at = v;
+                while at != start {
+                    path.push(at.to_owned());
+                    at = parent[at];
+                }
+                path.push(start.to_owned());
+                path.reverse();
+                return path;
+            }
+            if !parent.contains_key(to.as_str()) {
+                parent.insert(to, v);
+                queue.push_back(to);
+            }
+        }
+    }
+    vec![start.to_owned()]
+}
+
+/// One violation per cycle among a crate's top-level modules (a strongly
+/// connected component): a shortest cycle through it, with the first site
+/// of each edge, then the component's other edges.
+fn module_cycle_violations(sources: &[(String, String)], krate: &Crate) -> Vec<Violation> {
+    let graph = ModuleGraph::build(sources, krate);
+    let texts: BTreeMap<String, String> = sources.iter().cloned().collect();
+    let edges = graph.module_edges(&texts);
+    let site = |from: &String, to: &String| {
+        let sites = &edges[&(from.clone(), to.clone())];
+        let (file, line, text) = &sites[0];
+        let more = match sites.len() {
+            1 => String::new(),
+            n => format!("; {} more site(s)", n - 1),
+        };
+        format!("{from} → {to}   ({file}:{line}: {text}{more})")
+    };
+    let mut out = Vec::new();
+    for scc in cycles(&edges) {
+        let members: BTreeSet<&String> = scc.iter().collect();
+        let cycle = shortest_cycle(&edges, &members, &scc[0]);
+        let mut message = format!(
+            "cycle between the top-level modules of {}/: {}; they must form a DAG (each may \
+             become a crate of the workspace): break an edge, moving what it names into the \
+             module that uses it or into a module below both",
+            krate.src,
+            cycle.join(" → ")
+        );
+        let on_cycle: BTreeSet<(&String, &String)> =
+            cycle.windows(2).map(|p| (&p[0], &p[1])).collect();
+        for pair in cycle.windows(2) {
+            message.push_str(&format!("\n    {}", site(&pair[0], &pair[1])));
+        }
+        for (from, to) in edges.keys() {
+            if members.contains(from) && members.contains(to) && !on_cycle.contains(&(from, to)) {
+                message.push_str(&format!("\n    also {}", site(from, to)));
+            }
+        }
+        let (file, line, _) = &edges[&(cycle[0].clone(), cycle[1].clone())][0];
+        out.push(violation(file, *line, message));
+    }
+    out
+}
+
+fn check_module_cycles(root: &Path, files: &[String]) -> Vec<Violation> {
+    crates(root, files)
+        .iter()
+        .flat_map(|krate| module_cycle_violations(&crate_sources(root, files, krate), krate))
         .collect()
 }
 
@@ -2085,6 +2232,12 @@ fn source_files_and_functions_are_small() {
 fn no_import_cycles() {
     let root = repo_root();
     report("import cycle", &check_cycles(&root, &walk(&root)));
+}
+
+#[test]
+fn top_level_modules_form_a_dag() {
+    let root = repo_root();
+    report("module cycle", &check_module_cycles(&root, &walk(&root)));
 }
 
 // ---------------------------------------------------------------------------
@@ -2629,10 +2782,293 @@ trait T {
         assert_eq!(through_root.len(), 1, "{through_root:?}");
     }
 
+    fn modules_of(files: &[(&str, &str)]) -> Vec<Violation> {
+        module_cycle_violations(&sources_of(files), &demo())
+    }
+
+    /// The one finding of the module check on `files`, which must name
+    /// `cycle` (`a → b → a`); its whole text.
+    fn one_module_cycle(files: &[(&str, &str)], cycle: &str) -> String {
+        let found = modules_of(files);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        let message = found[0].to_string();
+        assert!(
+            message.contains(&format!("of src/: {cycle}; they must form a DAG")),
+            "{message}"
+        );
+        message
+    }
+
+    /// `file:line` of each site of the module edge `from → to`.
+    fn sites(files: &[(&str, &str)], from: &str, to: &str) -> Vec<String> {
+        let sources = sources_of(files);
+        let texts: BTreeMap<String, String> = sources.iter().cloned().collect();
+        let edges = ModuleGraph::build(&sources, &demo()).module_edges(&texts);
+        let key = (from.to_owned(), to.to_owned());
+        edges
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .map(|(file, line, _)| format!("{file}:{line}"))
+            .collect()
+    }
+
+    /// A cycle of three top-level modules through `crate::` paths, each
+    /// edge in another file, none a cycle between two files: the file
+    /// check passes it, the module check names it with one site per edge.
+    #[test]
+    fn crate_path_module_cycle_is_flagged() {
+        let files = [
+            (
+                "src/lib.rs",
+                "pub mod config;\npub mod request;\npub mod store;\n",
+            ),
+            ("src/store/mod.rs", "mod keys;\npub struct Key;\n"),
+            ("src/store/keys.rs", "use crate::config::Limits;\n"),
+            ("src/config/mod.rs", "mod load;\npub use load::Limits;\n"),
+            (
+                "src/config/load.rs",
+                "pub struct Limits;\nfn f(_: crate::request::Req) {}\n",
+            ),
+            (
+                "src/request.rs",
+                "pub struct Req;\nuse crate::store::Key;\n",
+            ),
+        ];
+        assert!(graph_of(&files).is_empty(), "{:?}", graph_of(&files));
+        let message = one_module_cycle(&files, "config → request → store → config");
+        assert!(
+            message.starts_with("src/config/load.rs:2: cycle between"),
+            "{message}"
+        );
+        for edge in [
+            "config → request   (src/config/load.rs:2: fn f(_: crate::request::Req) {})",
+            "request → store   (src/request.rs:2: use crate::store::Key;)",
+            "store → config   (src/store/keys.rs:1: use crate::config::Limits;)",
+        ] {
+            assert!(
+                message.contains(&format!("\n    {edge}")),
+                "{edge} in {message}"
+            );
+        }
+    }
+
+    /// `super::` paths from a file two modules down, in a `use` and inline.
+    #[test]
+    fn super_path_module_cycle_is_flagged() {
+        let files = [
+            ("src/lib.rs", "mod config;\nmod store;\n"),
+            ("src/store/mod.rs", "mod memory;\npub struct Key;\n"),
+            ("src/store/memory/mod.rs", "mod shard;\n"),
+            (
+                "src/store/memory/shard.rs",
+                "use super::super::super::config::Limits;\nfn f() -> super::super::super::config::Tag { todo!() }\n",
+            ),
+            (
+                "src/config.rs",
+                "pub struct Limits;\npub struct Tag;\nfn f(_: crate::store::Key) {}\n",
+            ),
+        ];
+        one_module_cycle(&files, "config → store → config");
+        let want = ["src/store/memory/shard.rs:1", "src/store/memory/shard.rs:2"];
+        assert_eq!(sites(&files, "store", "config"), want);
+    }
+
+    /// A child module named bare (`mod redis;` then `redis::…`), in a `use`
+    /// and inline, reaching another module through the child's re-export.
+    #[test]
+    fn bare_child_module_paths_are_followed() {
+        let files = [
+            ("src/lib.rs", "mod config;\nmod store;\n"),
+            (
+                "src/store/mod.rs",
+                "mod redis;\nuse redis::Conn;\nfn f() { redis::connect(); }\npub struct Key;\n",
+            ),
+            (
+                "src/store/redis.rs",
+                "pub use crate::config::{Conn, connect};\n",
+            ),
+            (
+                "src/config.rs",
+                "pub struct Conn;\npub fn connect() {}\nfn f(_: crate::store::Key) {}\n",
+            ),
+        ];
+        one_module_cycle(&files, "config → store → config");
+        let want = [
+            "src/store/mod.rs:2",
+            "src/store/mod.rs:3",
+            "src/store/redis.rs:1",
+        ];
+        assert_eq!(sites(&files, "store", "config"), want);
+        // The inline path alone (the file check's control is
+        // `bare_child_module_paths_are_file_edges`).
+        let inline = [
+            files[0],
+            (
+                "src/store/mod.rs",
+                "mod redis;\nfn f() { redis::connect(); }\npub struct Key;\n",
+            ),
+            files[2],
+            files[3],
+        ];
+        one_module_cycle(&inline, "config → store → config");
+        let want = ["src/store/mod.rs:2", "src/store/redis.rs:1"];
+        assert_eq!(sites(&inline, "store", "config"), want);
+    }
+
+    /// A bare name that is no child module of the file (an extern crate,
+    /// here named like a top-level module) is no edge.
+    #[test]
+    fn bare_extern_crate_name_is_no_module_edge() {
+        let files = [
+            ("src/lib.rs", "mod redis;\nmod store;\n"),
+            ("src/redis.rs", "use crate::store::Key;\n"),
+            (
+                "src/store/mod.rs",
+                "mod cache;\nuse redis::Client;\npub struct Key;\nfn f() { redis::connect(); }\n",
+            ),
+            (
+                "src/store/cache.rs",
+                "use ::redis::Pool;\nfn f() { redis::pool(); }\n",
+            ),
+        ];
+        assert!(modules_of(&files).is_empty(), "{:?}", modules_of(&files));
+        assert!(sites(&files, "store", "redis").is_empty());
+    }
+
+    /// `self::` paths: the root's `pub use self::…` facade, named through
+    /// `crate::`, and a module's own `self::child` (no edge of its own).
+    #[test]
+    fn self_path_module_cycle_is_flagged() {
+        let files = [
+            (
+                "src/lib.rs",
+                "mod config;\nmod store;\npub use self::config::Limits;\n",
+            ),
+            (
+                "src/store/mod.rs",
+                "mod shard;\nuse self::shard::Shard;\npub struct Key;\n",
+            ),
+            (
+                "src/store/shard.rs",
+                "pub struct Shard;\nfn f(_: crate::Limits) {}\n",
+            ),
+            (
+                "src/config.rs",
+                "pub struct Limits;\nfn f(_: crate::store::Key) {}\n",
+            ),
+        ];
+        one_module_cycle(&files, "config → store → config");
+        assert_eq!(sites(&files, "store", "config"), ["src/store/shard.rs:2"]);
+    }
+
+    /// A grouped `use crate::{…}`, the cycle closed by a nested group.
+    #[test]
+    fn grouped_use_module_cycle_is_flagged() {
+        let files = [
+            ("src/lib.rs", "mod config;\nmod request;\nmod store;\n"),
+            (
+                "src/store.rs",
+                "use crate::{\n    config::Limits,\n    request::{Req, body::{self, Body}},\n};\npub struct Key;\n",
+            ),
+            ("src/config.rs", "pub struct Limits;\n"),
+            (
+                "src/request/mod.rs",
+                "pub mod body;\npub struct Req;\nuse crate::store::Key;\n",
+            ),
+            ("src/request/body.rs", "pub struct Body;\n"),
+        ];
+        one_module_cycle(&files, "request → store → request");
+        assert_eq!(sites(&files, "store", "config"), ["src/store.rs:1"]);
+    }
+
+    /// A `pub use` re-export of another module's item is an edge of the
+    /// re-exporting module; a path to the root's `pub use` facade is an
+    /// edge to the module it re-exports (a root item of its own is none).
+    #[test]
+    fn pub_use_reexports_are_module_edges() {
+        let facade = [
+            ("src/lib.rs", "mod config;\nmod request;\n"),
+            (
+                "src/config/mod.rs",
+                "pub use crate::request::Header;\npub struct Limits;\n",
+            ),
+            (
+                "src/request.rs",
+                "pub struct Header;\nfn f(_: crate::config::Limits) {}\n",
+            ),
+        ];
+        let message = one_module_cycle(&facade, "config → request → config");
+        assert!(
+            message.contains(
+                "config → request   (src/config/mod.rs:1: pub use crate::request::Header;)"
+            ),
+            "{message}"
+        );
+        let root = [
+            (
+                "src/lib.rs",
+                "mod request;\nmod store;\npub use request::Req;\npub struct Root;\n",
+            ),
+            (
+                "src/store.rs",
+                "pub struct Key;\nfn f(_: crate::Req, _: crate::Root) {}\n",
+            ),
+            (
+                "src/request.rs",
+                "pub struct Req;\nuse crate::store::Key;\n",
+            ),
+        ];
+        one_module_cycle(&root, "request → store → request");
+    }
+
+    /// Every path form at once, all pointing one way (request → config →
+    /// store, request → store), with root items, root re-exports, an extern
+    /// crate named bare, and a test module using a higher module: no cycle.
+    #[test]
+    fn acyclic_modules_pass() {
+        let files = [
+            (
+                "src/lib.rs",
+                "pub mod config;\npub mod request;\npub mod store;\npub use store::Key;\npub use self::config::Limits;\npub struct Root;\n",
+            ),
+            (
+                "src/store/mod.rs",
+                "mod redis;\nuse redis::Conn;\npub struct Key;\nfn f(_: crate::Root) { redis::connect(); self::redis::connect(); }\n#[cfg(test)]\nmod tests {\n    use crate::request::Req;\n}\n",
+            ),
+            (
+                "src/store/redis.rs",
+                "pub struct Conn;\npub fn connect() {}\nuse super::Key;\nuse ::redis::Client;\n",
+            ),
+            (
+                "src/config/mod.rs",
+                "mod load;\npub use load::Limits;\nuse crate::{Key, store::{self}};\n",
+            ),
+            (
+                "src/config/load.rs",
+                "pub struct Limits;\nfn f(_: super::super::store::Key) {}\n",
+            ),
+            (
+                "src/request.rs",
+                "use crate::{config::Limits, Key};\npub struct Req;\nfn f(_: crate::Limits, _: crate::Root) {}\n",
+            ),
+        ];
+        assert!(modules_of(&files).is_empty(), "{:?}", modules_of(&files));
+        assert!(graph_of(&files).is_empty(), "{:?}", graph_of(&files));
+        let sources = sources_of(&files);
+        let texts: BTreeMap<String, String> = sources.iter().cloned().collect();
+        let edges = ModuleGraph::build(&sources, &demo()).module_edges(&texts);
+        let pairs: Vec<String> = edges.keys().map(|(a, b)| format!("{a} → {b}")).collect();
+        assert_eq!(
+            pairs,
+            ["config → store", "request → config", "request → store"]
+        );
+    }
+
     /// The workspace: `src/` and each `crates/*/src/` is a crate of its own
     /// (a `lib.rs` or `main.rs` root, named by its manifest or directory);
-    /// the file and size checks cover each, and a path into another crate
-    /// of the workspace is no edge.
+    /// the module, file and size checks cover each, and a path into another
+    /// crate of the workspace is no edge.
     #[test]
     fn every_crate_of_the_workspace_is_checked() {
         let big = "// filler\n".repeat(601);
@@ -2707,6 +3143,16 @@ trait T {
             .map(|(s, n)| ((*s).to_owned(), (*n).to_owned()))
             .collect();
         assert_eq!(names, want);
+        let modules: Vec<String> = check_module_cycles(&tree.0, &files)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(modules.len(), 2, "{modules:#?}");
+        assert!(modules[0].starts_with("crates/cli/src/args.rs:1: cycle between the top-level modules of crates/cli/src/: args → run → args;"), "{modules:#?}");
+        assert!(
+            modules[1].contains("of crates/core/src/: config → store → config;"),
+            "{modules:#?}"
+        );
         let file_cycles = check_cycles(&tree.0, &files);
         assert_eq!(file_cycles.len(), 1, "{file_cycles:#?}");
         assert!(
@@ -2725,7 +3171,7 @@ trait T {
         let single = fake_repo(&[]);
         let files = walk(&single.0);
         assert_eq!(crates(&single.0, &files).len(), 1);
-        assert!(check_cycles(&single.0, &files).is_empty());
+        assert!(check_module_cycles(&single.0, &files).is_empty());
     }
 
     /// A child module named bare (`mod redis;`, then `redis::connect()`
