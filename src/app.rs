@@ -16,8 +16,8 @@ use crate::inquirer::{self, Inquirer};
 use crate::metrics::metered::InstrumentedStore;
 use crate::metrics::{Metrics, plain_result};
 use crate::reload::{Reloader, hangup, watch};
-use crate::store::{self, Backend, Store, StoreAdmin, StoreError};
 use crate::store::waiters::Waiters;
+use crate::store::{self, Backend, Store, StoreAdmin, StoreError};
 use crate::{admin, server};
 
 /// Why the gateway could not run.

@@ -6,18 +6,33 @@
 //! - Markdown links: relative links (and their `#anchor`s) must resolve.
 //! - Section numbers: chapters are cited by name or link, never by an
 //!   internal section number; `§` is kept for external specs (RFC, IETF draft).
-//! - Sizes: no file under src/ over 600 lines of non-test code, no function
-//!   there over 100 lines.
-//! - Import cycles: no two files under src/ that depend on each other through
-//!   `use` or inline `crate::`/`super::`/`self::` paths. A path that goes
+//! - Sizes: no file of a crate's sources (below) over 600 lines of non-test
+//!   code, no function there over 100 lines.
+//! - Import cycles: no two files of a crate that depend on each other through
+//!   a `use` (grouped trees `crate::{a::X, b::{Y, Z}}` included) or an inline
+//!   path: `crate::`, `super::`, `self::`, or the bare name of a child module
+//!   the file declares (`mod redis;`, then `redis::connect()`); any other
+//!   bare name is an extern crate or an item, no dependency. A path that goes
 //!   through a facade's `pub use` (or a module's private `use`, reached by a
 //!   descendant) counts as a dependency on the file that defines the item.
 //!   An edge from a file to one of its ancestor modules' files (its parent
-//!   `mod.rs` or parent module file, the grandparent, … up to src/lib.rs) is
+//!   `mod.rs` or parent module file, the grandparent, … up to the root) is
 //!   not counted: a module is part of its ancestors and may use what they
 //!   define, as when a submodule adds `impl` blocks to its parent's type.
 //!   Every other edge counts: parent → child, sibling ↔ sibling, cousins,
 //!   anything across the tree.
+//! - Top-level modules: in each crate, the children of the root (`lib.rs`,
+//!   or `main.rs` in a crate without one) form a DAG, with no cycle of any
+//!   length between them (`store → config → request → store`), each finding
+//!   naming the cycle with a file:line per edge. Every path form above counts,
+//!   and a `pub use` of another module's item is an edge of the module that
+//!   re-exports it. A path to an item the root defines is no edge; one to an
+//!   import of the root (its `pub use` facade) is an edge to the module it
+//!   imports from. A path into another crate (`idemgate_store::…`) is none.
+//!
+//! The crates: the root package's `src/`, and each `crates/*/src/` there is
+//! (named by its `Cargo.toml`, else its directory). The two import checks
+//! read a file's code outside the test modules at its end.
 //!
 //! Each check is a pure function over text or a directory, with negative
 //! controls on fabricated inputs in `mod controls` at the end of this file.
@@ -25,7 +40,7 @@
 //! Without cargo, compile it with `rustc --edition 2024 --test tests/tree.rs`
 //! and run it from the repository root (or set `IDEMGATE_REPO_ROOT`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -135,6 +150,82 @@ fn read(root: &Path, file: &str) -> String {
     let path = root.join(file);
     let bytes = fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// One crate of the repository: the directory of its sources (`src`,
+/// `crates/store/src`) and its name as paths spell it (`idemgate_store`).
+#[derive(Debug, Clone)]
+struct Crate {
+    src: String,
+    name: String,
+}
+
+/// The `[package]` name of a manifest, with `-` as `_`.
+fn package_name(manifest: &str) -> Option<String> {
+    let mut in_package = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_package = line == "[package]";
+        } else if let Some((_, value)) = line
+            .split_once('=')
+            .filter(|(key, _)| in_package && key.trim() == "name")
+        {
+            return Some(value.trim().trim_matches('"').replace('-', "_"));
+        }
+    }
+    None
+}
+
+/// The root package's name, with `-` as `_`.
+fn crate_name(root: &Path) -> String {
+    package_name(&read(root, "Cargo.toml")).expect("Cargo.toml has no [package] name")
+}
+
+/// The source directory of the crate `file` is part of: `src` (the root
+/// package) or `crates/<dir>/src`; None outside every crate's sources.
+fn crate_src(file: &str) -> Option<&str> {
+    if file.starts_with("src/") {
+        return Some("src");
+    }
+    let (dir, tail) = file.strip_prefix("crates/")?.split_once('/')?;
+    tail.starts_with("src/")
+        .then(|| &file[.."crates/".len() + dir.len() + "/src".len()])
+}
+
+/// Every crate of the repository: the root package (`src/`), then each
+/// `crates/*/src/` holding Rust files, named by its manifest's `[package]`
+/// name, else by its directory.
+fn crates(root: &Path, files: &[String]) -> Vec<Crate> {
+    let dirs: BTreeSet<&str> = files
+        .iter()
+        .filter(|f| f.ends_with(".rs"))
+        .filter_map(|f| crate_src(f))
+        .filter(|&src| src != "src")
+        .collect();
+    let mut out = vec![Crate {
+        src: "src".to_owned(),
+        name: crate_name(root),
+    }];
+    for src in dirs {
+        let dir = src.strip_suffix("/src").unwrap_or(src);
+        let manifest = fs::read_to_string(root.join(dir).join("Cargo.toml")).unwrap_or_default();
+        let name = package_name(&manifest)
+            .unwrap_or_else(|| dir.trim_start_matches("crates/").replace('-', "_"));
+        out.push(Crate {
+            src: src.to_owned(),
+            name,
+        });
+    }
+    out
+}
+
+/// `(file, text)` of each `.rs` file of `krate`.
+fn crate_sources(root: &Path, files: &[String], krate: &Crate) -> Vec<(String, String)> {
+    files
+        .iter()
+        .filter(|f| f.ends_with(".rs") && crate_src(f) == Some(krate.src.as_str()))
+        .map(|f| (f.clone(), read(root, f)))
+        .collect()
 }
 
 /// One finding: where, and what to do about it.
@@ -1225,7 +1316,7 @@ fn check_sizes(root: &Path, files: &[String]) -> Vec<Violation> {
     let mut out = Vec::new();
     for file in files
         .iter()
-        .filter(|f| f.starts_with("src/") && f.ends_with(".rs"))
+        .filter(|f| f.ends_with(".rs") && crate_src(f).is_some())
     {
         out.extend(sizes_of(file, &read(root, file)));
     }
@@ -1244,6 +1335,8 @@ struct UsePath {
     name: String,
     line: usize,
     reexport: bool,
+    /// A path written in code, not in a `use`: it imports no name.
+    inline: bool,
 }
 
 /// Splits a `use` tree into its paths: `a::{b, c::{self, D as E}, f::*}`.
@@ -1329,9 +1422,11 @@ fn parse_tree(
     }
 }
 
-/// The `use` declarations and inline `crate::`/`super::`/`self::`/
-/// `<crate name>::` paths of blanked code, before line `limit` (exclusive).
-fn use_paths(code: &str, limit: usize, crate_name: &str) -> Vec<UsePath> {
+/// The `use` declarations and inline paths (`crate::`, `super::`,
+/// `self::`, `$crate::`, or any other first name: the crate's own name, a
+/// child module, an extern crate, a type; [`ModuleGraph::absolute`] sorts
+/// them out) of blanked code, before line `limit` (exclusive).
+fn use_paths(code: &str, limit: usize) -> Vec<UsePath> {
     let cs = Chars::of(code);
     let mut out = Vec::new();
     let mut in_use = vec![false; cs.c.len()];
@@ -1355,26 +1450,30 @@ fn use_paths(code: &str, limit: usize, crate_name: &str) -> Vec<UsePath> {
                 name,
                 line: cs.line[k],
                 reexport,
+                inline: false,
             });
         }
     }
-    let roots = ["crate", "super", "self", "$crate", crate_name];
     for (k, &inside_use) in in_use.iter().enumerate() {
         if cs.line[k] >= limit
             || inside_use
-            || (k > 0 && (is_ident(cs.c[k - 1]) || cs.c[k - 1] == ':'))
+            || (k > 0 && (is_ident(cs.c[k - 1]) || "$.':".contains(cs.c[k - 1])))
         {
             continue;
         }
-        let Some(root) = roots.iter().find(|r| cs.word_at(k, r)) else {
-            continue;
+        let root = if cs.word_at(k, "$crate") {
+            "$crate".to_owned()
+        } else {
+            cs.ident_at(k)
         };
-        if cs.c.get(k + root.len()..k + root.len() + 2) != Some(&[':', ':'][..])
+        if root.is_empty()
+            || root.starts_with(|c: char| c.is_ascii_digit())
+            || cs.c.get(k + root.len()..k + root.len() + 2) != Some(&[':', ':'][..])
             || preceded_by_in(&cs, k)
         {
             continue;
         }
-        let mut segs = vec![(*root).to_owned()];
+        let mut segs = vec![root.clone()];
         let mut j = k + root.len();
         while cs.c.get(j..j + 2) == Some(&[':', ':'][..]) {
             let seg = cs.ident_at(j + 2);
@@ -1390,6 +1489,7 @@ fn use_paths(code: &str, limit: usize, crate_name: &str) -> Vec<UsePath> {
             name,
             line: cs.line[k],
             reexport: false,
+            inline: true,
         });
     }
     out
@@ -1472,25 +1572,31 @@ fn item_names(code: &str) -> BTreeSet<String> {
 type Edges = BTreeMap<(String, String), (usize, String)>;
 
 impl ModuleGraph {
-    /// `sources`: `(path under the root, text)` of every `src/**/*.rs`.
-    fn build(sources: &[(String, String)], crate_name: &str) -> ModuleGraph {
+    /// `sources`: `(path under the repository root, text)` of the crate's
+    /// `.rs` files (others are skipped). The crate's root is its `lib.rs`;
+    /// its `main.rs` and `bin/` are binaries using it, or, without a
+    /// `lib.rs`, `main.rs` is the root.
+    fn build(sources: &[(String, String)], krate: &Crate) -> ModuleGraph {
         let mut g = ModuleGraph {
             modules: BTreeMap::new(),
             file_mod: BTreeMap::new(),
             uses: BTreeMap::new(),
             items: BTreeMap::new(),
-            crate_name: crate_name.replace('-', "_"),
+            crate_name: krate.name.replace('-', "_"),
         };
+        let lib = format!("{}/lib.rs", krate.src);
+        let has_lib = sources.iter().any(|(file, _)| *file == lib);
         for (file, text) in sources {
             let Some(rel) = file
-                .strip_prefix("src/")
+                .strip_prefix(&krate.src)
+                .and_then(|f| f.strip_prefix('/'))
                 .and_then(|f| f.strip_suffix(".rs"))
             else {
                 continue;
             };
-            let is_bin = rel == "main" || rel.starts_with("bin/");
+            let is_bin = (rel == "main" && has_lib) || rel.starts_with("bin/");
             let mut segs: Vec<String> = rel.split('/').map(str::to_owned).collect();
-            if segs.last().is_some_and(|s| s == "mod") || rel == "lib" {
+            if segs.last().is_some_and(|s| s == "mod") || rel == "lib" || rel == "main" {
                 segs.pop();
             }
             if is_bin {
@@ -1502,8 +1608,7 @@ impl ModuleGraph {
             let code = lex_rust(text).code;
             let cut = non_test_lines(&code);
             let kept: String = code.lines().take(cut).collect::<Vec<_>>().join("\n");
-            g.uses
-                .insert(file.clone(), use_paths(&kept, cut + 1, &g.crate_name));
+            g.uses.insert(file.clone(), use_paths(&kept, cut + 1));
             g.items.insert(file.clone(), item_names(&kept));
         }
         g
@@ -1520,7 +1625,14 @@ impl ModuleGraph {
             "crate" | "$crate" if *is_lib => (Vec::new(), &segs[1..]),
             _ if first == self.crate_name => (Vec::new(), &segs[1..]),
             "self" | "super" if *is_lib => (here.clone(), segs),
-            _ if *is_lib && self.modules.contains_key(&child) => (here.clone(), segs),
+            // A child module, named bare: declared here (`mod redis;`) and
+            // with a file; any other bare name is an extern crate or an item.
+            _ if *is_lib
+                && self.modules.contains_key(&child)
+                && self.items.get(file).is_some_and(|i| i.contains(first)) =>
+            {
+                (here.clone(), segs)
+            }
             _ => return None,
         };
         while let Some(s) = rest.first() {
@@ -1560,6 +1672,7 @@ impl ModuleGraph {
             .get(&file)
             .into_iter()
             .flatten()
+            .filter(|u| !u.inline)
             .filter_map(|u| Some((self.absolute(&file, &u.segs)?, u)))
             .collect();
         if let Some((target, _)) = imports.iter().find(|(_, u)| u.name == *name) {
@@ -1638,7 +1751,7 @@ impl ModuleGraph {
 }
 
 /// The strongly connected components with more than one node (Tarjan).
-fn cycles(edges: &Edges) -> Vec<Vec<String>> {
+fn cycles<V>(edges: &BTreeMap<(String, String), V>) -> Vec<Vec<String>> {
     struct Tarjan<'a> {
         next: BTreeMap<&'a str, Vec<&'a str>>,
         index: HashMap<&'a str, usize>,
@@ -1703,8 +1816,8 @@ fn cycles(edges: &Edges) -> Vec<Vec<String>> {
 }
 
 /// One violation per cycle, listing its files and one `use` line per edge.
-fn cycle_violations(sources: &[(String, String)], crate_name: &str) -> Vec<Violation> {
-    let graph = ModuleGraph::build(sources, crate_name);
+fn cycle_violations(sources: &[(String, String)], krate: &Crate) -> Vec<Violation> {
+    let graph = ModuleGraph::build(sources, krate);
     let texts: BTreeMap<String, String> = sources.iter().cloned().collect();
     let edges = graph.edges(&texts);
     let mut out = Vec::new();
@@ -1728,29 +1841,150 @@ fn cycle_violations(sources: &[(String, String)], crate_name: &str) -> Vec<Viola
     out
 }
 
-fn crate_name(root: &Path) -> String {
-    let manifest = read(root, "Cargo.toml");
-    let mut in_package = false;
-    for line in manifest.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_package = line == "[package]";
-        } else if let Some((_, value)) = line
-            .split_once('=')
-            .filter(|(key, _)| in_package && key.trim() == "name")
-        {
-            return value.trim().trim_matches('"').replace('-', "_");
-        }
-    }
-    panic!("Cargo.toml has no [package] name");
+fn check_cycles(root: &Path, files: &[String]) -> Vec<Violation> {
+    crates(root, files)
+        .iter()
+        .flat_map(|krate| cycle_violations(&crate_sources(root, files, krate), krate))
+        .collect()
 }
 
-fn check_cycles(root: &Path, files: &[String]) -> Vec<Violation> {
-    let sources: Vec<(String, String)> = files
+// ---------------------------------------------------------------------------
+// Check 6: the top-level modules form a DAG
+// ---------------------------------------------------------------------------
+
+/// Where a dependency between two top-level modules is written: the file,
+/// the line, and the source line.
+type Site = (String, usize, String);
+/// Edges `from → to` between top-level modules, with every site of each.
+type ModuleEdges = BTreeMap<(String, String), Vec<Site>>;
+
+impl ModuleGraph {
+    /// The top-level module `file` is part of (`redis` for
+    /// `crates/store/src/redis/scripts.rs`); None for the crate root and the binaries.
+    fn top(&self, file: &str) -> Option<&String> {
+        match self.file_mod.get(file)? {
+            (segs, true) => segs.first(),
+            (_, false) => None,
+        }
+    }
+
+    /// Every dependency between two different top-level modules: each path
+    /// of a file outside its tests (a `use`, a `pub use` re-export, an
+    /// inline path) from which [`ModuleGraph::absolute`] and
+    /// [`ModuleGraph::land`] find the file defining what it names. A path
+    /// to an item of the crate root is no edge; one to an import of the
+    /// root (its `pub use` facade) lands on the module it imports from.
+    fn module_edges(&self, sources: &BTreeMap<String, String>) -> ModuleEdges {
+        let mut edges = ModuleEdges::new();
+        for (file, uses) in &self.uses {
+            let Some(from) = self.top(file) else {
+                continue;
+            };
+            for u in uses {
+                let landed = self
+                    .absolute(file, &u.segs)
+                    .and_then(|abs| self.land(&abs, 0));
+                let Some(to) = landed.as_deref().and_then(|f| self.top(f)) else {
+                    continue;
+                };
+                if to != from {
+                    let text = sources.get(file).and_then(|s| s.lines().nth(u.line - 1));
+                    let text = text.unwrap_or_default().trim().to_owned();
+                    let key = (from.clone(), to.clone());
+                    edges
+                        .entry(key)
+                        .or_default()
+                        .push((file.clone(), u.line, text));
+                }
+            }
+        }
+        for sites in edges.values_mut() {
+            sites.sort();
+            sites.dedup();
+        }
+        edges
+    }
+}
+
+/// A shortest cycle from `start` back to it through `members` (a strongly
+/// connected component of `edges`): `[start, …, start]`.
+fn shortest_cycle<'a, V>(
+    edges: &'a BTreeMap<(String, String), V>,
+    members: &BTreeSet<&String>,
+    start: &'a str,
+) -> Vec<String> {
+    let mut parent: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut queue = VecDeque::from([start]);
+    while let Some(v) = queue.pop_front() {
+        for (_, to) in edges.keys().filter(|(f, t)| f == v && members.contains(t)) {
+            if to == start {
+                let mut path = vec![start.to_owned()];
+                let mut at = v;
+                while at != start {
+                    path.push(at.to_owned());
+                    at = parent[at];
+                }
+                path.push(start.to_owned());
+                path.reverse();
+                return path;
+            }
+            if !parent.contains_key(to.as_str()) {
+                parent.insert(to, v);
+                queue.push_back(to);
+            }
+        }
+    }
+    vec![start.to_owned()]
+}
+
+/// One violation per cycle among a crate's top-level modules (a strongly
+/// connected component): a shortest cycle through it, with the first site
+/// of each edge, then the component's other edges.
+fn module_cycle_violations(sources: &[(String, String)], krate: &Crate) -> Vec<Violation> {
+    let graph = ModuleGraph::build(sources, krate);
+    let texts: BTreeMap<String, String> = sources.iter().cloned().collect();
+    let edges = graph.module_edges(&texts);
+    let site = |from: &String, to: &String| {
+        let sites = &edges[&(from.clone(), to.clone())];
+        let (file, line, text) = &sites[0];
+        let more = match sites.len() {
+            1 => String::new(),
+            n => format!("; {} more site(s)", n - 1),
+        };
+        format!("{from} → {to}   ({file}:{line}: {text}{more})")
+    };
+    let mut out = Vec::new();
+    for scc in cycles(&edges) {
+        let members: BTreeSet<&String> = scc.iter().collect();
+        let cycle = shortest_cycle(&edges, &members, &scc[0]);
+        let mut message = format!(
+            "cycle between the top-level modules of {}/: {}; they must form a DAG (each may \
+             become a crate of the workspace): break an edge, moving what it names into the \
+             module that uses it or into a module below both",
+            krate.src,
+            cycle.join(" → ")
+        );
+        let on_cycle: BTreeSet<(&String, &String)> =
+            cycle.windows(2).map(|p| (&p[0], &p[1])).collect();
+        for pair in cycle.windows(2) {
+            message.push_str(&format!("\n    {}", site(&pair[0], &pair[1])));
+        }
+        for (from, to) in edges.keys() {
+            if members.contains(from) && members.contains(to) && !on_cycle.contains(&(from, to)) {
+                message.push_str(&format!("\n    also {}", site(from, to)));
+            }
+        }
+        let (file, line, _) = &edges[&(cycle[0].clone(), cycle[1].clone())][0];
+        out.push(violation(file, *line, message));
+    }
+    out
+}
+
+fn check_module_cycles(root: &Path, files: &[String]) -> Vec<Violation> {
+    crates(root, files)
         .iter()
-        .filter(|f| f.starts_with("src/") && f.ends_with(".rs"))
-        .map(|f| (f.clone(), read(root, f)))
-        .collect();
-    cycle_violations(&sources, &crate_name(root))
+        .flat_map(|krate| module_cycle_violations(&crate_sources(root, files, krate), krate))
+        .collect()
 }
 
 /// The book's chapters missing from its `SUMMARY.md`: every Markdown
@@ -1998,6 +2232,12 @@ fn source_files_and_functions_are_small() {
 fn no_import_cycles() {
     let root = repo_root();
     report("import cycle", &check_cycles(&root, &walk(&root)));
+}
+
+#[test]
+fn top_level_modules_form_a_dag() {
+    let root = repo_root();
+    report("module cycle", &check_module_cycles(&root, &walk(&root)));
 }
 
 // ---------------------------------------------------------------------------
@@ -2359,12 +2599,23 @@ trait T {
         assert_eq!(comments, [7, 8]);
     }
 
-    fn graph_of(files: &[(&str, &str)]) -> Vec<Violation> {
-        let sources: Vec<(String, String)> = files
+    /// The fabricated crates' crate: `src/`, named `demo`.
+    fn demo() -> Crate {
+        Crate {
+            src: "src".to_owned(),
+            name: "demo".to_owned(),
+        }
+    }
+
+    fn sources_of(files: &[(&str, &str)]) -> Vec<(String, String)> {
+        files
             .iter()
             .map(|(f, t)| ((*f).to_owned(), (*t).to_owned()))
-            .collect();
-        cycle_violations(&sources, "demo")
+            .collect()
+    }
+
+    fn graph_of(files: &[(&str, &str)]) -> Vec<Violation> {
+        cycle_violations(&sources_of(files), &demo())
     }
 
     #[test]
@@ -2529,6 +2780,430 @@ trait T {
             ("src/c.rs", "pub struct C;\nfn f(_: crate::a::B) {}\n"),
         ]);
         assert_eq!(through_root.len(), 1, "{through_root:?}");
+    }
+
+    fn modules_of(files: &[(&str, &str)]) -> Vec<Violation> {
+        module_cycle_violations(&sources_of(files), &demo())
+    }
+
+    /// The one finding of the module check on `files`, which must name
+    /// `cycle` (`a → b → a`); its whole text.
+    fn one_module_cycle(files: &[(&str, &str)], cycle: &str) -> String {
+        let found = modules_of(files);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        let message = found[0].to_string();
+        assert!(
+            message.contains(&format!("of src/: {cycle}; they must form a DAG")),
+            "{message}"
+        );
+        message
+    }
+
+    /// `file:line` of each site of the module edge `from → to`.
+    fn sites(files: &[(&str, &str)], from: &str, to: &str) -> Vec<String> {
+        let sources = sources_of(files);
+        let texts: BTreeMap<String, String> = sources.iter().cloned().collect();
+        let edges = ModuleGraph::build(&sources, &demo()).module_edges(&texts);
+        let key = (from.to_owned(), to.to_owned());
+        edges
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .map(|(file, line, _)| format!("{file}:{line}"))
+            .collect()
+    }
+
+    /// A cycle of three top-level modules through `crate::` paths, each
+    /// edge in another file, none a cycle between two files: the file
+    /// check passes it, the module check names it with one site per edge.
+    #[test]
+    fn crate_path_module_cycle_is_flagged() {
+        let files = [
+            (
+                "src/lib.rs",
+                "pub mod config;\npub mod request;\npub mod store;\n",
+            ),
+            ("src/store/mod.rs", "mod keys;\npub struct Key;\n"),
+            ("src/store/keys.rs", "use crate::config::Limits;\n"),
+            ("src/config/mod.rs", "mod load;\npub use load::Limits;\n"),
+            (
+                "src/config/load.rs",
+                "pub struct Limits;\nfn f(_: crate::request::Req) {}\n",
+            ),
+            (
+                "src/request.rs",
+                "pub struct Req;\nuse crate::store::Key;\n",
+            ),
+        ];
+        assert!(graph_of(&files).is_empty(), "{:?}", graph_of(&files));
+        let message = one_module_cycle(&files, "config → request → store → config");
+        assert!(
+            message.starts_with("src/config/load.rs:2: cycle between"),
+            "{message}"
+        );
+        for edge in [
+            "config → request   (src/config/load.rs:2: fn f(_: crate::request::Req) {})",
+            "request → store   (src/request.rs:2: use crate::store::Key;)",
+            "store → config   (src/store/keys.rs:1: use crate::config::Limits;)",
+        ] {
+            assert!(
+                message.contains(&format!("\n    {edge}")),
+                "{edge} in {message}"
+            );
+        }
+    }
+
+    /// `super::` paths from a file two modules down, in a `use` and inline.
+    #[test]
+    fn super_path_module_cycle_is_flagged() {
+        let files = [
+            ("src/lib.rs", "mod config;\nmod store;\n"),
+            ("src/store/mod.rs", "mod memory;\npub struct Key;\n"),
+            ("src/store/memory/mod.rs", "mod shard;\n"),
+            (
+                "src/store/memory/shard.rs",
+                "use super::super::super::config::Limits;\nfn f() -> super::super::super::config::Tag { todo!() }\n",
+            ),
+            (
+                "src/config.rs",
+                "pub struct Limits;\npub struct Tag;\nfn f(_: crate::store::Key) {}\n",
+            ),
+        ];
+        one_module_cycle(&files, "config → store → config");
+        let want = ["src/store/memory/shard.rs:1", "src/store/memory/shard.rs:2"];
+        assert_eq!(sites(&files, "store", "config"), want);
+    }
+
+    /// A child module named bare (`mod redis;` then `redis::…`), in a `use`
+    /// and inline, reaching another module through the child's re-export.
+    #[test]
+    fn bare_child_module_paths_are_followed() {
+        let files = [
+            ("src/lib.rs", "mod config;\nmod store;\n"),
+            (
+                "src/store/mod.rs",
+                "mod redis;\nuse redis::Conn;\nfn f() { redis::connect(); }\npub struct Key;\n",
+            ),
+            (
+                "src/store/redis.rs",
+                "pub use crate::config::{Conn, connect};\n",
+            ),
+            (
+                "src/config.rs",
+                "pub struct Conn;\npub fn connect() {}\nfn f(_: crate::store::Key) {}\n",
+            ),
+        ];
+        one_module_cycle(&files, "config → store → config");
+        let want = [
+            "src/store/mod.rs:2",
+            "src/store/mod.rs:3",
+            "src/store/redis.rs:1",
+        ];
+        assert_eq!(sites(&files, "store", "config"), want);
+        // The inline path alone (the file check's control is
+        // `bare_child_module_paths_are_file_edges`).
+        let inline = [
+            files[0],
+            (
+                "src/store/mod.rs",
+                "mod redis;\nfn f() { redis::connect(); }\npub struct Key;\n",
+            ),
+            files[2],
+            files[3],
+        ];
+        one_module_cycle(&inline, "config → store → config");
+        let want = ["src/store/mod.rs:2", "src/store/redis.rs:1"];
+        assert_eq!(sites(&inline, "store", "config"), want);
+    }
+
+    /// A bare name that is no child module of the file (an extern crate,
+    /// here named like a top-level module) is no edge.
+    #[test]
+    fn bare_extern_crate_name_is_no_module_edge() {
+        let files = [
+            ("src/lib.rs", "mod redis;\nmod store;\n"),
+            ("src/redis.rs", "use crate::store::Key;\n"),
+            (
+                "src/store/mod.rs",
+                "mod cache;\nuse redis::Client;\npub struct Key;\nfn f() { redis::connect(); }\n",
+            ),
+            (
+                "src/store/cache.rs",
+                "use ::redis::Pool;\nfn f() { redis::pool(); }\n",
+            ),
+        ];
+        assert!(modules_of(&files).is_empty(), "{:?}", modules_of(&files));
+        assert!(sites(&files, "store", "redis").is_empty());
+    }
+
+    /// `self::` paths: the root's `pub use self::…` facade, named through
+    /// `crate::`, and a module's own `self::child` (no edge of its own).
+    #[test]
+    fn self_path_module_cycle_is_flagged() {
+        let files = [
+            (
+                "src/lib.rs",
+                "mod config;\nmod store;\npub use self::config::Limits;\n",
+            ),
+            (
+                "src/store/mod.rs",
+                "mod shard;\nuse self::shard::Shard;\npub struct Key;\n",
+            ),
+            (
+                "src/store/shard.rs",
+                "pub struct Shard;\nfn f(_: crate::Limits) {}\n",
+            ),
+            (
+                "src/config.rs",
+                "pub struct Limits;\nfn f(_: crate::store::Key) {}\n",
+            ),
+        ];
+        one_module_cycle(&files, "config → store → config");
+        assert_eq!(sites(&files, "store", "config"), ["src/store/shard.rs:2"]);
+    }
+
+    /// A grouped `use crate::{…}`, the cycle closed by a nested group.
+    #[test]
+    fn grouped_use_module_cycle_is_flagged() {
+        let files = [
+            ("src/lib.rs", "mod config;\nmod request;\nmod store;\n"),
+            (
+                "src/store.rs",
+                "use crate::{\n    config::Limits,\n    request::{Req, body::{self, Body}},\n};\npub struct Key;\n",
+            ),
+            ("src/config.rs", "pub struct Limits;\n"),
+            (
+                "src/request/mod.rs",
+                "pub mod body;\npub struct Req;\nuse crate::store::Key;\n",
+            ),
+            ("src/request/body.rs", "pub struct Body;\n"),
+        ];
+        one_module_cycle(&files, "request → store → request");
+        assert_eq!(sites(&files, "store", "config"), ["src/store.rs:1"]);
+    }
+
+    /// A `pub use` re-export of another module's item is an edge of the
+    /// re-exporting module; a path to the root's `pub use` facade is an
+    /// edge to the module it re-exports (a root item of its own is none).
+    #[test]
+    fn pub_use_reexports_are_module_edges() {
+        let facade = [
+            ("src/lib.rs", "mod config;\nmod request;\n"),
+            (
+                "src/config/mod.rs",
+                "pub use crate::request::Header;\npub struct Limits;\n",
+            ),
+            (
+                "src/request.rs",
+                "pub struct Header;\nfn f(_: crate::config::Limits) {}\n",
+            ),
+        ];
+        let message = one_module_cycle(&facade, "config → request → config");
+        assert!(
+            message.contains(
+                "config → request   (src/config/mod.rs:1: pub use crate::request::Header;)"
+            ),
+            "{message}"
+        );
+        let root = [
+            (
+                "src/lib.rs",
+                "mod request;\nmod store;\npub use request::Req;\npub struct Root;\n",
+            ),
+            (
+                "src/store.rs",
+                "pub struct Key;\nfn f(_: crate::Req, _: crate::Root) {}\n",
+            ),
+            (
+                "src/request.rs",
+                "pub struct Req;\nuse crate::store::Key;\n",
+            ),
+        ];
+        one_module_cycle(&root, "request → store → request");
+    }
+
+    /// Every path form at once, all pointing one way (request → config →
+    /// store, request → store), with root items, root re-exports, an extern
+    /// crate named bare, and a test module using a higher module: no cycle.
+    #[test]
+    fn acyclic_modules_pass() {
+        let files = [
+            (
+                "src/lib.rs",
+                "pub mod config;\npub mod request;\npub mod store;\npub use store::Key;\npub use self::config::Limits;\npub struct Root;\n",
+            ),
+            (
+                "src/store/mod.rs",
+                "mod redis;\nuse redis::Conn;\npub struct Key;\nfn f(_: crate::Root) { redis::connect(); self::redis::connect(); }\n#[cfg(test)]\nmod tests {\n    use crate::request::Req;\n}\n",
+            ),
+            (
+                "src/store/redis.rs",
+                "pub struct Conn;\npub fn connect() {}\nuse super::Key;\nuse ::redis::Client;\n",
+            ),
+            (
+                "src/config/mod.rs",
+                "mod load;\npub use load::Limits;\nuse crate::{Key, store::{self}};\n",
+            ),
+            (
+                "src/config/load.rs",
+                "pub struct Limits;\nfn f(_: super::super::store::Key) {}\n",
+            ),
+            (
+                "src/request.rs",
+                "use crate::{config::Limits, Key};\npub struct Req;\nfn f(_: crate::Limits, _: crate::Root) {}\n",
+            ),
+        ];
+        assert!(modules_of(&files).is_empty(), "{:?}", modules_of(&files));
+        assert!(graph_of(&files).is_empty(), "{:?}", graph_of(&files));
+        let sources = sources_of(&files);
+        let texts: BTreeMap<String, String> = sources.iter().cloned().collect();
+        let edges = ModuleGraph::build(&sources, &demo()).module_edges(&texts);
+        let pairs: Vec<String> = edges.keys().map(|(a, b)| format!("{a} → {b}")).collect();
+        assert_eq!(
+            pairs,
+            ["config → store", "request → config", "request → store"]
+        );
+    }
+
+    /// The workspace: `src/` and each `crates/*/src/` is a crate of its own
+    /// (a `lib.rs` or `main.rs` root, named by its manifest or directory);
+    /// the module, file and size checks cover each, and a path into another
+    /// crate of the workspace is no edge.
+    #[test]
+    fn every_crate_of_the_workspace_is_checked() {
+        let big = "// filler\n".repeat(601);
+        let tree = TempTree::new(&[
+            (
+                "Cargo.toml",
+                "[workspace]\nmembers = [\"crates/*\"]\n\n[package]\nname = \"demo\"\n",
+            ),
+            ("src/lib.rs", "pub mod a;\npub mod b;\n"),
+            ("src/a.rs", "use crate::b::B;\npub struct A;\n"),
+            ("src/b.rs", "pub struct B;\n"),
+            (
+                "crates/core/Cargo.toml",
+                "[package]\nname = \"demo-core\"\n",
+            ),
+            (
+                "crates/core/src/lib.rs",
+                "pub mod config;\npub mod store;\n",
+            ),
+            (
+                "crates/core/src/config.rs",
+                "pub struct Limits;\nuse crate::store::Key;\n",
+            ),
+            (
+                "crates/core/src/store.rs",
+                "pub struct Key;\nfn f(_: crate::config::Limits) {}\n",
+            ),
+            (
+                "crates/cli/src/main.rs",
+                "mod args;\nmod run;\nfn main() {}\n",
+            ),
+            (
+                "crates/cli/src/args.rs",
+                "use crate::run::Run;\npub struct Args;\n",
+            ),
+            ("crates/cli/src/run/mod.rs", "mod step;\npub struct Run;\n"),
+            (
+                "crates/cli/src/run/step.rs",
+                "fn f(_: crate::args::Args) {}\n",
+            ),
+            (
+                "crates/store/Cargo.toml",
+                "[package]\nname = \"demo-store\"\n",
+            ),
+            (
+                "crates/store/src/lib.rs",
+                "pub mod big;\npub mod config;\npub mod store;\n",
+            ),
+            ("crates/store/src/big.rs", &big),
+            (
+                "crates/store/src/config.rs",
+                "use demo_core::store::Key;\nuse idemgate_store::store::Key as K;\nuse crate::store::Backend;\n",
+            ),
+            (
+                "crates/store/src/store.rs",
+                "pub struct Backend;\nfn f(_: demo_core::config::Limits, _: demo::a::A) {}\n",
+            ),
+        ]);
+        let files = walk(&tree.0);
+        let names: Vec<(String, String)> = crates(&tree.0, &files)
+            .into_iter()
+            .map(|c| (c.src, c.name))
+            .collect();
+        let want = [
+            ("src", "demo"),
+            ("crates/cli/src", "cli"),
+            ("crates/core/src", "demo_core"),
+            ("crates/store/src", "demo_store"),
+        ];
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(s, n)| ((*s).to_owned(), (*n).to_owned()))
+            .collect();
+        assert_eq!(names, want);
+        let modules: Vec<String> = check_module_cycles(&tree.0, &files)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(modules.len(), 2, "{modules:#?}");
+        assert!(modules[0].starts_with("crates/cli/src/args.rs:1: cycle between the top-level modules of crates/cli/src/: args → run → args;"), "{modules:#?}");
+        assert!(
+            modules[1].contains("of crates/core/src/: config → store → config;"),
+            "{modules:#?}"
+        );
+        let file_cycles = check_cycles(&tree.0, &files);
+        assert_eq!(file_cycles.len(), 1, "{file_cycles:#?}");
+        assert!(
+            file_cycles[0]
+                .to_string()
+                .starts_with("crates/core/src/config.rs: import cycle among 2 files")
+        );
+        let sizes = check_sizes(&tree.0, &files);
+        assert_eq!(sizes.len(), 1, "{sizes:#?}");
+        assert!(
+            sizes[0]
+                .to_string()
+                .starts_with("crates/store/src/big.rs: 601 lines")
+        );
+        // Without crates/, the root package alone.
+        let single = fake_repo(&[]);
+        let files = walk(&single.0);
+        assert_eq!(crates(&single.0, &files).len(), 1);
+        assert!(check_module_cycles(&single.0, &files).is_empty());
+    }
+
+    /// A child module named bare (`mod redis;`, then `redis::connect()`
+    /// inline) is read as a path into it, here on to what it re-exports; a
+    /// bare name that is no child module of the file (an extern crate) is not.
+    #[test]
+    fn bare_child_module_paths_are_file_edges() {
+        let child = graph_of(&[
+            ("src/lib.rs", "mod config;\nmod store;\n"),
+            (
+                "src/store/mod.rs",
+                "mod redis;\nfn f() { redis::connect(); }\npub struct Key;\n",
+            ),
+            ("src/store/redis.rs", "pub use crate::config::connect;\n"),
+            (
+                "src/config.rs",
+                "pub fn connect() {}\nfn f(_: crate::store::Key) {}\n",
+            ),
+        ]);
+        assert_eq!(child.len(), 1, "{child:?}");
+        let edge =
+            "src/store/mod.rs → src/config.rs   (src/store/mod.rs:2: fn f() { redis::connect(); })";
+        assert!(child[0].to_string().contains(edge), "{child:?}");
+        let extern_crate = graph_of(&[
+            ("src/lib.rs", "mod redis;\nmod store;\n"),
+            ("src/redis.rs", "use crate::store::Key;\n"),
+            (
+                "src/store/mod.rs",
+                "use redis::Client;\npub struct Key;\nfn f() { redis::connect(); }\n",
+            ),
+        ]);
+        assert!(extern_crate.is_empty(), "{extern_crate:?}");
     }
 
     #[test]

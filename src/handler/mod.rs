@@ -54,9 +54,9 @@ use crate::config::{Config, Route};
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::problem::GatewayError;
 use crate::request::body::{self, Body, RequestBody};
+use crate::store::waiters::Waiters;
 use crate::store::{Store, Token};
 use crate::telemetry::spans;
-use crate::store::waiters::Waiters;
 
 pub use crate::upstream::IDEMPOTENCY_ATTEMPT;
 use intake::Intake;

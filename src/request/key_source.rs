@@ -19,9 +19,9 @@
 
 use std::fmt;
 
-use idemgate_core::scope_digest;
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
+use idemgate_core::scope_digest;
 
 use crate::request::json_body::JsonBody;
 use crate::request::key::{self as key, KeyError};

@@ -26,4 +26,3 @@ pub enum Cas {
     /// The record's token or state is no longer this attempt's: nothing changed.
     Fenced,
 }
-

@@ -79,7 +79,6 @@ impl HeldReason {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,7 +94,12 @@ mod tests {
         ] {
             assert_eq!(HeldReason::parse(r.as_str()), Some(r));
         }
-        for s in [RecordState::InFlight, RecordState::Completed, RecordState::Held, RecordState::Inquiring] {
+        for s in [
+            RecordState::InFlight,
+            RecordState::Completed,
+            RecordState::Held,
+            RecordState::Inquiring,
+        ] {
             assert_eq!(RecordState::parse(s.as_str()), Some(s));
         }
     }

@@ -189,7 +189,7 @@ impl StoreConfig {
         }
         let redis = self.url.starts_with("redis://")
             || self.url.starts_with("rediss://")
-            || super::redis::is_sentinel_url(&self.url);
+            || is_sentinel_url(&self.url);
         if self.replicas > 0 && !redis {
             return fail(
                 "replicas",
@@ -240,6 +240,11 @@ impl StoreConfig {
             ),
         })
     }
+}
+
+/// Whether `url` names Redis through Sentinel.
+pub(crate) fn is_sentinel_url(url: &str) -> bool {
+    url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://")
 }
 
 #[cfg(test)]
@@ -426,5 +431,12 @@ mod tests {
         assert_eq!(err.key, "url");
         assert!(err.message.contains("postgres://"), "{err}");
         assert!(!err.message.contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn knows_a_sentinel_url() {
+        assert!(is_sentinel_url("redis+sentinel://s/m"));
+        assert!(is_sentinel_url("rediss+sentinel://s/m"));
+        assert!(!is_sentinel_url("redis://h"));
     }
 }

@@ -30,17 +30,16 @@ use waiters::Waiters;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
-
 pub use cache::OnHit;
 pub use config::{FrontConfig, InvalidStoreSetting, StoreConfig, WaitRoutes};
 // The record's vocabulary and its rules live in the core crate; the store
 // speaks it, and re-exports it for the backends and their users.
+pub use front::FrontStats;
+pub use headers::{decode_headers, encode_headers};
 pub use idemgate_core::{
     AttemptId, Cas, Fingerprint, HeldReason, RecordKey, RecordState, Token, UnknownOutcome,
     transitions,
 };
-pub use front::FrontStats;
-pub use headers::{decode_headers, encode_headers};
 pub use info::RecordInfo;
 pub use inquiry::{InquiringRoute, Inquiry};
 pub use swept::Swept;
@@ -365,7 +364,7 @@ pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Backend>, StoreError> 
         }
         "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => {
             let store = redis::RedisStore::connect(config).await?;
-            if redis::is_sentinel_url(url) {
+            if config::is_sentinel_url(url) {
                 tracing::info!(
                     url = %redact_url(url),
                     "redis+sentinel:// store: the primary the sentinels name, followed across \

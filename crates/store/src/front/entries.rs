@@ -379,10 +379,7 @@ impl RedisStore {
     /// Show each settled record until its end ([`PUBLISH`]): one round
     /// trip per [`PUBLISH_BYTES`] of responses (a larger record goes
     /// alone); returns how many were written.
-    pub(crate) async fn front_publish(
-        &self,
-        records: &[Publish<'_>],
-    ) -> Result<u64, StoreError> {
+    pub(crate) async fn front_publish(&self, records: &[Publish<'_>]) -> Result<u64, StoreError> {
         let mut written = 0;
         let mut rest = records;
         while !rest.is_empty() {

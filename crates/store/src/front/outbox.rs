@@ -407,10 +407,7 @@ impl PgStore {
     }
 
     /// Rows waiting in the outbox (counted up to `cap`), and the oldest one's age.
-    pub(crate) async fn outbox_backlog(
-        &self,
-        cap: i64,
-    ) -> Result<(i64, Duration), StoreError> {
+    pub(crate) async fn outbox_backlog(&self, cap: i64) -> Result<(i64, Duration), StoreError> {
         let (rows, age_ms): (i64, i64) = self
             .bounded(async |conn| {
                 sqlx::query_as(

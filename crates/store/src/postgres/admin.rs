@@ -9,11 +9,11 @@ use super::generations::{MOST_MOVED, Rotation};
 use super::{MIGRATOR, PgStore, millis};
 
 use crate::info::from_epoch_millis;
+use crate::waiters::{self, Waiters};
 use crate::{
     BatchStats, InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin,
     StoreError, Swept,
 };
-use crate::waiters::{self, Waiters};
 
 #[derive(sqlx::FromRow)]
 struct InfoRow {

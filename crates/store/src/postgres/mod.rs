@@ -190,10 +190,7 @@ impl PgStore {
     /// [`Self::connect`]; with `outbox`, every connection sets
     /// `idemgate.front = on`, so that every change that can make a front
     /// stale writes its outbox row (migrations/0004_front_outbox.sql).
-    pub(crate) async fn connect_as(
-        config: &StoreConfig,
-        outbox: bool,
-    ) -> Result<Self, StoreError> {
+    pub(crate) async fn connect_as(config: &StoreConfig, outbox: bool) -> Result<Self, StoreError> {
         let shown = redact_url(&config.url);
         let tls = tls_asked_for(&config.url);
         let hosts = Hosts::parse(&config.url, |options| {

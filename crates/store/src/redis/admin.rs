@@ -12,11 +12,11 @@ use super::conn::{Node, primaries};
 use super::scripts::{CLEAR, INSPECT};
 use super::store::{bytes, corrupt, int};
 use crate::info::from_epoch_millis;
+use crate::waiters::{self, Waiters};
 use crate::{
     InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin, StoreError,
     Swept,
 };
-use crate::waiters::{self, Waiters};
 
 /// Keep the `limit` least recently changed records, oldest first.
 fn least_recent_first(found: &mut Vec<RecordInfo>, limit: usize) {

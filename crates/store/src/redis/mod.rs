@@ -51,7 +51,6 @@ use self::conn::{Conn, Node, url_of};
 use self::lanes::{Lane, Lanes};
 pub(crate) use self::layout::Layout;
 use self::sentinel::Sentinels;
-pub(crate) use self::sentinel::is_sentinel_url;
 pub(crate) use self::store::{corrupt, millis};
 
 use super::runtime::StoreRuntime;
@@ -217,7 +216,7 @@ impl RedisStore {
                     .map_err(|e| invalid(&e))?,
             ))
         } else {
-            let server = if is_sentinel_url(&config.url) {
+            let server = if crate::config::is_sentinel_url(&config.url) {
                 OneServer::Sentinels(Arc::new(
                     Sentinels::new(&config.url, config.timeout).map_err(|e| invalid(&e))?,
                 ))

@@ -47,11 +47,6 @@ struct SentinelUrl {
     password: Option<String>,
 }
 
-/// Whether `url` names Redis through Sentinel.
-pub(crate) fn is_sentinel_url(url: &str) -> bool {
-    url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://")
-}
-
 /// `host` as a URL writes it (an IPv6 address in brackets).
 fn url_host(host: &str) -> String {
     if host.contains(':') {
@@ -308,12 +303,5 @@ mod tests {
         assert_eq!(majority(std::slice::from_ref(&a), 3), None);
         assert_eq!(majority(std::slice::from_ref(&a), 1), Some(a.clone()));
         assert_eq!(majority(&[], 3), None);
-    }
-
-    #[test]
-    fn knows_a_sentinel_url() {
-        assert!(is_sentinel_url("redis+sentinel://s/m"));
-        assert!(is_sentinel_url("rediss+sentinel://s/m"));
-        assert!(!is_sentinel_url("redis://h"));
     }
 }
