@@ -11,7 +11,6 @@ use clap::Parser;
 use idemgate::admin::keys::KeysError;
 use idemgate::cli::{Cli, Command};
 use idemgate::config::{ConfigError, LogFormat};
-use idemgate::store::StoreAdmin;
 use idemgate::{Config, logging, store, telemetry};
 
 fn main() -> std::process::ExitCode {
@@ -63,25 +62,12 @@ async fn serve(config: Config, tracing: Option<telemetry::Tracing>) -> anyhow::R
 /// `idemgate migrate`: apply the schema of a PostgreSQL or SQLite store.
 async fn migrate(config: &Config) -> anyhow::Result<()> {
     let shown = store::redact_url(&config.store.url);
-    if config.store.url.starts_with("postgres") {
-        store::postgres::PgStore::connect(&config.store)
-            .await?
-            .migrate()
-            .await?;
-        println!("migrations applied to {shown}");
-    } else if config.store.url.starts_with("sqlite:") {
-        // Opened without applying the schema, so this count says what this
-        // command applied.
-        let opening = store::StoreConfig {
-            migrate: false,
-            ..config.store.clone()
-        };
-        let sqlite = store::sqlite::SqliteStore::connect(&opening).await?;
-        let applied = sqlite.migrate().await;
-        sqlite.close().await;
-        println!("{} schema scripts applied to {shown}", applied?);
-    } else {
-        println!("{shown}: nothing to migrate (only PostgreSQL and SQLite have schemas)");
+    match store::migrate(&config.store).await? {
+        store::Migrated::Postgres => println!("migrations applied to {shown}"),
+        store::Migrated::Sqlite(applied) => println!("{applied} schema scripts applied to {shown}"),
+        store::Migrated::Nothing => {
+            println!("{shown}: nothing to migrate (only PostgreSQL and SQLite have schemas)")
+        }
     }
     Ok(())
 }

@@ -6,18 +6,39 @@
 //! one can never overwrite it (G7). Tokens come from one store-wide counter,
 //! so they never repeat for a key, even after it was released or expired.
 
+// A build with only some backends leaves helpers unused that the others
+// share (lanes, batches, epoch conversions); the full build, which CI lints
+// with warnings denied, still finds real dead code.
+#![cfg_attr(
+    not(all(
+        feature = "postgres",
+        feature = "redis",
+        feature = "sqlite",
+        feature = "memory",
+        feature = "front"
+    )),
+    allow(dead_code, unused_imports)
+)]
+
 mod batch_queue;
 mod cache;
 mod config;
+#[cfg(feature = "front")]
 pub mod front;
 mod headers;
 mod info;
 mod inquiry;
+#[cfg(feature = "memory")]
 pub mod memory;
+mod open;
+#[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "redis")]
 pub mod redis;
 pub mod runtime;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod stats;
 mod swept;
 pub mod waiters;
 
@@ -34,7 +55,6 @@ pub use cache::OnHit;
 pub use config::{FrontConfig, InvalidStoreSetting, StoreConfig, WaitRoutes};
 // The record's vocabulary and its rules live in the core crate; the store
 // speaks it, and re-exports it for the backends and their users.
-pub use front::FrontStats;
 pub use headers::{decode_headers, encode_headers};
 pub use idemgate_core::{
     AttemptId, Cas, Fingerprint, HeldReason, RecordKey, RecordState, Token, UnknownOutcome,
@@ -42,6 +62,8 @@ pub use idemgate_core::{
 };
 pub use info::RecordInfo;
 pub use inquiry::{InquiringRoute, Inquiry};
+pub use open::{Migrated, migrate, open};
+pub use stats::{BatchStats, FrontStats, PoolStats};
 pub use swept::Swept;
 
 /// A fresh attempt id: random, never zero.
@@ -161,6 +183,18 @@ pub enum StoreError {
     /// The store URL names no backend idemgate has.
     #[error("unsupported store URL {0:?}: use postgres://, redis://, sqlite:// or memory://")]
     UnsupportedUrl(String),
+    /// The store URL names a backend this build left out (a build with
+    /// `--no-default-features` and only some store features).
+    #[error(
+        "this idemgate was built without the `{feature}` store, which {url:?} needs: \
+         build it with `--features {feature}` (the default build has every store)"
+    )]
+    NotBuilt {
+        /// The URL, redacted.
+        url: String,
+        /// The cargo feature that brings the backend.
+        feature: &'static str,
+    },
 }
 
 /// The request path of a record store shared by every gateway instance:
@@ -310,103 +344,6 @@ pub trait StoreAdmin: Send + Sync + 'static {
 pub trait Backend: Store + StoreAdmin {}
 
 impl<T: Store + StoreAdmin> Backend for T {}
-
-/// A store connection pool's occupancy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PoolStats {
-    /// Connections open.
-    pub connections: u64,
-    /// Of those, idle.
-    pub idle: u64,
-    /// The most the pool opens.
-    pub max: u64,
-}
-
-/// What a batching store ([`postgres::PgStore`]) has done since it started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct BatchStats {
-    /// Batches sent (each one round trip and one commit).
-    pub batches: u64,
-    /// Operations they carried.
-    pub operations: u64,
-    /// Batches the database refused as a whole, whose operations then ran
-    /// one by one.
-    pub split: u64,
-}
-
-/// Open the store the configuration names (by URL scheme), applying
-/// migrations if asked.
-pub async fn open(config: &StoreConfig) -> Result<Arc<dyn Backend>, StoreError> {
-    let url = config.url.as_str();
-    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
-    match scheme {
-        "postgres" | "postgresql" if config.front.is_some() => {
-            let front = config.front.as_ref().expect("matched on is_some");
-            let store = front::FrontStore::connect(config, front).await?;
-            tracing::info!(
-                url = %redact_url(url),
-                front = %redact_url(&front.url),
-                "postgres:// store with a Redis front: PostgreSQL is the truth; the front answers \
-                 replays, 409s, 422s and held keys it knows of, and is kept true by an outbox"
-            );
-            Ok(Arc::new(store))
-        }
-        "postgres" | "postgresql" => {
-            let store = postgres::PgStore::connect(config).await?;
-            if config.migrate {
-                store.migrate().await?;
-            }
-            tracing::info!(
-                url = %redact_url(url),
-                "postgres:// store: durable, shared by every gateway instance pointed at it"
-            );
-            Ok(Arc::new(store))
-        }
-        "redis" | "rediss" | "redis+sentinel" | "rediss+sentinel" => {
-            let store = redis::RedisStore::connect(config).await?;
-            if config::is_sentinel_url(url) {
-                tracing::info!(
-                    url = %redact_url(url),
-                    "redis+sentinel:// store: the primary the sentinels name, followed across \
-                     failovers; set [store] replicas so that a failover keeps acknowledged records"
-                );
-            } else if config.cluster {
-                tracing::info!(
-                    url = %redact_url(url),
-                    "redis:// store on a Redis Cluster (this seed node): shared by every gateway \
-                     instance pointed at it; a failover to a replica can lose acknowledged records \
-                     (asynchronous replication)"
-                );
-            } else {
-                tracing::info!(
-                    url = %redact_url(url),
-                    "redis:// store: shared by every gateway instance pointed at it; as durable as \
-                     the server's persistence (appendonly, appendfsync)"
-                );
-            }
-            Ok(Arc::new(store))
-        }
-        "sqlite" => {
-            let store = sqlite::SqliteStore::connect(config).await?;
-            tracing::info!(
-                url = %redact_url(url),
-                "sqlite:// store: durable in one file, shared by the gateway processes of this \
-                 host only; instances on several hosts need PostgreSQL or Redis"
-            );
-            Ok(Arc::new(store))
-        }
-        "memory" => {
-            tracing::warn!(
-                max_records = config.max_records,
-                "memory:// store: records live in this process only and are lost on restart; \
-                 instances do not share them. Use sqlite:// (one host), PostgreSQL or Redis \
-                 to keep them."
-            );
-            Ok(Arc::new(memory::MemoryStore::new(config.max_records)))
-        }
-        _ => Err(StoreError::UnsupportedUrl(redact_url(url))),
-    }
-}
 
 /// Put the replay cache ([`cache::CachedStore`]) in front of a shared store,
 /// if configured; `on_hit` is called on every claim it answers. The in-memory store needs none: it is memory already.

@@ -893,7 +893,7 @@ async fn outbox_drained(pg_url: &str) -> Result<(), String> {
 
 /// Every entry the front holds for the run's records
 /// (`{prefix}front:rec:{len(route)}:{route}:{hex(scope)}:{key}`, see
-/// crates/store/src/front/entries.rs), read straight from its Redis.
+/// crates/store/src/redis/front.rs), read straight from its Redis.
 async fn read_front(url: &str) -> Result<Vec<checker::FrontRecord>, String> {
     use deadpool_redis::redis;
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;

@@ -22,8 +22,8 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::Inner;
-use super::entries::Mark;
 use crate::Fingerprint;
+use crate::redis::front::Mark;
 use crate::{RecordKey, Token};
 
 /// Most attempts waiting for their marker. Past it, an attempt is marked

@@ -36,10 +36,8 @@
 //! answers from PostgreSQL alone; it uses it again only when it answers
 //! and the outbox has drained up to that moment ([`health`]).
 
-mod entries;
 mod health;
 mod marks;
-mod outbox;
 mod publish;
 mod relay;
 
@@ -60,8 +58,9 @@ use super::{
     Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig,
     StoreError, StoredResponse, Swept, Token,
 };
+use crate::FrontStats;
+use crate::redis::front::{FrontEntry, Mark, Publish, Settled};
 use crate::waiters::Waiters;
-use entries::{FrontEntry, Mark, Publish, Settled};
 
 /// Most keys waiting for or under read-repair.
 const MAX_REPAIRS: usize = 256;
@@ -69,40 +68,6 @@ const MAX_REPAIRS: usize = 256;
 /// of the shared pool (the shared runtime's batches use it too), so few (a repair takes about a round trip
 /// to each store; a hot set refills in a few of them).
 const REPAIRS_AT_ONCE: usize = 4;
-
-/// What the front has done since the store opened (`idemgate_front_*`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct FrontStats {
-    /// This instance uses the front now.
-    pub up: bool,
-    /// Claims the front answered with a replay.
-    pub replays: u64,
-    /// … with `409` (in flight).
-    pub conflicts: u64,
-    /// … with `422` (another fingerprint).
-    pub mismatches: u64,
-    /// … with the held answer.
-    pub held: u64,
-    /// Claims that went on to PostgreSQL while the front was up.
-    pub misses: u64,
-    /// In-flight markers written (attempts still unsettled after
-    /// `mark_after`).
-    pub marks: u64,
-    /// Front operations that failed.
-    pub errors: u64,
-    /// Times the front went down.
-    pub outages: u64,
-    /// Outbox rows applied to the front.
-    pub relayed: u64,
-    /// … of which the front already showed what they said.
-    pub relayed_shown: u64,
-    /// Rows waiting in the outbox.
-    pub backlog: i64,
-    /// Age of the oldest waiting row.
-    pub lag: Duration,
-    /// Settled records PostgreSQL answered that the front was given.
-    pub repairs: u64,
-}
 
 /// PostgreSQL with a Redis front.
 pub struct FrontStore {

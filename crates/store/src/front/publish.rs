@@ -16,8 +16,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use super::Inner;
-use super::entries::{Publish, Settled};
 use crate::Fingerprint;
+use crate::redis::front::{Publish, Settled};
 use crate::{HeldReason, RecordKey, StoredResponse, Token};
 
 /// Most bytes of bodies and headers queued; past it, records are left to

@@ -7,10 +7,10 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::Inner;
-use super::entries::{FrontEntry, Publish, Settled};
 use super::health::bump;
-use super::outbox::{Dirty, Relayed, Settling, SyncError, Truth};
+use crate::postgres::outbox::{Dirty, Relayed, Settling, SyncError, Truth};
 use crate::redis::RedisStore;
+use crate::redis::front::{FrontEntry, Publish, Settled};
 use crate::{StoreAdmin, StoreError, Token};
 
 /// Most outbox rows one relay pass takes.

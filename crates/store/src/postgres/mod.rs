@@ -16,6 +16,8 @@ mod batch;
 mod generations;
 mod hosts;
 mod lanes;
+#[cfg(feature = "front")]
+pub(crate) mod outbox;
 mod pool;
 
 use super::{Cas, RecordKey, StoreConfig, StoreError, redact_url};

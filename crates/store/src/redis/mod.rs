@@ -31,6 +31,8 @@ mod admin;
 mod conn;
 mod dataset;
 mod eviction;
+#[cfg(feature = "front")]
+pub(crate) mod front;
 mod inquiries;
 mod lanes;
 mod layout;

@@ -33,7 +33,7 @@ use deadpool_redis::redis::Script;
 use http::StatusCode;
 use std::sync::LazyLock;
 
-use crate::redis::{Layout, RedisStore, corrupt, millis};
+use super::{Layout, RedisStore, corrupt, millis};
 use crate::{
     HeldReason, RecordKey, StoreError, StoredResponse, Token, decode_headers, encode_headers,
 };
