@@ -35,11 +35,10 @@ RUN mkdir -p src crates/core/src crates/store/src \
 # The real sources. COPY keeps the files' own mtimes, which may be older than
 # the stub build: touch the crate roots so cargo rebuilds the workspace's crates.
 COPY . .
-# The binary alone first: built in one command with an example, it would
-# get the dev-dependencies' features, the test-only failpoints among them.
-RUN touch src/main.rs src/lib.rs crates/core/src/lib.rs crates/store/src/lib.rs \
- && cargo build --release --locked --bin idemgate \
- && cargo build --release --locked --example demo_upstream \
+# The two binaries only (no example, test or bench target): those would
+# bring the dev-dependencies' features, the test-only failpoints among them.
+RUN touch src/main.rs src/lib.rs src/bin/demo_upstream.rs crates/core/src/lib.rs crates/store/src/lib.rs \
+ && cargo build --release --locked --bin idemgate --bin demo_upstream \
  && ./target/release/idemgate --version | grep -q "^idemgate "
 
 # The runtime's files, gathered for a base-less image: the shared libraries
@@ -47,7 +46,7 @@ RUN touch src/main.rs src/lib.rs crates/core/src/lib.rs crates/store/src/lib.rs 
 # the CA roots (https:// upstreams, rediss://, PostgreSQL over TLS verify
 # against them) and an account for uid 10001.
 RUN mkdir -p /rootfs/etc/ssl/certs \
- && ldd target/release/idemgate target/release/examples/demo_upstream \
+ && ldd target/release/idemgate target/release/demo_upstream \
       | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u \
       | xargs -I{} cp --parents -L {} /rootfs/ \
  && cp /etc/ssl/certs/ca-certificates.crt /rootfs/etc/ssl/certs/ \
@@ -61,7 +60,7 @@ FROM scratch
 COPY --from=build /rootfs/ /
 COPY --from=build /src/target/release/idemgate /usr/local/bin/idemgate
 # The README's demo upstream, for docker-compose.yml (entrypoint demo_upstream).
-COPY --from=build /src/target/release/examples/demo_upstream /usr/local/bin/demo_upstream
+COPY --from=build /src/target/release/demo_upstream /usr/local/bin/demo_upstream
 COPY gateway.toml /etc/idemgate/gateway.toml
 # The image runs on PostgreSQL, named explicitly: the shipped config's
 # sqlite:// fallback would put records on the container's own disk. Override

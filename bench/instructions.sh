@@ -23,7 +23,7 @@ command -v valgrind >/dev/null || { apt-get install -y -qq valgrind >/dev/null; 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
 cargo build --release --locked --quiet --bin idemgate
-cargo build --release --locked --quiet --example demo_upstream
+cargo build --release --locked --quiet --bin demo_upstream
 cp target/release/idemgate "$WORK/idemgate-head"
 # The baseline's binary is built once and kept where bench/run.sh keeps it.
 REV="$(git rev-parse --verify "$BASELINE^{commit}")"
@@ -38,7 +38,7 @@ fi
 cp "$KEPT" "$WORK/idemgate-base"
 
 UP="$(free_port)"; PORT="$(free_port)"; ADMIN="$(free_port)"
-target/release/examples/demo_upstream --listen "127.0.0.1:$UP" >/dev/null 2>&1 &
+target/release/demo_upstream --listen "127.0.0.1:$UP" >/dev/null 2>&1 &
 cat > "$WORK/gw.toml" <<TOML
 listen = "127.0.0.1:$PORT"
 admin_listen = "127.0.0.1:$ADMIN"

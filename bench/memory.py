@@ -2,7 +2,7 @@
 """Memory use of idemgate: idle connections and the HTTP/2 body attack.
 
 Usage (from the repository root, after `cargo build --release --locked` and
-`cargo build --release --example demo_upstream`; `pip install h2`):
+`cargo build --release --bin demo_upstream`; `pip install h2`):
 
     nice -n 10 python3 bench/memory.py [--only idle-h1,idle-h1-long,idle-h1-8k,idle-tcp,idle-h2,attack-1,attack-2,attack-10,attack-repeat]
 
@@ -27,7 +27,7 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 IDEMGATE = os.environ.get("IDEMGATE", os.path.join(TARGET, "release", "idemgate"))
-UPSTREAM = os.environ.get("UPSTREAM", os.path.join(TARGET, "release", "examples", "demo_upstream"))
+UPSTREAM = os.environ.get("UPSTREAM", os.path.join(TARGET, "release", "demo_upstream"))
 STEPS = [int(s) for s in os.environ.get("STEPS", "1000,5000,10000").split(",")]
 MIB = 1024 * 1024
 # Seconds between the last connection of a step and the RSS reading. Longer

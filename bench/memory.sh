@@ -7,6 +7,6 @@ python3 -c 'import h2' 2>/dev/null || pip install h2
 # Two commands: built with an example, the binary would get the
 # dev-dependencies' features (the test-only failpoints).
 nice -n 10 cargo build --release --locked --bin idemgate
-nice -n 10 cargo build --release --locked --example demo_upstream
+nice -n 10 cargo build --release --locked --bin demo_upstream
 ulimit -n 20000
 exec nice -n 10 python3 bench/memory.py "$@"

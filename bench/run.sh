@@ -101,7 +101,7 @@ log "building idemgate (release)"
 # Two commands: built with an example, the binary would get the
 # dev-dependencies' features (the test-only failpoints).
 cargo build --release --locked --quiet --bin idemgate
-cargo build --release --locked --quiet --example demo_upstream
+cargo build --release --locked --quiet --bin demo_upstream
 BIN="$TARGET_DIR/release/idemgate"
 
 # BASELINE: that revision, built once in a temporary worktree with its own
@@ -726,7 +726,7 @@ if want memory; then
     python3 -c "import h2" 2>/dev/null || pip install -q h2 >&2 || pip install -q --break-system-packages h2 >&2 \
         || { log "no Python h2 module: idle HTTP/2 not measured"; scenarios=idle-h1; }
     (ulimit -n 20000 2>/dev/null || true
-     IDEMGATE="$BIN" UPSTREAM="$TARGET_DIR/release/examples/demo_upstream" \
+     IDEMGATE="$BIN" UPSTREAM="$TARGET_DIR/release/demo_upstream" \
          python3 bench/memory.py --only "$scenarios") > "$WORK/memory.md"
 fi
 

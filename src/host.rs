@@ -1,9 +1,8 @@
-//! What the host offers the process: its cores. Both the configuration
-//! (`server_threads` when unset) and the store (the cap on Redis lanes)
-//! read it, so it belongs to neither.
+//! What the host offers the process: its cores, which `server_threads`
+//! defaults to. (The store crate caps its Redis lanes by the same count,
+//! asking the standard library itself.)
 
-/// The cores this process may run on: `server_threads` when unset, and
-/// the cap on Redis lanes.
+/// The cores this process may run on: `server_threads` when unset.
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
 }

@@ -4,7 +4,19 @@
 //! retry. The design, its guarantees and this layout are explained in the
 //! book, `docs/src/` (`docs/src/design/layout.md` for the layout).
 //!
-//! # Layout
+//! # Crates
+//! This is the gateway, the root package of a workspace of three crates:
+//! - `idemgate-core` (`crates/core/`): the record's vocabulary and the state
+//!   machine, with no I/O;
+//! - `idemgate-store` (`crates/store/`): the store traits, the waiters and
+//!   every backend, each behind a cargo feature; this crate names it
+//!   [`store`];
+//! - `idemgate` (here): everything that serves HTTP, reads the
+//!   configuration file, counts or traces.
+//!
+//! The compiler keeps the direction: core ← store ← gateway.
+//!
+//! # Modules
 //! - [`app`]: wiring one gateway: store, wrappers, admin listener, sweeper, proxy.
 //! - [`config`]: the TOML file → a validated [`Config`].
 //! - [`server`]: accept loop, connection cap, HTTP/1.1 and h2c connections
@@ -13,26 +25,26 @@
 //!   connections on and the handler asks for its upstream pool.
 //! - [`host`]: what the host offers (its cores).
 //! - [`handler`]: the request pipeline (route, key, body, claim, forward, record).
+//! - [`inquirer`]: the status inquiry: due questions asked, their keys settled.
+//! - [`reload`]: live configuration (the routes) from the file again.
 //! - [`request`]: what a protected request carries: its body, its key (syntax
 //!   and where a route reads it), the JSON body, the fingerprint.
-//! - [`store`]: the request-path [`store::Store`] and [`store::StoreAdmin`]
-//!   traits, the state machine ([`store::transitions`]), and the backends.
 //! - [`upstream`]: the upstream clients (cleartext and `https://`), header
 //!   hygiene, and the one exchange the forward, pass-through and inquiry use.
 //! - [`tls`]: PEM files into rustls values (ring), for both sides.
-//! - [`waiters`]: requests waiting for an in-flight key, woken by the store.
 //! - [`problem`]: every synthetic answer, as `application/problem+json`.
 //! - [`admin`]: the admin listener (metrics, health, readiness, `POST /keys`)
 //!   and key administration ([`admin::keys`]), shared with the CLI.
 //! - [`metrics`]: the Prometheus metrics, and the wrapper that times every
 //!   store operation ([`metrics::metered`]; the store knows nothing of it).
+//! - [`telemetry`]: OpenTelemetry traces, off the request path.
 //! - [`clock`]: the one clock.
 //! - [`logging`]: the logger, writing off the request path.
 //! - [`cli`]: the command line and its types.
 //!
-//! Dependencies point one way: `cli` → `app` → `server`, `handler`, `admin`
-//! → `store`, `config`, `upstream`, …; the store never depends on the
-//! configuration module.
+//! The top-level modules form a DAG (`tests/tree.rs` checks it): `cli` and
+//! `app` on top, the server, handler, admin and inquirer below, and the
+//! configuration, request, upstream and metrics under those.
 
 pub mod admin;
 pub mod app;

@@ -2090,8 +2090,8 @@ fn cli_subcommands(cli: &str) -> BTreeSet<String> {
 
 /// What the image build and run depend on in the tree: every `COPY`
 /// source from the build context exists; every binary copied from the
-/// build stage's `target/release/` is this package's binary or one of
-/// its examples; the `HEALTHCHECK`, `ENTRYPOINT` and compose `entrypoint`
+/// build stage's `target/release/` is this package's binary, one of its
+/// `src/bin/` binaries or one of its examples; the `HEALTHCHECK`, `ENTRYPOINT` and compose `entrypoint`
 /// commands run a binary the image installs, and the health check a
 /// subcommand the CLI has.
 fn docker_findings(root: &Path, files: &[String]) -> Vec<Violation> {
@@ -2130,10 +2130,13 @@ fn docker_findings(root: &Path, files: &[String]) -> Vec<Violation> {
                         };
                         let known = match built.strip_prefix("examples/") {
                             Some(example) => root.join(format!("examples/{example}.rs")).exists(),
-                            None => built == package,
+                            None => {
+                                built == package
+                                    || root.join(format!("src/bin/{built}.rs")).exists()
+                            }
                         };
                         if !known {
-                            found.push(violation(dockerfile, line, format!("copies `{built}` from the build, which is neither the package's binary nor an example: build it, or fix the COPY")));
+                            found.push(violation(dockerfile, line, format!("copies `{built}` from the build, which is none of the package's binaries nor an example: build it, or fix the COPY")));
                         }
                         let name = built.rsplit('/').next().unwrap_or(built);
                         let target = match dest.strip_suffix('/') {

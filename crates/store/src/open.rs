@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use crate::{Backend, StoreConfig, StoreError, redact_url};
 #[cfg(feature = "sqlite")]
 use crate::StoreAdmin as _;
+use crate::{Backend, StoreConfig, StoreError, redact_url};
 
 /// Open the store the configuration names (by URL scheme), applying
 /// migrations if asked.

@@ -1,4 +1,4 @@
-//! The shipped demo upstream (examples/demo_upstream.rs) behind the real
+//! The shipped demo upstream (src/bin/demo_upstream.rs) behind the real
 //! gateway, as the status inquiry chapter's "Try it" runs it: a transfer
 //! with a quoted key (`Idempotency-Key: "t-1"`, the IETF draft's form)
 //! whose upstream is killed mid-request and restarted from its ledger is
@@ -13,11 +13,9 @@ use http::StatusCode;
 
 use crate::support::{Backend, Gateway, Set, TestStore, client, eventually, per_backend, send};
 
-/// The demo upstream's binary, which `cargo test` builds beside the tests.
+/// The demo upstream's binary, which `cargo test` builds with the package.
 fn demo_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile = exe.parent().and_then(Path::parent).unwrap();
-    profile.join("examples").join("demo_upstream")
+    PathBuf::from(env!("CARGO_BIN_EXE_demo_upstream"))
 }
 
 /// The demo upstream on `listen`, keeping its ledger in `ledger`; its
@@ -28,13 +26,7 @@ fn start_demo(listen: &str, ledger: &Path) -> (Child, String) {
         .arg(ledger)
         .stdout(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}: {e} (`cargo test` builds it; after `cargo test --test it` alone, run \
-                 `cargo build --example demo_upstream` first)",
-                demo_binary().display()
-            )
-        });
+        .unwrap_or_else(|e| panic!("{}: {e}", demo_binary().display()));
     let mut line = String::new();
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     stdout.read_line(&mut line).unwrap();

@@ -24,8 +24,8 @@
 //! carried, so you can watch the upstream being hit exactly once per key.
 //!
 //! ```text
-//! cargo run --example demo_upstream                       # 127.0.0.1:9000
-//! cargo run --example demo_upstream -- --listen 127.0.0.1:9100 --ledger demo-ledger.jsonl
+//! cargo run --release --bin demo_upstream                       # 127.0.0.1:9000
+//! cargo run --release --bin demo_upstream -- --listen 127.0.0.1:9100 --ledger demo-ledger.jsonl
 //! ```
 
 use std::collections::HashMap;
@@ -200,35 +200,7 @@ async fn handle(req: Request<Incoming>, state: State) -> Result<Response<Full<By
     let under = |base: &str| path == base || path.starts_with(&format!("{base}/"));
     let under_payments = under("/v1/payments") || under("/v1/transfers");
     let (status, payload, location, note) = match method {
-        Method::POST if under_payments => {
-            let amount = serde_json::from_slice::<Value>(&body)
-                .ok()
-                .and_then(|v| v.get("amount").cloned())
-                .unwrap_or(Value::Null);
-            let known = (key != "-").then_some(key.as_str());
-            // The fence and the payment under one lock: a lookup's 404
-            // cannot slip in between.
-            let mut state = state.lock().expect("lock");
-            if state.fenced.get(&key).is_some_and(|f| attempt <= *f) {
-                // The lookup said this key never acted, fenced up to `f`.
-                (
-                    StatusCode::CONFLICT,
-                    json!({"error": "a newer attempt of this key exists; nothing was created"}),
-                    None,
-                    format!("refused attempt {attempt} (fenced)"),
-                )
-            } else {
-                let payment = state.create(known, amount);
-                let id = payment["id"].as_str().unwrap_or_default().to_string();
-                let location = format!("/v1/payments/{id}");
-                (
-                    StatusCode::CREATED,
-                    payment,
-                    Some(location),
-                    format!("created {id}"),
-                )
-            }
-        }
+        Method::POST if under_payments => pay(&state, &key, attempt, &body),
         Method::POST if path == "/v1/events" => {
             let events = {
                 let mut state = state.lock().expect("lock");
@@ -242,30 +214,7 @@ async fn handle(req: Request<Incoming>, state: State) -> Result<Response<Full<By
                 format!("processed event #{events}"),
             )
         }
-        Method::GET if path.starts_with("/v1/idempotency/") => {
-            let asked = &path["/v1/idempotency/".len()..];
-            let asked = percent_encoding::percent_decode_str(asked).decode_utf8_lossy();
-            let mut state = state.lock().expect("lock");
-            match state.by_key.get(asked.as_ref()).cloned() {
-                // The answer the original request got.
-                Some(p) => {
-                    let id = p["id"].as_str().unwrap_or_default();
-                    let location = format!("/v1/payments/{id}");
-                    let note = format!("key {asked} created {id}");
-                    (StatusCode::CREATED, p.clone(), Some(location), note)
-                }
-                None => {
-                    // "Never acted, and never will": fence first.
-                    state.fence_durably(&asked, attempt);
-                    (
-                        StatusCode::NOT_FOUND,
-                        json!({"error": "no payment was created with this key"}),
-                        None,
-                        format!("key {asked} created nothing (attempts up to {attempt} refused)"),
-                    )
-                }
-            }
-        }
+        Method::GET if path.starts_with("/v1/idempotency/") => lookup(&state, &path, attempt),
         Method::GET if path.starts_with("/v1/payments/") => {
             let id = &path["/v1/payments/".len()..];
             match state.lock().expect("lock").by_id.get(id) {
@@ -304,4 +253,65 @@ async fn handle(req: Request<Incoming>, state: State) -> Result<Response<Full<By
         headers.insert(LOCATION, location);
     }
     Ok(response)
+}
+
+/// What an answer is: status, JSON body, `Location`, and the log note.
+type Answer = (StatusCode, Value, Option<String>, String);
+
+/// `POST /v1/payments` (or `/v1/transfers`): a new payment, unless a
+/// lookup fenced this key's attempt.
+fn pay(state: &State, key: &str, attempt: u64, body: &[u8]) -> Answer {
+    let amount = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| v.get("amount").cloned())
+        .unwrap_or(Value::Null);
+    let known = (key != "-").then_some(key);
+    // The fence and the payment under one lock: a lookup's 404
+    // cannot slip in between.
+    let mut state = state.lock().expect("lock");
+    if state.fenced.get(key).is_some_and(|f| attempt <= *f) {
+        // The lookup said this key never acted, fenced up to `f`.
+        (
+            StatusCode::CONFLICT,
+            json!({"error": "a newer attempt of this key exists; nothing was created"}),
+            None,
+            format!("refused attempt {attempt} (fenced)"),
+        )
+    } else {
+        let payment = state.create(known, amount);
+        let id = payment["id"].as_str().unwrap_or_default().to_string();
+        let location = format!("/v1/payments/{id}");
+        (
+            StatusCode::CREATED,
+            payment,
+            Some(location),
+            format!("created {id}"),
+        )
+    }
+}
+
+/// `GET /v1/idempotency/{key}`: the status inquiry's lookup.
+fn lookup(state: &State, path: &str, attempt: u64) -> Answer {
+    let asked = &path["/v1/idempotency/".len()..];
+    let asked = percent_encoding::percent_decode_str(asked).decode_utf8_lossy();
+    let mut state = state.lock().expect("lock");
+    match state.by_key.get(asked.as_ref()).cloned() {
+        // The answer the original request got.
+        Some(p) => {
+            let id = p["id"].as_str().unwrap_or_default();
+            let location = format!("/v1/payments/{id}");
+            let note = format!("key {asked} created {id}");
+            (StatusCode::CREATED, p.clone(), Some(location), note)
+        }
+        None => {
+            // "Never acted, and never will": fence first.
+            state.fence_durably(&asked, attempt);
+            (
+                StatusCode::NOT_FOUND,
+                json!({"error": "no payment was created with this key"}),
+                None,
+                format!("key {asked} created nothing (attempts up to {attempt} refused)"),
+            )
+        }
+    }
 }
