@@ -38,6 +38,8 @@ macro_rules! rows {
 }
 use rows;
 
+#[cfg(test)]
+mod chapter;
 mod literal;
 mod process;
 mod route;
