@@ -43,6 +43,8 @@ mod chapter;
 mod literal;
 mod process;
 mod route;
+#[cfg(test)]
+mod sample;
 mod store;
 
 use std::net::SocketAddr;
