@@ -9,7 +9,9 @@
 //! - durations (`"30s"`, `"24h"`) and sizes (`"1MiB"`) are human strings (`values`);
 //! - `[defaults]` sets any route setting for all routes; a route's own value
 //!   wins (`raw`);
-//! - every default is a named constant (`defaults`);
+//! - every setting is declared once, with its default, reload class and
+//!   description, in the settings table (`settings`); `defaults` reads typed
+//!   constants out of it;
 //! - values are checked, and the first bad one named, by `validate`.
 //!
 //! The store's own settings type, [`StoreConfig`], lives in [`crate::store`];
@@ -22,6 +24,7 @@ mod raw;
 mod reload;
 mod route;
 mod secret;
+pub mod settings;
 mod telemetry;
 mod tls;
 mod validate;

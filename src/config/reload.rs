@@ -3,16 +3,18 @@
 //!
 //! A reload applies the routes (with `[defaults]`, which are folded into
 //! them) and nothing else. Every other setting is fixed at start: the
-//! listeners and their limits, the store, thread counts, buffers. A
-//! reloaded file that changes one is not refused; the change is reported
-//! by its key and ignored until the next start, never half-applied.
+//! listeners and their limits, the store, thread counts, buffers. Which is
+//! which is each setting's reload class in the settings table
+//! (`settings`). A reloaded file that changes a restart-only setting is not
+//! refused; the change is reported by its key and ignored until the next
+//! start, never half-applied.
 //!
 //! The new routes must also fit what stays: a route body larger than the
 //! running `max_buffered_request_bytes`, or a lease longer than the store
 //! front's fences were sized for at start, refuses the reload as a whole.
 
 use super::validate::{buffers_fit, store::fence_life};
-use super::{Config, ConfigError, Route, invalid};
+use super::{Config, ConfigError, Route, invalid, settings};
 use crate::store::{FrontConfig, StoreConfig};
 
 /// A reloaded file, checked against the configuration in force.
@@ -97,23 +99,44 @@ fn key_changes(running: &[Route], next: &[Route]) -> Vec<String> {
     changes
 }
 
-/// The keys of `$running`'s fields (a `$ty`, destructured whole, so a
-/// field added to it must be listed here, as compared or as `$skip`)
-/// whose values differ from `$next`'s, each named `$prefix` + field.
-macro_rules! changed_fields {
+/// The `(key, same)` pairs of `$running`'s fields (a `$ty`, destructured
+/// whole, so a field added to it must be listed here, as compared or as
+/// `$skip`): each field named `$prefix` + field, and whether `$next` holds
+/// the same value.
+macro_rules! compare_fields {
     ($ty:ident { $($field:ident),* $(,)? } skip { $($skip:ident),* $(,)? }
      $running:expr, $next:expr, $prefix:literal) => {{
         let $ty { $($field,)* $($skip: _,)* } = $running;
         [$((concat!($prefix, stringify!($field)), *$field == $next.$field)),*]
-            .into_iter()
-            .filter_map(|(key, same)| (!same).then_some(key))
     }};
 }
 
 /// The keys whose values differ between `running` and `next` and which
-/// only a restart applies: every setting but the routes.
+/// the settings table marks as applied only by a restart (`settings`):
+/// everything but the routes.
 fn restart_only(running: &Config, next: &Config) -> Vec<&'static str> {
-    let mut changed: Vec<&'static str> = changed_fields!(Config {
+    restart_only_by(running, next, settings::restart_only)
+}
+
+/// The changed keys for which `waits` (the table's reload class) says a
+/// restart is needed.
+fn restart_only_by(
+    running: &Config,
+    next: &Config,
+    waits: impl Fn(&str) -> bool,
+) -> Vec<&'static str> {
+    comparisons(running, next)
+        .into_iter()
+        .filter(|&(key, same)| !same && waits(key))
+        .map(|(key, _)| key)
+        .collect()
+}
+
+/// Every setting outside the routes, compared: its key (a row of the
+/// settings table, or a table whose rows share a reload class: `tls`,
+/// `telemetry`, `store.front`), and whether `next` holds the same value.
+fn comparisons(running: &Config, next: &Config) -> Vec<(&'static str, bool)> {
+    let mut compared = compare_fields!(Config {
         listen,
         tls,
         admin_listen,
@@ -144,14 +167,14 @@ fn restart_only(running: &Config, next: &Config) -> Vec<&'static str> {
         store,
         source,
     } running, next, "")
-    .collect();
-    changed.extend(store_changes(&running.store, &next.store));
-    changed
+    .to_vec();
+    compared.extend(store_comparisons(&running.store, &next.store));
+    compared
 }
 
-/// The `[store]` keys that differ (all of them need a restart).
-fn store_changes(running: &StoreConfig, next: &StoreConfig) -> Vec<&'static str> {
-    let mut changed: Vec<&'static str> = changed_fields!(StoreConfig {
+/// The `[store]` and `[store.front]` keys, compared.
+fn store_comparisons(running: &StoreConfig, next: &StoreConfig) -> Vec<(&'static str, bool)> {
+    let mut compared = compare_fields!(StoreConfig {
         url,
         migrate,
         pool_size,
@@ -172,10 +195,10 @@ fn store_changes(running: &StoreConfig, next: &StoreConfig) -> Vec<&'static str>
         wait_routes,
         front,
     } running, next, "store.")
-    .collect();
+    .to_vec();
     match (&running.front, &next.front) {
-        (None, None) => {}
-        (Some(running), Some(next)) => changed.extend(changed_fields!(FrontConfig {
+        (None, None) => compared.push(("store.front", true)),
+        (Some(running), Some(next)) => compared.extend(compare_fields!(FrontConfig {
             url,
             timeout,
             mark_after,
@@ -183,14 +206,69 @@ fn store_changes(running: &StoreConfig, next: &StoreConfig) -> Vec<&'static str>
             // Taken from the routes' leases (checked by `Config::reload`).
             fence_life,
         } running, next, "store.front.")),
-        _ => changed.push("store.front"),
+        _ => compared.push(("store.front", false)),
     }
-    changed
+    compared
 }
 
 #[cfg(test)]
 mod tests {
+    use super::{comparisons, restart_only_by};
+    use crate::config::settings::{self, Reload, Section};
     use crate::config::tests::{MINIMAL, parse};
+
+    /// What the reload compares and the settings table agree: every key
+    /// compared is a row (or a table of rows sharing a class), and every
+    /// restart-only row is compared, itself or as part of its table.
+    #[test]
+    fn the_reload_compares_every_restart_only_setting() {
+        let with_front = parse(&format!(
+            "{MINIMAL}\n[store]\nurl = \"postgres://h/db\"\n[store.front]\nurl = \"redis://h\"\n"
+        ))
+        .unwrap();
+        let mut keys: Vec<&str> = comparisons(&with_front, &with_front)
+            .into_iter()
+            .map(|(key, same)| {
+                assert!(same, "{key}");
+                key
+            })
+            .collect();
+        let plain = parse(MINIMAL).unwrap();
+        keys.extend(comparisons(&plain, &plain).into_iter().map(|(k, _)| k));
+        for key in &keys {
+            assert!(settings::class(key).is_some(), "{key} is not in the table");
+        }
+        for row in settings::all().filter(|s| s.reload == Reload::Restart) {
+            let path = row.path();
+            let covered = keys
+                .iter()
+                .any(|k| path == *k || path.starts_with(&format!("{k}.")));
+            assert!(
+                covered,
+                "{path} is restart-only but the reload never compares it"
+            );
+        }
+        assert!(
+            settings::all()
+                .filter(|s| s.reload == Reload::Applies)
+                .all(|s| s.section == Section::Route),
+            "a reload applies the routes alone"
+        );
+    }
+
+    /// Negative control: the report follows the table's class, so a table
+    /// that called `max_waiting` reloadable would stop reporting it.
+    #[test]
+    fn the_report_follows_the_reload_class() {
+        let running = parse(MINIMAL).unwrap();
+        let next = parse(&format!("max_waiting = 7\n{MINIMAL}")).unwrap();
+        assert_eq!(
+            restart_only_by(&running, &next, settings::restart_only),
+            ["max_waiting"]
+        );
+        let wrong = |key: &str| key != "max_waiting" && settings::restart_only(key);
+        assert!(restart_only_by(&running, &next, wrong).is_empty());
+    }
 
     /// A file that only changes routes leaves nothing for a restart, and
     /// the routes it brings are the ones in force.

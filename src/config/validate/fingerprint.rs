@@ -1,12 +1,12 @@
 //! What a route's request fingerprint covers: the `fingerprint` table
 //! (method, path, query, listed headers, body mode and JSON-pointer exclusions).
 
-use super::key;
 use crate::config::defaults::{
     DEFAULT_FINGERPRINT_BODY, DEFAULT_FINGERPRINT_METHOD, DEFAULT_FINGERPRINT_PATH,
     DEFAULT_FINGERPRINT_QUERY,
 };
 use crate::config::raw::RawRoute;
+use crate::config::settings as S;
 use crate::config::values::header_name;
 use crate::config::{ConfigError, invalid};
 use crate::request::fingerprint::{BodyMode, FingerprintSpec};
@@ -18,13 +18,13 @@ pub(super) fn fingerprint(at: &str, r: &RawRoute) -> Result<FingerprintSpec, Con
     let exclude = fp.exclude.unwrap_or_default();
     if !exclude.is_empty() && body != BodyMode::Json {
         return Err(invalid(
-            key(at, "fingerprint.exclude"),
+            S::FINGERPRINT_EXCLUDE.at(at),
             "JSON-pointer exclusions need fingerprint.body = \"json\"",
         ));
     }
     if let Some(bad) = exclude.iter().find(|p| !p.starts_with('/')) {
         return Err(invalid(
-            key(at, "fingerprint.exclude"),
+            S::FINGERPRINT_EXCLUDE.at(at),
             format!("{bad:?} is not a JSON pointer (it must start with /)"),
         ));
     }
@@ -36,7 +36,7 @@ pub(super) fn fingerprint(at: &str, r: &RawRoute) -> Result<FingerprintSpec, Con
             .headers
             .unwrap_or_default()
             .iter()
-            .map(|h| header_name(&key(at, "fingerprint.headers"), h))
+            .map(|h| header_name(&S::FINGERPRINT_HEADERS.at(at), h))
             .collect::<Result<_, _>>()?,
         body,
         exclude,

@@ -12,6 +12,7 @@ use crate::config::defaults::{
 };
 use crate::config::inquiry::Inquiry;
 use crate::config::raw::RawRoute;
+use crate::config::settings as S;
 use crate::config::values::{duration, header_name};
 use crate::config::{ConfigError, UnknownOutcome, invalid};
 
@@ -42,7 +43,7 @@ pub(super) fn inquiry(
             "only applies to on_unknown_outcome = \"inquire\"",
         ));
     }
-    let at_url = format!("{at_table}.url");
+    let at_url = S::INQUIRY_URL.at(at);
     let Some(url) = raw.url.clone() else {
         return Err(invalid(
             at_url,
@@ -64,11 +65,11 @@ pub(super) fn inquiry(
     // By default the first question waits as long as the gateway waited
     // for the upstream's answer: it may still be working on the request.
     let after = duration(
-        &format!("{at_table}.after"),
+        &S::INQUIRY_AFTER.at(at),
         raw.after.as_deref(),
         timing.upstream_timeout,
     )?;
-    let at_every = format!("{at_table}.every");
+    let at_every = S::INQUIRY_EVERY.at(at);
     let every = duration(&at_every, raw.every.as_deref(), DEFAULT_INQUIRY_EVERY)?;
     if every < Duration::from_secs(1) {
         return Err(invalid(
@@ -76,7 +77,7 @@ pub(super) fn inquiry(
             format!("{every:?} is less than 1s: too often to ask an upstream"),
         ));
     }
-    let at_give_up = format!("{at_table}.give_up_after");
+    let at_give_up = S::INQUIRY_GIVE_UP_AFTER.at(at);
     let give_up_after = duration(
         &at_give_up,
         raw.give_up_after.as_deref(),

@@ -2,25 +2,24 @@
 //! `scope_from` (lists of parts), or their shorthands `key_header` and
 //! `scope_header` (`key_required` is a plain boolean, taken in `route`).
 
-use crate::config::defaults::DEFAULT_KEY_HEADER;
 use crate::config::raw::RawRoute;
+use crate::config::settings::{KEY_FROM, KEY_HEADER, SCOPE_FROM, SCOPE_HEADER};
+use crate::config::values::header_name;
 use crate::config::{ConfigError, invalid};
 use crate::request::key_source::{KeyPart, MAX_PARTS};
-
-use super::key;
 
 /// A table (a route before merging, or `[defaults]`) sets each of the key
 /// and the scope in one form at most.
 pub(super) fn one_form(at: &str, r: &RawRoute) -> Result<(), ConfigError> {
     if r.key_header.is_some() && r.key_from.is_some() {
         return Err(invalid(
-            key(at, "key_from"),
+            KEY_FROM.at(at),
             "set either key_from or key_header (its shorthand), not both",
         ));
     }
     if r.scope_header.is_some() && r.scope_from.is_some() {
         return Err(invalid(
-            key(at, "scope_from"),
+            SCOPE_FROM.at(at),
             "set either scope_from or scope_header (its shorthand), not both",
         ));
     }
@@ -31,26 +30,26 @@ pub(super) fn one_form(at: &str, r: &RawRoute) -> Result<(), ConfigError> {
 /// parts (default: none), which share no part.
 pub(super) fn sources(at: &str, r: &RawRoute) -> Result<(Vec<KeyPart>, Vec<KeyPart>), ConfigError> {
     let key_from = match (&r.key_from, &r.key_header) {
-        (Some(texts), _) => parts(&key(at, "key_from"), texts)?,
-        (None, Some(name)) => parts(&key(at, "key_header"), &[format!("header:{name}")])?,
-        (None, None) => vec![KeyPart::Header(DEFAULT_KEY_HEADER)],
+        (Some(texts), _) => parts(&KEY_FROM.at(at), texts)?,
+        (None, Some(name)) => parts(&KEY_HEADER.at(at), &[format!("header:{name}")])?,
+        (None, None) => vec![KeyPart::Header(header_name(
+            &KEY_HEADER.at(at),
+            KEY_HEADER.text(),
+        )?)],
     };
     if key_from.is_empty() {
-        return Err(invalid(
-            key(at, "key_from"),
-            "names no part; give at least one",
-        ));
+        return Err(invalid(KEY_FROM.at(at), "names no part; give at least one"));
     }
     let scope_from = match (&r.scope_from, r.scope_header.as_deref()) {
-        (Some(texts), _) => parts(&key(at, "scope_from"), texts)?,
+        (Some(texts), _) => parts(&SCOPE_FROM.at(at), texts)?,
         (None, Some("") | None) => Vec::new(),
-        (None, Some(name)) => parts(&key(at, "scope_header"), &[format!("header:{name}")])?,
+        (None, Some(name)) => parts(&SCOPE_HEADER.at(at), &[format!("header:{name}")])?,
     };
     if let Some(shared) = scope_from.iter().find(|p| key_from.contains(p)) {
         let at = if r.scope_from.is_some() {
-            key(at, "scope_from")
+            SCOPE_FROM.at(at)
         } else {
-            key(at, "scope_header")
+            SCOPE_HEADER.at(at)
         };
         return Err(invalid(
             at,

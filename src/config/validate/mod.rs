@@ -19,18 +19,12 @@ mod tls;
 
 use std::collections::HashSet;
 
-use super::defaults::{
-    DEFAULT_ADMIN_LISTEN, DEFAULT_ADMIN_MAX_CONNECTIONS, DEFAULT_BODY_READ_TIMEOUT,
-    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_HTTP2_CONNECTION_WINDOW,
-    DEFAULT_HTTP2_KEEP_ALIVE_INTERVAL, DEFAULT_HTTP2_KEEP_ALIVE_TIMEOUT,
-    DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS, DEFAULT_HTTP2_STREAM_WINDOW, DEFAULT_IDLE_TIMEOUT,
-    DEFAULT_LISTEN, DEFAULT_LOG_FORMAT, DEFAULT_MAX_BUFFERED_REQUEST_BYTES,
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_FORWARDS_IN_FLIGHT, DEFAULT_MAX_HEADER_BYTES,
-    DEFAULT_MAX_WAITING, DEFAULT_SHUTDOWN_TIMEOUT,
-};
+use super::defaults::MAX_SERVER_THREADS;
 use super::raw::{RawConfig, RawRoute};
+use super::settings::{self as S, Setting};
 use super::values::{duration, size, socket_addr};
 use super::{Config, ConfigError, Route, invalid};
+use std::time::Duration;
 
 /// `at.name`: the dotted key of setting `name` in the table at `at`.
 fn key(at: &str, name: &str) -> String {
@@ -81,48 +75,29 @@ struct Limits {
 
 /// The process's bounds, checked in file order after the routes.
 fn limits(raw: &RawConfig, routes: &[Route]) -> Result<Limits, ConfigError> {
-    let max_connections = raw.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS);
-    if max_connections == 0 {
-        return Err(invalid("max_connections", "must be at least 1"));
-    }
-    let server_threads = raw.server_threads.unwrap_or_else(crate::host::cores);
-    if server_threads > super::defaults::MAX_SERVER_THREADS {
-        return Err(invalid(
-            "server_threads",
-            format!(
-                "must be at most {} (0: serve on the shared runtime)",
-                super::defaults::MAX_SERVER_THREADS
-            ),
-        ));
-    }
-    let streams = raw
-        .http2_max_concurrent_streams
-        .unwrap_or(DEFAULT_HTTP2_MAX_CONCURRENT_STREAMS);
-    if streams == 0 {
-        return Err(invalid(
-            "http2_max_concurrent_streams",
-            "must be at least 1",
-        ));
-    }
-    let at_least_one = |key: &str, value: Option<usize>, default: usize| match value {
-        Some(0) => Err(invalid(key, "must be at least 1")),
-        value => Ok(value.unwrap_or(default)),
+    let at_least_one = |s: &Setting, value: Option<usize>| match value {
+        Some(0) => Err(invalid(s.path(), "must be at least 1")),
+        value => Ok(value.unwrap_or(s.integer() as usize)),
     };
-    let max_forwards_in_flight = at_least_one(
-        "max_forwards_in_flight",
-        raw.max_forwards_in_flight,
-        DEFAULT_MAX_FORWARDS_IN_FLIGHT,
-    )?;
-    let max_waiting = at_least_one("max_waiting", raw.max_waiting, DEFAULT_MAX_WAITING)?;
-    let admin_max_connections = at_least_one(
-        "admin_max_connections",
-        raw.admin_max_connections,
-        DEFAULT_ADMIN_MAX_CONNECTIONS,
-    )?;
-    let max_buffered_request_bytes = size(
-        "max_buffered_request_bytes",
+    let max_connections = at_least_one(&S::MAX_CONNECTIONS, raw.max_connections)?;
+    let server_threads = raw.server_threads.unwrap_or_else(crate::host::cores);
+    if server_threads > MAX_SERVER_THREADS {
+        return Err(invalid(
+            S::SERVER_THREADS.path(),
+            format!("must be at most {MAX_SERVER_THREADS} (0: serve on the shared runtime)"),
+        ));
+    }
+    let streams = at_least_one(
+        &S::HTTP2_MAX_CONCURRENT_STREAMS,
+        raw.http2_max_concurrent_streams.map(|n| n as usize),
+    )? as u32;
+    let max_forwards_in_flight =
+        at_least_one(&S::MAX_FORWARDS_IN_FLIGHT, raw.max_forwards_in_flight)?;
+    let max_waiting = at_least_one(&S::MAX_WAITING, raw.max_waiting)?;
+    let admin_max_connections = at_least_one(&S::ADMIN_MAX_CONNECTIONS, raw.admin_max_connections)?;
+    let max_buffered_request_bytes = size_of(
+        &S::MAX_BUFFERED_REQUEST_BYTES,
         raw.max_buffered_request_bytes.as_deref(),
-        DEFAULT_MAX_BUFFERED_REQUEST_BYTES,
     )?;
     buffers_fit(max_buffered_request_bytes, routes)?;
     Ok(Limits {
@@ -136,6 +111,11 @@ fn limits(raw: &RawConfig, routes: &[Route]) -> Result<Limits, ConfigError> {
     })
 }
 
+/// A size setting outside the routes, named and defaulted by its row.
+fn size_of(s: &Setting, value: Option<&str>) -> Result<usize, ConfigError> {
+    size(&s.path(), value, s.size() as usize)
+}
+
 /// Every route's largest body fits in `max_buffered_request_bytes`.
 pub(in crate::config) fn buffers_fit(
     max_buffered_request_bytes: usize,
@@ -146,7 +126,7 @@ pub(in crate::config) fn buffers_fit(
         .find(|r| r.max_request_body > max_buffered_request_bytes)
     {
         Some(route) => Err(invalid(
-            "max_buffered_request_bytes",
+            S::MAX_BUFFERED_REQUEST_BYTES.path(),
             format!(
                 "{max_buffered_request_bytes} bytes is less than route {:?}'s max_request_body ({} bytes): no request could be buffered",
                 route.name, route.max_request_body
@@ -157,25 +137,24 @@ pub(in crate::config) fn buffers_fit(
 }
 
 /// An HTTP/2 flow-control window.
-fn window(key: &str, value: Option<&str>, default: usize) -> Result<u32, ConfigError> {
-    let bytes = size(key, value, default)?;
+fn window(s: &Setting, value: Option<&str>) -> Result<u32, ConfigError> {
+    let bytes = size_of(s, value)?;
     // RFC 9113 §6.9.2: at least the 65,535-byte default, at most 2^31 - 1.
     match u32::try_from(bytes) {
         Ok(w) if (65_535..=0x7fff_ffff).contains(&w) => Ok(w),
-        _ => Err(invalid(key, "must be between 65535 bytes and 2GiB - 1")),
+        _ => Err(invalid(
+            s.path(),
+            "must be between 65535 bytes and 2GiB - 1",
+        )),
     }
 }
 
 /// A connection phase's deadline: never zero.
-fn deadline(
-    key: &str,
-    value: Option<&str>,
-    default: std::time::Duration,
-) -> Result<std::time::Duration, ConfigError> {
-    let d = duration(key, value, default)?;
+fn deadline(s: &Setting, value: Option<&str>) -> Result<Duration, ConfigError> {
+    let d = duration(&s.path(), value, s.duration())?;
     if d.is_zero() {
         return Err(invalid(
-            key,
+            s.path(),
             "must be longer than zero: every connection phase has a deadline",
         ));
     }
@@ -199,73 +178,56 @@ fn process(
         max_buffered_request_bytes,
     } = limits;
     Ok(Config {
-        listen: socket_addr("listen", raw.listen.as_deref(), DEFAULT_LISTEN)?,
+        listen: socket_addr(
+            &S::LISTEN.path(),
+            raw.listen.as_deref(),
+            S::LISTEN.address(),
+        )?,
         tls: tls::listener(raw.tls)?,
         admin_listen: socket_addr(
-            "admin_listen",
+            &S::ADMIN_LISTEN.path(),
             raw.admin_listen.as_deref(),
-            DEFAULT_ADMIN_LISTEN,
+            S::ADMIN_LISTEN.address(),
         )?,
         admin_token: super::secret::admin_token(raw.admin_token)?,
         max_connections,
         server_threads,
-        header_read_timeout: deadline(
-            "header_read_timeout",
-            raw.header_read_timeout.as_deref(),
-            DEFAULT_HEADER_READ_TIMEOUT,
-        )?,
-        idle_timeout: deadline(
-            "idle_timeout",
-            raw.idle_timeout.as_deref(),
-            DEFAULT_IDLE_TIMEOUT,
-        )?,
-        body_read_timeout: deadline(
-            "body_read_timeout",
-            raw.body_read_timeout.as_deref(),
-            DEFAULT_BODY_READ_TIMEOUT,
-        )?,
+        header_read_timeout: deadline(&S::HEADER_READ_TIMEOUT, raw.header_read_timeout.as_deref())?,
+        idle_timeout: deadline(&S::IDLE_TIMEOUT, raw.idle_timeout.as_deref())?,
+        body_read_timeout: deadline(&S::BODY_READ_TIMEOUT, raw.body_read_timeout.as_deref())?,
         http2_keep_alive_interval: deadline(
-            "http2_keep_alive_interval",
+            &S::HTTP2_KEEP_ALIVE_INTERVAL,
             raw.http2_keep_alive_interval.as_deref(),
-            DEFAULT_HTTP2_KEEP_ALIVE_INTERVAL,
         )?,
         http2_keep_alive_timeout: deadline(
-            "http2_keep_alive_timeout",
+            &S::HTTP2_KEEP_ALIVE_TIMEOUT,
             raw.http2_keep_alive_timeout.as_deref(),
-            DEFAULT_HTTP2_KEEP_ALIVE_TIMEOUT,
         )?,
         http2_max_concurrent_streams: streams,
-        http2_stream_window: window(
-            "http2_stream_window",
-            raw.http2_stream_window.as_deref(),
-            DEFAULT_HTTP2_STREAM_WINDOW,
-        )?,
+        http2_stream_window: window(&S::HTTP2_STREAM_WINDOW, raw.http2_stream_window.as_deref())?,
         http2_connection_window: window(
-            "http2_connection_window",
+            &S::HTTP2_CONNECTION_WINDOW,
             raw.http2_connection_window.as_deref(),
-            DEFAULT_HTTP2_CONNECTION_WINDOW,
         )?,
         max_buffered_request_bytes,
         max_forwards_in_flight,
         max_waiting,
         admin_max_connections,
-        max_header_bytes: match size(
-            "max_header_bytes",
-            raw.max_header_bytes.as_deref(),
-            DEFAULT_MAX_HEADER_BYTES,
-        )? {
+        max_header_bytes: match size_of(&S::MAX_HEADER_BYTES, raw.max_header_bytes.as_deref())? {
             // hyper's HTTP/1.1 read buffer cannot be smaller.
-            n if n < 8192 => return Err(invalid("max_header_bytes", "must be at least 8KiB")),
+            n if n < 8192 => {
+                return Err(invalid(S::MAX_HEADER_BYTES.path(), "must be at least 8KiB"));
+            }
             n => n,
         },
         shutdown_timeout: duration(
-            "shutdown_timeout",
+            &S::SHUTDOWN_TIMEOUT.path(),
             raw.shutdown_timeout.as_deref(),
-            DEFAULT_SHUTDOWN_TIMEOUT,
+            S::SHUTDOWN_TIMEOUT.duration(),
         )?,
         watch_config: watch_config(raw.watch_config.as_deref())?,
         docs_url: raw.docs_url.filter(|u| !u.is_empty()),
-        log_format: raw.log_format.unwrap_or(DEFAULT_LOG_FORMAT),
+        log_format: raw.log_format.unwrap_or(super::DEFAULT_LOG_FORMAT),
         telemetry: telemetry::telemetry(raw.telemetry)?,
         store,
         routes,
@@ -274,14 +236,15 @@ fn process(
 }
 
 /// `watch_config`: off, or at least a second between looks.
-fn watch_config(value: Option<&str>) -> Result<Option<std::time::Duration>, ConfigError> {
+fn watch_config(value: Option<&str>) -> Result<Option<Duration>, ConfigError> {
     let Some(text) = value else {
         return Ok(None);
     };
-    let every = duration("watch_config", Some(text), std::time::Duration::ZERO)?;
-    if every < std::time::Duration::from_secs(1) {
+    let key = S::WATCH_CONFIG.path();
+    let every = duration(&key, Some(text), Duration::ZERO)?;
+    if every < Duration::from_secs(1) {
         return Err(invalid(
-            "watch_config",
+            key,
             "must be at least 1s (how often the file is read); leave it out to reload on SIGHUP only",
         ));
     }
@@ -329,7 +292,6 @@ fn routes(raw: &[RawRoute], defaults: &RawRoute) -> Result<Vec<Route>, ConfigErr
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::config::defaults::*;
     use crate::config::tests::{MINIMAL, error, parse};
 
@@ -341,11 +303,11 @@ mod tests {
         assert_eq!(c.store.url, DEFAULT_STORE_URL);
         assert_eq!(c.store.migrate, DEFAULT_STORE_MIGRATE);
         let r = &c.routes[0];
-        assert_eq!(r.methods, DEFAULT_METHODS);
+        assert_eq!(r.methods, [http::Method::POST, http::Method::PATCH]);
         assert_eq!(
             r.key_from,
             [crate::request::key_source::KeyPart::Header(
-                DEFAULT_KEY_HEADER
+                http::HeaderName::from_static("idempotency-key")
             )]
         );
         assert_eq!(r.key_required, DEFAULT_KEY_REQUIRED);
@@ -356,7 +318,10 @@ mod tests {
         assert_eq!(r.max_recorded_response, DEFAULT_MAX_RECORDED_RESPONSE);
         assert_eq!(r.on_unknown_outcome, DEFAULT_ON_UNKNOWN_OUTCOME);
         assert_eq!(r.on_store_error, DEFAULT_ON_STORE_ERROR);
-        assert_eq!(r.replay_headers_deny, DEFAULT_REPLAY_HEADERS_DENY);
+        assert_eq!(
+            r.replay_headers_deny,
+            [http::header::SET_COOKIE, http::header::DATE]
+        );
     }
 
     #[test]

@@ -3,44 +3,39 @@
 
 use http::HeaderName;
 
-use super::key;
-use crate::config::defaults::{
-    DEFAULT_MAX_RECORDED_RESPONSE, DEFAULT_RECORD, DEFAULT_REPLAY_HEADERS_DENY,
-};
+use crate::config::defaults::DEFAULT_MAX_RECORDED_RESPONSE;
 use crate::config::raw::RawRoute;
+use crate::config::settings::{MAX_RECORDED_RESPONSE, RECORD, REPLAY_HEADERS};
 use crate::config::values::{header_name, size};
 use crate::config::{ConfigError, RecordPolicy, invalid};
 
 /// `record`: statuses, classes, ranges and exclusions.
 pub(super) fn statuses(at: &str, r: &RawRoute) -> Result<RecordPolicy, ConfigError> {
-    let items: Vec<String> = r
-        .record
-        .clone()
-        .unwrap_or_else(|| DEFAULT_RECORD.iter().map(|s| s.to_string()).collect());
-    RecordPolicy::parse(&items).map_err(|m| invalid(key(at, "record"), m))
+    let items: Vec<String> = r.record.clone().unwrap_or_else(|| RECORD.strings());
+    RecordPolicy::parse(&items).map_err(|m| invalid(RECORD.at(at), m))
 }
 
 /// `replay_headers`: the deny list, as header names.
 pub(super) fn replay_headers_deny(at: &str, r: &RawRoute) -> Result<Vec<HeaderName>, ConfigError> {
-    match &r.replay_headers {
-        None => Ok(DEFAULT_REPLAY_HEADERS_DENY.to_vec()),
-        Some(list) => list
-            .iter()
-            .map(|h| header_name(&key(at, "replay_headers"), h))
-            .collect(),
-    }
+    let list = r
+        .replay_headers
+        .clone()
+        .unwrap_or_else(|| REPLAY_HEADERS.strings());
+    list.iter()
+        .map(|h| header_name(&REPLAY_HEADERS.at(at), h))
+        .collect()
 }
 
 /// `max_recorded_response`: at least one byte.
 pub(super) fn max_recorded_response(at: &str, r: &RawRoute) -> Result<usize, ConfigError> {
     let max = size(
-        &key(at, "max_recorded_response"),
+        &MAX_RECORDED_RESPONSE.at(at),
         r.max_recorded_response.as_deref(),
         DEFAULT_MAX_RECORDED_RESPONSE,
     )?;
     if max == 0 {
         return Err(invalid(
-            key(at, "max_recorded_response"),
+            MAX_RECORDED_RESPONSE.at(at),
             "must be at least 1 byte (0 would hold every key)",
         ));
     }

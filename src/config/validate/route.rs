@@ -3,12 +3,13 @@
 //! error a route with several bad values reports; the policies with no other
 //! home (`concurrent`, `on_*`, `max_request_body`) are checked here.
 
-use super::{fingerprint, inquiry, key, keys, record, target, timing, tls};
+use super::{fingerprint, inquiry, keys, record, target, timing, tls};
 use crate::config::defaults::{
     DEFAULT_CONCURRENT, DEFAULT_FORWARD_ATTEMPT, DEFAULT_KEY_REQUIRED, DEFAULT_MAX_REQUEST_BODY,
     DEFAULT_MODE, DEFAULT_ON_STORE_ERROR, DEFAULT_ON_UNKNOWN_OUTCOME, DEFAULT_WAIT_TIMEOUT,
 };
 use crate::config::raw::RawRoute;
+use crate::config::settings as S;
 use crate::config::values::{duration, size};
 use crate::config::{Concurrent, ConfigError, Route, invalid};
 use std::time::Duration;
@@ -48,7 +49,7 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
         lease: timing.lease,
         upstream_timeout: timing.upstream_timeout,
         max_request_body: size(
-            &key(at, "max_request_body"),
+            &S::MAX_REQUEST_BODY.at(at),
             r.max_request_body.as_deref(),
             DEFAULT_MAX_REQUEST_BODY,
         )?,
@@ -79,13 +80,13 @@ fn concurrent(
     if concurrent != Concurrent::Wait {
         if r.wait_timeout.is_some() {
             return Err(invalid(
-                key(at, "wait_timeout"),
+                S::WAIT_TIMEOUT.at(at),
                 "only applies to concurrent = \"wait\"",
             ));
         }
         return Ok((concurrent, DEFAULT_WAIT_TIMEOUT));
     }
-    let at_key = key(at, "wait_timeout");
+    let at_key = S::WAIT_TIMEOUT.at(at);
     let bound = timing.upstream_timeout + timing.lease;
     // Unset: the default, or the bound if that is shorter.
     let wait = duration(

@@ -9,6 +9,7 @@ use crate::config::defaults::{
     DEFAULT_STORE_POOL_SIZE, DEFAULT_STORE_PREFIX, DEFAULT_STORE_REPLICAS, DEFAULT_STORE_TIMEOUT,
     DEFAULT_STORE_URL, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, MAX_FRONT_MARK_AFTER,
 };
+use crate::config::settings as S;
 use std::time::Duration;
 
 use crate::config::raw::{RawFront, RawStore};
@@ -24,7 +25,7 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
         pool_size: raw.pool_size.unwrap_or(DEFAULT_STORE_POOL_SIZE),
         batches_in_flight: raw.batches_in_flight.unwrap_or(DEFAULT_BATCHES_IN_FLIGHT),
         timeout: duration(
-            "store.timeout",
+            &S::STORE_TIMEOUT.path(),
             raw.timeout.as_deref(),
             DEFAULT_STORE_TIMEOUT,
         )?,
@@ -34,30 +35,30 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
         cluster: raw.cluster.unwrap_or(DEFAULT_STORE_CLUSTER),
         replicas: raw.replicas.unwrap_or(DEFAULT_STORE_REPLICAS),
         replica_timeout: duration(
-            "store.replica_timeout",
+            &S::STORE_REPLICA_TIMEOUT.path(),
             raw.replica_timeout.as_deref(),
             DEFAULT_REPLICA_TIMEOUT,
         )?,
         max_records: raw.max_records.unwrap_or(DEFAULT_STORE_MAX_RECORDS),
         sweep_interval: duration(
-            "store.sweep_interval",
+            &S::STORE_SWEEP_INTERVAL.path(),
             raw.sweep_interval.as_deref(),
             DEFAULT_SWEEP_INTERVAL,
         )?,
         sweep_batch: raw.sweep_batch.unwrap_or(DEFAULT_SWEEP_BATCH),
         // Unset: the longest retention, once the routes are known.
         generation: duration(
-            "store.generation",
+            &S::STORE_GENERATION.path(),
             raw.generation.as_deref(),
             DEFAULT_RETENTION,
         )?,
         replay_cache_ttl: duration(
-            "store.replay_cache_ttl",
+            &S::STORE_REPLAY_CACHE_TTL.path(),
             raw.replay_cache_ttl.as_deref(),
             DEFAULT_REPLAY_CACHE_TTL,
         )?,
         replay_cache_size: size(
-            "store.replay_cache_size",
+            &S::STORE_REPLAY_CACHE_SIZE.path(),
             raw.replay_cache_size.as_deref(),
             DEFAULT_REPLAY_CACHE_SIZE as usize,
         )? as u64,
@@ -75,25 +76,25 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
 fn front(raw: RawFront) -> Result<FrontConfig, ConfigError> {
     let url = raw.url.ok_or_else(|| {
         invalid(
-            "store.front.url",
+            S::FRONT_URL.path(),
             "is required: the Redis server in front of PostgreSQL (redis://HOST:PORT)",
         )
     })?;
     let mark_after = duration(
-        "store.front.mark_after",
+        &S::FRONT_MARK_AFTER.path(),
         raw.mark_after.as_deref(),
         DEFAULT_FRONT_MARK_AFTER,
     )?;
     if mark_after > MAX_FRONT_MARK_AFTER {
         return Err(invalid(
-            "store.front.mark_after",
+            S::FRONT_MARK_AFTER.path(),
             "must be at most 60s: an attempt still running by then is marked in flight",
         ));
     }
     Ok(FrontConfig {
         url,
         timeout: duration(
-            "store.front.timeout",
+            &S::FRONT_TIMEOUT.path(),
             raw.timeout.as_deref(),
             DEFAULT_FRONT_TIMEOUT,
         )?,

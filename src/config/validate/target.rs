@@ -3,9 +3,8 @@
 
 use http::{Method, Uri};
 
-use super::key;
-use crate::config::defaults::DEFAULT_METHODS;
 use crate::config::raw::RawRoute;
+use crate::config::settings::{MATCH, METHODS, NAME, UPSTREAM};
 use crate::config::{ConfigError, PathMatch, invalid};
 
 /// `name`: required, not blank.
@@ -13,20 +12,20 @@ pub(super) fn name(at: &str, r: &RawRoute) -> Result<String, ConfigError> {
     r.name
         .clone()
         .filter(|n| !n.trim().is_empty())
-        .ok_or_else(|| invalid(key(at, "name"), "every route needs a non-empty name"))
+        .ok_or_else(|| invalid(NAME.at(at), "every route needs a non-empty name"))
 }
 
 /// `match`: required, `"/exact"` or `"/prefix/*"`.
 pub(super) fn path(at: &str, r: &RawRoute) -> Result<PathMatch, ConfigError> {
     let text = r.path.as_deref().ok_or_else(|| {
         invalid(
-            key(at, "match"),
+            MATCH.at(at),
             "every route needs `match` (\"/exact\" or \"/prefix/*\")",
         )
     })?;
     PathMatch::parse(text).ok_or_else(|| {
         invalid(
-            key(at, "match"),
+            MATCH.at(at),
             format!(
                 "{text:?} must be an exact path (\"/v1/pay\") or a prefix ending in /* (\"/v1/*\")"
             ),
@@ -39,7 +38,7 @@ pub(super) fn upstream(at: &str, r: &RawRoute) -> Result<Uri, ConfigError> {
     let text = r
         .upstream
         .as_deref()
-        .ok_or_else(|| invalid(key(at, "upstream"), "every route needs an upstream URL"))?;
+        .ok_or_else(|| invalid(UPSTREAM.at(at), "every route needs an upstream URL"))?;
     text.parse()
         .ok()
         .filter(|u: &Uri| {
@@ -49,7 +48,7 @@ pub(super) fn upstream(at: &str, r: &RawRoute) -> Result<Uri, ConfigError> {
         })
         .ok_or_else(|| {
             invalid(
-                key(at, "upstream"),
+                UPSTREAM.at(at),
                 format!("{text:?} must be an http:// or https:// URL with a host and no query"),
             )
         })
@@ -57,22 +56,21 @@ pub(super) fn upstream(at: &str, r: &RawRoute) -> Result<Uri, ConfigError> {
 
 /// `methods`: HTTP methods (any case), at least one.
 pub(super) fn methods(at: &str, r: &RawRoute) -> Result<Vec<Method>, ConfigError> {
-    let methods: Vec<Method> = match &r.methods {
-        None => DEFAULT_METHODS.to_vec(),
-        Some(list) => list
-            .iter()
-            .map(|m| {
-                Method::from_bytes(m.to_ascii_uppercase().as_bytes()).map_err(|_| {
-                    invalid(key(at, "methods"), format!("{m:?} is not an HTTP method"))
-                })
-            })
-            .collect::<Result<_, _>>()?,
-    };
+    let texts = r.methods.clone().unwrap_or_else(|| METHODS.strings());
+    let methods: Vec<Method> = texts
+        .iter()
+        .map(|m| {
+            Method::from_bytes(m.to_ascii_uppercase().as_bytes())
+                .map_err(|_| invalid(METHODS.at(at), format!("{m:?} is not an HTTP method")))
+        })
+        .collect::<Result<_, _>>()?;
     if methods.is_empty() {
-        let default: Vec<&str> = DEFAULT_METHODS.iter().map(Method::as_str).collect();
         return Err(invalid(
-            key(at, "methods"),
-            format!("protects nothing; list at least one method (default {default:?})"),
+            METHODS.at(at),
+            format!(
+                "protects nothing; list at least one method (default {})",
+                METHODS.toml()
+            ),
         ));
     }
     Ok(methods)

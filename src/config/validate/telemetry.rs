@@ -4,6 +4,7 @@
 use super::super::defaults::DEFAULT_TRACE_QUEUE;
 use super::super::raw::RawTelemetry;
 use super::super::{ConfigError, Telemetry, invalid};
+use crate::config::settings as S;
 
 /// `[telemetry]`, if present.
 pub(super) fn telemetry(raw: Option<RawTelemetry>) -> Result<Option<Telemetry>, ConfigError> {
@@ -13,14 +14,13 @@ pub(super) fn telemetry(raw: Option<RawTelemetry>) -> Result<Option<Telemetry>, 
     let endpoint = raw.endpoint.filter(|e| !e.is_empty());
     if let Some(endpoint) = &endpoint {
         let parsed = url::Url::parse(endpoint).map_err(|e| {
-            invalid(
-                "telemetry.endpoint",
+            invalid(S::TELEMETRY_ENDPOINT.path(),
                 format!("{endpoint:?} is not a URL ({e}); give the collector's OTLP/HTTP base, like \"http://otel-collector:4318\""),
             )
         })?;
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(invalid(
-                "telemetry.endpoint",
+                S::TELEMETRY_ENDPOINT.path(),
                 "must be http:// or https:// (OTLP over HTTP, protobuf)",
             ));
         }
@@ -29,13 +29,13 @@ pub(super) fn telemetry(raw: Option<RawTelemetry>) -> Result<Option<Telemetry>, 
         && !(0.0..=1.0).contains(&ratio)
     {
         return Err(invalid(
-            "telemetry.sample_ratio",
+            S::TELEMETRY_SAMPLE_RATIO.path(),
             "must be between 0 (no new trace sampled) and 1 (all)",
         ));
     }
     let queue = raw.queue.unwrap_or(DEFAULT_TRACE_QUEUE);
     if queue == 0 {
-        return Err(invalid("telemetry.queue", "must be at least 1"));
+        return Err(invalid(S::TELEMETRY_QUEUE.path(), "must be at least 1"));
     }
     Ok(Some(Telemetry {
         endpoint,

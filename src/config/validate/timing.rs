@@ -1,9 +1,9 @@
 //! How long things last on a route: `retention`, `lease` and
 //! `upstream_timeout`, and the bounds between them.
 
+use crate::config::settings as S;
 use std::time::Duration;
 
-use super::key;
 use crate::config::defaults::{
     DEFAULT_LEASE, DEFAULT_RETENTION, DEFAULT_UPSTREAM_TIMEOUT, MAX_RETENTION, MAX_RETENTION_DAYS,
     MIN_LEASE,
@@ -23,37 +23,37 @@ pub(super) struct Timing {
 /// least [`MIN_LEASE`]) and `upstream_timeout` (not zero).
 pub(super) fn timing(at: &str, r: &RawRoute) -> Result<Timing, ConfigError> {
     let retention = duration(
-        &key(at, "retention"),
+        &S::RETENTION.at(at),
         r.retention.as_deref(),
         DEFAULT_RETENTION,
     )?;
     if retention > MAX_RETENTION {
         return Err(invalid(
-            key(at, "retention"),
+            S::RETENTION.at(at),
             format!("must be at most {MAX_RETENTION_DAYS} days"),
         ));
     }
-    let lease = duration(&key(at, "lease"), r.lease.as_deref(), DEFAULT_LEASE)?;
+    let lease = duration(&S::LEASE.at(at), r.lease.as_deref(), DEFAULT_LEASE)?;
     if lease < MIN_LEASE {
         return Err(invalid(
-            key(at, "lease"),
+            S::LEASE.at(at),
             format!("must be at least {}", humantime::format_duration(MIN_LEASE)),
         ));
     }
     if retention < lease {
         return Err(invalid(
-            key(at, "retention"),
+            S::RETENTION.at(at),
             "must be at least as long as `lease`",
         ));
     }
     let upstream_timeout = duration(
-        &key(at, "upstream_timeout"),
+        &S::UPSTREAM_TIMEOUT.at(at),
         r.upstream_timeout.as_deref(),
         DEFAULT_UPSTREAM_TIMEOUT,
     )?;
     if upstream_timeout.is_zero() {
         return Err(invalid(
-            key(at, "upstream_timeout"),
+            S::UPSTREAM_TIMEOUT.at(at),
             "must be greater than zero",
         ));
     }

@@ -4,9 +4,9 @@
 //! key are loaded once to prove they belong together, and loaded again by
 //! the listener).
 
+use crate::config::settings::{self as S, Setting};
 use std::path::{Path, PathBuf};
 
-use super::key;
 use crate::config::raw::{RawRoute, RawTls};
 use crate::config::{ConfigError, ListenerTls, UpstreamCa, invalid};
 use crate::tls::{TlsFileError, read_ca_file, read_certified_key};
@@ -23,7 +23,7 @@ pub(super) fn upstream_ca(
     let path = PathBuf::from(text);
     let certs = read_ca_file(&path).map_err(|e| {
         invalid(
-            key(at, "upstream_ca"),
+            S::UPSTREAM_CA.at(at),
             format!("route {name:?}: {e} (a PEM file of CA certificates)"),
         )
     })?;
@@ -35,28 +35,28 @@ pub(super) fn listener(raw: Option<RawTls>) -> Result<Option<ListenerTls>, Confi
     let Some(raw) = raw else {
         return Ok(None);
     };
-    let required = |name: &str, value: Option<String>| {
+    let required = |setting: &Setting, value: Option<String>| {
         value
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
             .ok_or_else(|| {
                 invalid(
-                    key("tls", name),
+                    setting.path(),
                     "is required in [tls] (a PEM file path); remove [tls] to serve cleartext",
                 )
             })
     };
     let tls = ListenerTls {
-        cert: required("cert", raw.cert)?,
-        key: required("key", raw.key)?,
+        cert: required(&S::TLS_CERT, raw.cert)?,
+        key: required(&S::TLS_KEY, raw.key)?,
     };
     read_certified_key(&tls.cert, &tls.key).map_err(|e| {
-        let name = if file_of(&e) == tls.cert {
-            "cert"
+        let setting = if file_of(&e) == tls.cert {
+            S::TLS_CERT
         } else {
-            "key"
+            S::TLS_KEY
         };
-        invalid(key("tls", name), e.to_string())
+        invalid(setting.path(), e.to_string())
     })?;
     Ok(Some(tls))
 }

@@ -1,0 +1,105 @@
+//! The settings of the `[store]` and `[store.front]` tables. Rows of the
+//! settings table (`super`); a reload applies none of them.
+
+use super::DefaultValue::{Derived, Required, Toml};
+use super::{Kind, Reload, Section, Setting};
+
+super::rows! { STORE = Store {
+    /// the store, by scheme: `sqlite://PATH` (a relative path is relative to the working directory;
+    /// `sqlite:///abs/path`), `postgres://` (or `postgresql://`; several hosts `h1:p1,h2:p2` with
+    /// `target_session_attrs=read-write` (the default with several), `primary` or `any`: see [high
+    /// availability](../operations/high-availability.md)), `redis://` (`rediss://` for TLS),
+    /// `redis+sentinel://s1:26379,s2:26379/mymaster` (`rediss+sentinel://`: the primary Sentinel
+    /// names, see [high availability](../operations/high-availability.md#redis-sentinel)),
+    /// `memory://`. See [choosing a store](../stores/choosing.md) (the shipped `gateway.toml`:
+    /// `DATABASE_URL`, else this default)
+    STORE_URL "url" Text Toml(r#""sqlite://idemgate.db""#), Restart;
+    /// PostgreSQL, SQLite: apply the embedded migrations (SQLite: create the file and its schema)
+    /// when `serve` (or `sweep`, `keys`) starts
+    STORE_MIGRATE "migrate" Bool Toml("true"), Restart;
+    /// PostgreSQL: most connections in the shared pool, each used by one operation at a time; each
+    /// serving thread's own pool (its claims and completions) holds one connection per batch it
+    /// sends at once (`batches_in_flight / server_threads`, at least 1), so a gateway opens up to
+    /// `pool_size` + `max(batches_in_flight, server_threads)` in all. SQLite: most reader
+    /// connections (writes go through one connection per process). Redis: how many multiplexed
+    /// connections idemgate keeps, each carrying many concurrent operations (≥ 1), capped at the
+    /// host's CPU cores (a cap of at least two, so `pool_size` ≥ 2 always gives two): Redis runs
+    /// one command at a time, and more connections only split the pipelining (measured on 2 cores:
+    /// 2 connections instead of 16 gave 10 % more new keys per second with less CPU in both
+    /// processes); on one server (not a cluster) each serving thread (`server_threads`) also opens
+    /// one of its own, before the gateway serves
+    STORE_POOL_SIZE "pool_size" Integer Toml("16"), Restart;
+    /// PostgreSQL: most batches of claims and completions sent at once (1 ≤ it ≤ `pool_size`); each
+    /// serving thread sends `batches_in_flight / server_threads` of its own (at least 1: with the
+    /// default and two threads, two batches at once from the serving threads, beside the shared
+    /// dispatcher's one for anything sent off them). Claims and completions that arrive while a
+    /// batch is committing join the next one; fewer, larger batches commit more keys per second
+    /// (measured: 1 beat 2, 4, 8 and 16 at 32 clients). Raise it only if one slow batch (a lock
+    /// held by someone else) must not delay the others. See [sizing the store
+    /// pool](../operations/sizing.md)
+    STORE_BATCHES_IN_FLIGHT "batches_in_flight" Integer Toml("1"), Restart;
+    /// longest any store operation, including getting a connection, may take; past it the store
+    /// counts as unreachable. PostgreSQL enforces it too, as each pooled connection's
+    /// `statement_timeout` and `idle_in_transaction_session_timeout`, so nothing idemgate gave up
+    /// on commits later
+    STORE_TIMEOUT "timeout" Duration Toml(r#""2s""#), Restart;
+    /// Redis: prefix of every key idemgate writes, the keys of a [`[store.front]`](#storefront)
+    /// included (with `cluster = true` it may not contain `{` or `}`)
+    STORE_PREFIX "prefix" Text Toml(r#""idemgate:""#), Restart;
+    /// Redis: `url` names one seed node of a Redis Cluster (`redis://` or `rediss://` only; any
+    /// other store is a config error). See [Redis Cluster](../stores/redis.md#redis-cluster)
+    STORE_CLUSTER "cluster" Bool Toml("false"), Restart;
+    /// Redis: how many replicas must acknowledge a claim that takes a key, a lease renewal, a
+    /// record and a hold before the gateway counts it: `WAIT replicas replica_timeout` follows each
+    /// of those writes on the connection that made it (a replay, `409` or `422` never waits), and
+    /// too few acknowledgements fail them closed (`503`, even under `on_store_error = "fail_open"`:
+    /// it is not an outage; a renewal counts as failed and the next one tries again). On a Redis
+    /// Cluster the `WAIT` goes to the primary of the key's slot. Any other store with `replicas` >
+    /// 0 is a config error. See [high
+    /// availability](../operations/high-availability.md#redis-replicas-and-wait)
+    STORE_REPLICAS "replicas" Integer Toml("0"), Restart;
+    /// Redis with `replicas` > 0: how long `WAIT` waits; more than zero and less than `timeout`
+    STORE_REPLICA_TIMEOUT "replica_timeout" Duration Toml(r#""100ms""#), Restart;
+    /// memory: most records kept (≥ 1). When full, expired records are swept; if none are, a new
+    /// key is a store error (`503` `store-unavailable`, or a forward without idempotency under
+    /// `fail_open`)
+    STORE_MAX_RECORDS "max_records" Integer Toml("100000"), Restart;
+    /// how often the background sweeper runs: SQLite and memory delete expired records, PostgreSQL
+    /// retires the previous generation if one is due (Redis expires records by key TTL)
+    STORE_SWEEP_INTERVAL "sweep_interval" Duration Toml(r#""60s""#), Restart;
+    /// SQLite, memory: most records one sweep statement deletes (≥ 1); a pass repeats until a batch
+    /// comes back short
+    STORE_SWEEP_BATCH "sweep_batch" Integer Toml("1000"), Restart;
+    /// PostgreSQL: how long new keys go to one generation of records before the sweeper retires the
+    /// previous one whole (records still live in it move first, at most 10,000; the partition is
+    /// swapped for an empty one and dropped). Records take up to twice this room; shorter than the
+    /// longest retention, more records are still live at a rotation, and past 10,000 the rotation
+    /// waits (a warning). Unset, a reload that changes the longest retention takes effect at
+    /// restart. See [retention by generations](../design/retention.md)
+    STORE_GENERATION "generation" Duration Derived("the longest route `retention`"), Restart;
+    /// PostgreSQL, Redis, SQLite: once this instance has replayed a completed record, it answers
+    /// further claims on that key (replay, or `422` for another body) from memory for up to this
+    /// long, never longer than the route's `retention`. `"0s"` turns the cache off. See [the replay
+    /// cache](../design/stores.md#the-replay-cache)
+    STORE_REPLAY_CACHE_TTL "replay_cache_ttl" Duration Toml(r#""5s""#), Restart;
+    /// PostgreSQL, Redis, SQLite: most bytes (bodies, headers, keys) the replay cache holds;
+    /// least-used records leave first. `"0B"` turns the cache off
+    STORE_REPLAY_CACHE_SIZE "replay_cache_size" Size Toml(r#""64MiB""#), Restart;
+}}
+
+super::rows! { FRONT = Front {
+    /// the front: one Redis server, `redis://` or `rediss://` (TLS), not a cluster. `[store] url`
+    /// must be `postgres://` (or `postgresql://`); `[store] prefix` names its keys. How long a
+    /// fence lasts is not a setting: the longest `lease` of any route plus 60 s
+    FRONT_URL "url" Text Required("required in `[store.front]`"), Restart;
+    /// longest any front operation, including getting a connection, may take (> 0); past it, or on
+    /// an error, the front counts as down on this instance and requests go to PostgreSQL alone
+    /// until Redis answers and the outbox has drained
+    FRONT_TIMEOUT "timeout" Duration Toml(r#""250ms""#), Restart;
+    /// how long a claimed attempt runs before the front marks it in flight (0 to `60s`; `"0s"`: as
+    /// soon as the marker task gets to it). The marker task wakes every half `mark_after` (at least
+    /// every millisecond), so a marker lands between 1 and 1.5 times `mark_after` after the claim.
+    /// Attempts that settle sooner are never marked, which saves two Redis writes each; their
+    /// duplicates meanwhile are answered by PostgreSQL (`409` all the same)
+    FRONT_MARK_AFTER "mark_after" Duration Toml(r#""10ms""#), Restart;
+}}
