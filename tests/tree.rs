@@ -29,6 +29,10 @@
 //!   re-exports it. A path to an item the root defines is no edge; one to an
 //!   import of the root (its `pub use` facade) is an edge to the module it
 //!   imports from. A path into another crate (`idemgate_store::…`) is none.
+//! - The core is pure: `crates/core/Cargo.toml` depends on no async
+//!   runtime, database, HTTP or network crate, and on no crate of ours
+//!   ([`IMPURE`]); the model checker explores exactly the rules the stores
+//!   run, and no I/O may creep into them.
 //!
 //! The crates: the root package's `src/`, and each `crates/*/src/` there is
 //! (named by its `Cargo.toml`, else its directory). The two import checks
@@ -2243,6 +2247,48 @@ fn top_level_modules_form_a_dag() {
     report("module cycle", &check_module_cycles(&root, &walk(&root)));
 }
 
+/// What the core crate may not depend on: the prefixes of async runtimes,
+/// database and HTTP or network crates, and of our own crates.
+const IMPURE: &[&str] = &[
+    "tokio", "async-", "futures", "mio", "smol", "sqlx", "rusqlite", "postgres", "redis",
+    "deadpool", "hyper", "http", "reqwest", "tower", "tonic", "axum", "rustls", "idemgate",
+];
+
+/// The dependencies of `manifest` (a Cargo.toml's text) that are impure for
+/// the core: every key of a `[dependencies]` table (or a target's) naming a
+/// crate in [`IMPURE`].
+fn impure_dependencies(file: &str, manifest: &str) -> Vec<Violation> {
+    let mut in_dependencies = false;
+    let mut found = Vec::new();
+    for (n, line) in manifest.lines().enumerate() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            let table = line.trim_matches(|c| c == '[' || c == ']');
+            in_dependencies = table == "dependencies" || table.ends_with(".dependencies");
+            continue;
+        }
+        let Some((key, _)) = line.split_once('=').filter(|_| in_dependencies) else {
+            continue;
+        };
+        let name = key.trim().trim_matches('"');
+        if !name.starts_with('#') && IMPURE.iter().any(|p| name.starts_with(p)) {
+            found.push(violation(file, n + 1, format!("the core depends on `{name}`: it must stay pure (no async runtime, database, HTTP or crate of ours); move the code that needs it to the store or the gateway")));
+        }
+    }
+    found
+}
+
+#[test]
+fn the_core_is_pure() {
+    let root = repo_root();
+    let file = "crates/core/Cargo.toml";
+    assert!(root.join(file).exists(), "{file} is missing");
+    report(
+        "impure core",
+        &impure_dependencies(file, &read(&root, file)),
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Negative controls: each check must flag what it exists to flag
 // ---------------------------------------------------------------------------
@@ -3223,5 +3269,17 @@ trait T {
             .map(|(p, n)| (p.iter().map(|s| (*s).to_owned()).collect(), (*n).to_owned()))
             .collect();
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn an_impure_core_dependency_is_flagged() {
+        let manifest = "[package]\nname = \"idemgate-core\"\n\n[dependencies]\nserde = \"1\"\ntokio = { version = \"1\" }\n\n[target.'cfg(unix)'.dependencies]\nhttp = \"1\"\n\n[dev-dependencies]\ntokio = \"1\"\n";
+        let found = impure_dependencies("crates/core/Cargo.toml", manifest);
+        let lines: Vec<usize> = found.iter().map(|v| v.line).collect();
+        // tokio in [dependencies] and http in a target's; the test-only
+        // tokio is no dependency of the core's code.
+        assert_eq!(lines, vec![6, 9], "{found:?}");
+        let pure = "[dependencies]\nserde = { version = \"1\", features = [\"derive\"] }\nsha2 = \"0.10\"\n";
+        assert!(impure_dependencies("crates/core/Cargo.toml", pure).is_empty());
     }
 }
