@@ -18,19 +18,21 @@ FROM rust:1-bookworm AS build
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 
-# Dependency layer: build every dependency against stub sources, so a source
-# change does not rebuild them. The workspace's manifests,
+# Dependency layer: build the gateway's dependencies against stub sources,
+# so a source change does not rebuild them (the model checker's are never
+# built here). The workspace's manifests,
 # crates/store/build.rs and migrations/ are real (it watches migrations/, and
 # sqlx::migrate! embeds it when the store crate compiles).
 COPY Cargo.toml Cargo.lock ./
 COPY crates/core/Cargo.toml crates/core/
 COPY crates/store/Cargo.toml crates/store/build.rs crates/store/
+COPY crates/model/Cargo.toml crates/model/
 COPY migrations ./migrations
-RUN mkdir -p src crates/core/src crates/store/src \
+RUN mkdir -p src crates/core/src crates/store/src crates/model/src \
  && echo 'fn main() {}' > src/main.rs \
- && for crate in src crates/core/src crates/store/src; do echo '//! stub' > "$crate/lib.rs"; done \
- && cargo build --release --locked \
- && rm -rf src crates/core/src crates/store/src
+ && for crate in src crates/core/src crates/store/src crates/model/src; do echo '//! stub' > "$crate/lib.rs"; done \
+ && cargo build --release --locked -p idemgate \
+ && rm -rf src crates/core/src crates/store/src crates/model/src
 
 # The real sources. COPY keeps the files' own mtimes, which may be older than
 # the stub build: touch the crate roots so cargo rebuilds the workspace's crates.
@@ -38,7 +40,7 @@ COPY . .
 # The two binaries only (no example, test or bench target): those would
 # bring the dev-dependencies' features, the test-only failpoints among them.
 RUN touch src/main.rs src/lib.rs src/bin/demo_upstream.rs crates/core/src/lib.rs crates/store/src/lib.rs \
- && cargo build --release --locked --bin idemgate --bin demo_upstream \
+ && cargo build --release --locked -p idemgate --bin idemgate --bin demo_upstream \
  && ./target/release/idemgate --version | grep -q "^idemgate "
 
 # The runtime's files, gathered for a base-less image: the shared libraries

@@ -5,16 +5,18 @@
 //! book, `docs/src/` (`docs/src/design/layout.md` for the layout).
 //!
 //! # Crates
-//! This is the gateway, the root package of a workspace of three crates:
+//! This is the gateway, the root package of a workspace of four crates:
 //! - `idemgate-core` (`crates/core/`): the record's vocabulary and the state
 //!   machine, with no I/O;
 //! - `idemgate-store` (`crates/store/`): the store traits, the waiters and
 //!   every backend, each behind a cargo feature; this crate names it
 //!   [`store`];
 //! - `idemgate` (here): everything that serves HTTP, reads the
-//!   configuration file, counts or traces.
+//!   configuration file, counts or traces;
+//! - `idemgate-model` (`crates/model/`): the model checker over the core's
+//!   transitions.
 //!
-//! The compiler keeps the direction: core ← store ← gateway.
+//! The compiler keeps the direction: core ← store ← gateway, core ← model.
 //!
 //! # Modules
 //! - [`app`]: wiring one gateway: store, wrappers, admin listener, sweeper, proxy.

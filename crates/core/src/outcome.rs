@@ -5,7 +5,7 @@
 use serde::Deserialize;
 
 /// What happens to a key whose attempt's outcome became unknown.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UnknownOutcome {
     /// The key turns `held`: never forwarded again until released or expired.

@@ -38,7 +38,7 @@ impl RecordState {
 }
 
 /// Why a key is `held` (docs/src/guide/record-states.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum HeldReason {
     /// The exchange failed after the request was sent (reset, protocol error).
     UpstreamFailed,
