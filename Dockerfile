@@ -31,7 +31,7 @@ COPY migrations ./migrations
 RUN mkdir -p src crates/core/src crates/store/src crates/model/src \
  && echo 'fn main() {}' > src/main.rs \
  && for crate in src crates/core/src crates/store/src crates/model/src; do echo '//! stub' > "$crate/lib.rs"; done \
- && cargo build --release --locked -p idemgate \
+ && cargo build --profile dist --locked -p idemgate \
  && rm -rf src crates/core/src crates/store/src crates/model/src
 
 # The real sources. COPY keeps the files' own mtimes, which may be older than
@@ -40,15 +40,15 @@ COPY . .
 # The two binaries only (no example, test or bench target): those would
 # bring the dev-dependencies' features, the test-only failpoints among them.
 RUN touch src/main.rs src/lib.rs src/bin/demo_upstream.rs crates/core/src/lib.rs crates/store/src/lib.rs \
- && cargo build --release --locked -p idemgate --bin idemgate --bin demo_upstream \
- && ./target/release/idemgate --version | grep -q "^idemgate "
+ && cargo build --profile dist --locked -p idemgate --bin idemgate --bin demo_upstream \
+ && ./target/dist/idemgate --version | grep -q "^idemgate "
 
 # The runtime's files, gathered for a base-less image: the shared libraries
 # the two binaries load (found by ldd: glibc, libm, libgcc_s, the loader),
 # the CA roots (https:// upstreams, rediss://, PostgreSQL over TLS verify
 # against them) and an account for uid 10001.
 RUN mkdir -p /rootfs/etc/ssl/certs \
- && ldd target/release/idemgate target/release/demo_upstream \
+ && ldd target/dist/idemgate target/dist/demo_upstream \
       | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u \
       | xargs -I{} cp --parents -L {} /rootfs/ \
  && cp /etc/ssl/certs/ca-certificates.crt /rootfs/etc/ssl/certs/ \
@@ -60,9 +60,9 @@ RUN mkdir -p /rootfs/etc/ssl/certs \
 # the CA roots and a passwd entry (under 40 MB).
 FROM scratch
 COPY --from=build /rootfs/ /
-COPY --from=build /src/target/release/idemgate /usr/local/bin/idemgate
+COPY --from=build /src/target/dist/idemgate /usr/local/bin/idemgate
 # The README's demo upstream, for docker-compose.yml (entrypoint demo_upstream).
-COPY --from=build /src/target/release/demo_upstream /usr/local/bin/demo_upstream
+COPY --from=build /src/target/dist/demo_upstream /usr/local/bin/demo_upstream
 COPY gateway.toml /etc/idemgate/gateway.toml
 # The image runs on PostgreSQL, named explicitly: the shipped config's
 # sqlite:// fallback would put records on the container's own disk. Override

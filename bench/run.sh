@@ -97,12 +97,14 @@ cleanup() {
 trap cleanup EXIT
 
 # ---- builds --------------------------------------------------------------------
-log "building idemgate (release)"
-# Two commands: built with an example, the binary would get the
-# dev-dependencies' features (the test-only failpoints).
-cargo build --release --locked --quiet --bin idemgate
-cargo build --release --locked --quiet --bin demo_upstream
-BIN="$TARGET_DIR/release/idemgate"
+# The shipped binary's profile (Cargo.toml: `dist`, fat LTO, what the image
+# runs); PROFILE=release measures what `cargo run --release` builds.
+PROFILE="${PROFILE:-dist}"
+log "building idemgate (profile $PROFILE)"
+# The package's two binaries only: an example, test or bench target would
+# give them the dev-dependencies' features (the test-only failpoints).
+cargo build --profile "$PROFILE" --locked --quiet -p idemgate --bin idemgate --bin demo_upstream
+BIN="$TARGET_DIR/$PROFILE/idemgate"
 
 # BASELINE: that revision, built once in a temporary worktree with its own
 # target directory under the cache (keyed by the full commit id).
@@ -726,7 +728,7 @@ if want memory; then
     python3 -c "import h2" 2>/dev/null || pip install -q h2 >&2 || pip install -q --break-system-packages h2 >&2 \
         || { log "no Python h2 module: idle HTTP/2 not measured"; scenarios=idle-h1; }
     (ulimit -n 20000 2>/dev/null || true
-     IDEMGATE="$BIN" UPSTREAM="$TARGET_DIR/release/demo_upstream" \
+     IDEMGATE="$BIN" UPSTREAM="$TARGET_DIR/$PROFILE/demo_upstream" \
          python3 bench/memory.py --only "$scenarios") > "$WORK/memory.md"
 fi
 

@@ -2094,7 +2094,7 @@ fn cli_subcommands(cli: &str) -> BTreeSet<String> {
 
 /// What the image build and run depend on in the tree: every `COPY`
 /// source from the build context exists; every binary copied from the
-/// build stage's `target/release/` is this package's binary, one of its
+/// build stage's `target/<profile>/` is this package's binary, one of its
 /// `src/bin/` binaries or one of its examples; the `HEALTHCHECK`, `ENTRYPOINT` and compose `entrypoint`
 /// commands run a binary the image installs, and the health check a
 /// subcommand the CLI has.
@@ -2129,7 +2129,12 @@ fn docker_findings(root: &Path, files: &[String]) -> Vec<Violation> {
                 };
                 for source in sources {
                     if from_stage {
-                        let Some(built) = source.split("/target/release/").nth(1) else {
+                        // `…/target/<profile>/<binary>` (release, dist, …).
+                        let built = source
+                            .split("/target/")
+                            .nth(1)
+                            .and_then(|rest| rest.split_once('/'));
+                        let Some((_, built)) = built else {
                             continue;
                         };
                         let known = match built.strip_prefix("examples/") {
