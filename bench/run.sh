@@ -10,7 +10,7 @@
 # Installs wrk, nginx-light and redis-server from apt if missing, starts its
 # own throwaway PostgreSQL (initdb, free port) and Redis (free port), two nginx
 # servers (a static 201 upstream, and a plain proxy_pass in front of it) and a
-# small counting upstream (storms), builds idemgate in release mode, installs
+# small counting upstream (storms), builds idemgate (profile dist), installs
 # the peer (crates.io idempotent-proxy-server, once, into $BENCH_CACHE), and
 # measures, on one fixed 512-byte JSON POST:
 #   A  pass-through (no key): direct vs nginx proxy_pass vs idemgate
