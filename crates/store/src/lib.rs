@@ -87,7 +87,10 @@ pub struct ClaimRequest<'a> {
     pub attempt: AttemptId,
     /// How long the claimed attempt owns the key without renewing.
     pub lease: Duration,
-    /// How long the record lives.
+    /// How long the record lives: at least `lease` (configuration refuses
+    /// a route with less; on Redis, whose records expire by their TTL, a
+    /// renewal that shortens a longer lease would leave the record until
+    /// that lease's end).
     pub retention: Duration,
     /// What a lapsed lease found by this claim turns into.
     pub on_unknown_outcome: UnknownOutcome,
@@ -306,6 +309,14 @@ pub trait StoreAdmin: Send + Sync + 'static {
     async fn count_inquiring(&self, routes: &[InquiringRoute]) -> Result<u64, StoreError>;
     /// Readiness: the store answers and (where it has a schema) is migrated.
     async fn ping(&self) -> Result<(), StoreError>;
+    /// Test builds only (the `test-hooks` feature): move every instant of
+    /// `key`'s record `by` into the past (its lease or next question, its
+    /// retention, the lapse its inquiry is reckoned from, its timestamps),
+    /// as if `by` had passed for it alone; a record whose retention that
+    /// ends is gone as it would be by then. Lets a test move time without
+    /// sleeping (tests/it/stores/differential/). `false`: no record.
+    #[cfg(feature = "test-hooks")]
+    async fn age(&self, key: &RecordKey, by: Duration) -> Result<bool, StoreError>;
     /// Called once on each serving thread before the gateway serves: a
     /// store that keeps a connection per serving thread (Redis) opens this
     /// thread's now, so no request waits behind its connect, and a request

@@ -1,5 +1,6 @@
 //! The stores, each on its own: the one conformance suite every store runs
-//! (`conformance`, and `inquiry` for the status inquiry's states), and what
+//! (`conformance`, and `inquiry` for the status inquiry's states), every
+//! store against the core's rules on generated cases (`differential`), and what
 //! only one store does: SQLite as a user runs it; the PostgreSQL front on
 //! Redis (`front`); the Redis store on a Redis Cluster (with replicas,
 //! failed over), its lost records reported, its eviction warning, its claims that arrive late, its replicas (`WAIT`) and Sentinel, its
@@ -9,6 +10,7 @@
 //! in `guarantees/`.
 
 mod conformance;
+mod differential;
 mod front;
 mod inquiry;
 mod postgres_batches;

@@ -154,6 +154,23 @@ impl Marks {
         false
     }
 
+    /// Test builds only (`StoreAdmin::age`): the markers still waiting for
+    /// `key` end `by_ms` earlier, and a batch being written has landed or
+    /// failed when this returns (so the caller ages what it wrote).
+    #[cfg(feature = "test-hooks")]
+    pub(super) async fn age(&self, key: &RecordKey, by_ms: i64) {
+        let batch = {
+            let mut state = self.state();
+            for waiting in state.waiting.values_mut() {
+                if waiting.key == *key {
+                    waiting.until_ms -= by_ms;
+                }
+            }
+            (!state.marking.is_empty()).then(|| (self.done.subscribe(), state.batches))
+        };
+        self.written(batch).await;
+    }
+
     /// If `token`'s marker is being written: a receiver of the batch count
     /// and the count that batch will end (read under the lock).
     fn batch_of(&self, state: &State, token: Token) -> Option<(watch::Receiver<u64>, u64)> {

@@ -491,6 +491,19 @@ impl StoreAdmin for FrontStore {
         self.inner.truth.delete(key, force).await
     }
 
+    #[cfg(feature = "test-hooks")]
+    async fn age(&self, key: &RecordKey, by: Duration) -> Result<bool, StoreError> {
+        // What is still to be written to the front first (so nothing lands
+        // after with the instants of before), then the truth, then what
+        // the front shows.
+        let by_ms = millis(by);
+        self.inner.marks.age(key, by_ms).await;
+        self.inner.publisher.age(key, by_ms).await;
+        let found = self.inner.truth.age(key, by).await?;
+        self.inner.front.front_age(key, by).await?;
+        Ok(found)
+    }
+
     async fn take_inquiries(
         &self,
         routes: &[InquiringRoute],

@@ -81,6 +81,9 @@ impl Record {
 pub(super) struct Publisher {
     queue: Mutex<Queue>,
     wake: Notify,
+    /// Held by the task from taking a batch until it is written, so that
+    /// [`Publisher::age`] sees every record either queued or written.
+    writing: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -109,6 +112,18 @@ impl Publisher {
         true
     }
 
+    /// Test builds only (`StoreAdmin::age`): the records of `key` still to
+    /// show end `by_ms` earlier; none is being written when this returns.
+    #[cfg(feature = "test-hooks")]
+    pub(super) async fn age(&self, key: &RecordKey, by_ms: i64) {
+        let _writing = self.writing.lock().await;
+        for record in &mut self.queue().records {
+            if record.key == *key {
+                record.until_ms -= by_ms;
+            }
+        }
+    }
+
     /// The next batch, oldest first.
     fn take(&self) -> Vec<Record> {
         let mut queue = self.queue();
@@ -122,8 +137,10 @@ impl Publisher {
 /// The publishing task: shows queued records until the store is dropped.
 pub(super) async fn run(inner: Weak<Inner>, publisher: Arc<Publisher>) {
     loop {
+        let writing = publisher.writing.lock().await;
         let batch = publisher.take();
         if batch.is_empty() {
+            drop(writing);
             if inner.strong_count() == 0 {
                 return;
             }

@@ -123,4 +123,33 @@ impl StoreAdmin for MemoryStore {
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }
+
+    #[cfg(feature = "test-hooks")]
+    async fn age(&self, key: &RecordKey, by: Duration) -> Result<bool, StoreError> {
+        let earlier = |at: &mut Instant| {
+            *at = at
+                .checked_sub(by)
+                .expect("a record is aged by less than the machine's uptime");
+        };
+        let mut inner = self.lock();
+        let Some(record) = inner.records.get_mut(key) else {
+            return Ok(false);
+        };
+        match &mut record.state {
+            State::InFlight { lease_until } => earlier(lease_until),
+            State::Inquiring { due, since, .. } => {
+                earlier(due);
+                earlier(since);
+            }
+            State::Completed(_) | State::Held(_) => {}
+        }
+        for at in [
+            &mut record.expires_at,
+            &mut record.created_at,
+            &mut record.updated_at,
+        ] {
+            earlier(at);
+        }
+        Ok(true)
+    }
 }

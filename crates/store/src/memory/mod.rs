@@ -233,7 +233,9 @@ impl MemoryStore {
     ) -> Cas {
         let now = Instant::now();
         let mut inner = self.lock();
-        let Some(record) = inner.records.get_mut(key) else {
+        // Past retention, a record is gone for every purpose: no write
+        // brings it back (transitions::expired).
+        let Some(record) = inner.records.get_mut(key).filter(|r| !r.expired(now)) else {
             return Cas::Fenced;
         };
         if !transitions::write_applies(write, record.token == token, record.phase(now)) {

@@ -139,8 +139,9 @@ impl Store for MemoryStore {
     }
 
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
+        let now = Instant::now();
         let abandoned = self.remove_if(key, |record, phase| {
-            transitions::abandon_applies(record.attempt == attempt, phase)
+            !record.expired(now) && transitions::abandon_applies(record.attempt == attempt, phase)
         });
         Ok(if abandoned { Cas::Applied } else { Cas::Fenced })
     }

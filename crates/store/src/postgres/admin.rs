@@ -255,6 +255,31 @@ impl StoreAdmin for PgStore {
         Ok(done.rows_affected() == 1)
     }
 
+    #[cfg(feature = "test-hooks")]
+    async fn age(&self, key: &RecordKey, by: Duration) -> Result<bool, StoreError> {
+        let done = self
+            .bounded(async |conn| {
+                // NULL (no lease, not inquiring) stays NULL.
+                bind_key!(
+                    sqlx::query(at_key!(
+                        "UPDATE idemgate_records
+                            SET lease_until = lease_until - $4 * INTERVAL '1 millisecond',
+                                expires_at = expires_at - $4 * INTERVAL '1 millisecond',
+                                created_at = created_at - $4 * INTERVAL '1 millisecond',
+                                updated_at = updated_at - $4 * INTERVAL '1 millisecond',
+                                inquiring_since = inquiring_since - $4 * INTERVAL '1 millisecond'",
+                        "",
+                    )),
+                    key
+                )
+                .bind(millis(by))
+                .execute(conn)
+                .await
+            })
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
         let done = self
             // transitions::deletable: a live lease or an inquiry inside

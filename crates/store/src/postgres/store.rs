@@ -1,7 +1,9 @@
 //! The PostgreSQL store's request path: the claim is one call of
 //! `idemgate_claim` (batched, [`super::batch`]); every later transition is
 //! one statement, a compare-and-set on the fencing token, that announces
-//! the record it settles where the route has waiters.
+//! the record it settles where the route has waiters. None applies to a
+//! record past its retention and not held by a live lease: it is gone for
+//! every purpose (`transitions::expired`), though kept until swept.
 
 use std::time::Duration;
 
@@ -46,7 +48,9 @@ impl Store for PgStore {
                         SET lease_until = clock_timestamp() + $5 * INTERVAL '1 millisecond',
                             expires_at = GREATEST(expires_at, clock_timestamp() + $5 * INTERVAL '1 millisecond'),
                             updated_at = clock_timestamp()",
-                    "AND token = $4 AND state = 'in_flight'",
+                    "AND token = $4 AND state = 'in_flight'
+                     AND (expires_at > clock_timestamp()
+                          OR (state = 'in_flight' AND lease_until > clock_timestamp()))",
                 )), key)
                 .bind(token)
                 .bind(millis(lease))
@@ -62,7 +66,7 @@ impl Store for PgStore {
         response: &StoredResponse,
         retention: Duration,
     ) -> Result<Cas, StoreError> {
-        // transitions::write_applies(Complete), in idemgate_batch (0003).
+        // transitions::write_applies(Complete), in idemgate_batch (0014).
         let op = batch::Op::Complete {
             key: key.clone(),
             token,
@@ -86,7 +90,9 @@ impl Store for PgStore {
         let forms = settling!(
             at_key!(
                 "DELETE FROM idemgate_records",
-                "AND token = $4 AND state IN ('in_flight', 'inquiring')"
+                "AND token = $4 AND state IN ('in_flight', 'inquiring')
+                     AND (expires_at > clock_timestamp()
+                          OR (state = 'in_flight' AND lease_until > clock_timestamp()))"
             ),
             "5",
             "6"
@@ -117,7 +123,9 @@ impl Store for PgStore {
                 SET state = 'held', held_reason = $5, lease_until = NULL,
                     expires_at = clock_timestamp() + $6 * INTERVAL '1 millisecond',
                     updated_at = clock_timestamp()",
-                "AND token = $4 AND state IN ('in_flight', 'held', 'inquiring')"
+                "AND token = $4 AND state IN ('in_flight', 'held', 'inquiring')
+                     AND (expires_at > clock_timestamp()
+                          OR (state = 'in_flight' AND lease_until > clock_timestamp()))"
             ),
             "7",
             "8"
@@ -159,7 +167,9 @@ impl Store for PgStore {
                     expires_at = GREATEST(expires_at,
                                           clock_timestamp() + $7 * INTERVAL '1 millisecond'),
                     state = 'inquiring', updated_at = clock_timestamp()",
-                "AND token = $4 AND state IN ('in_flight', 'inquiring')"
+                "AND token = $4 AND state IN ('in_flight', 'inquiring')
+                     AND (expires_at > clock_timestamp()
+                          OR (state = 'in_flight' AND lease_until > clock_timestamp()))"
             ),
             "8",
             "9"
@@ -189,7 +199,9 @@ impl Store for PgStore {
                 "DELETE FROM idemgate_records",
                 "AND attempt = $4
                 AND (state IN ('in_flight', 'inquiring')
-                     OR (state = 'held' AND held_reason = 'lease_lapsed'))"
+                     OR (state = 'held' AND held_reason = 'lease_lapsed'))
+                     AND (expires_at > clock_timestamp()
+                          OR (state = 'in_flight' AND lease_until > clock_timestamp()))"
             ),
             "5",
             "6"

@@ -194,6 +194,25 @@ impl StoreAdmin for RedisStore {
         self.clear_script(key, force, true).await
     }
 
+    #[cfg(feature = "test-hooks")]
+    async fn age(&self, key: &RecordKey, by: Duration) -> Result<bool, StoreError> {
+        let record = self.layout.record_key(key);
+        let sets = self.layout.sets(key);
+        let (record, sets) = (&record, &sets);
+        let n: i64 = self
+            .bounded(|mut conn| async move {
+                super::scripts::AGE
+                    .key(&record[..])
+                    .key(&sets.due)
+                    .key(&sets.inquiring)
+                    .arg(super::millis(by))
+                    .invoke_async(&mut conn)
+                    .await
+            })
+            .await?;
+        Ok(n == 1)
+    }
+
     async fn sweep(&self, _batch: usize) -> Result<Swept, StoreError> {
         // Retention is the keys' TTL: Redis expires records by itself. The
         // pass looks for records lost wholesale instead (a flush closes no

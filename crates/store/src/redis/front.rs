@@ -80,6 +80,24 @@ const PUBLISH_BYTES: usize = 1024 * 1024;
 /// and `end`, when an in-flight marker ends (ms since the epoch).
 const READ_FIELDS: [&str; 7] = ["kind", "fp", "status", "headers", "body", "reason", "end"];
 
+/// Test builds only: KEYS = entry, fence; ARGV = ms. The entry's `end` and
+/// TTL that far into the past, the entry deleted if that ends it (the
+/// fence is left: it only ever keeps stale writes out).
+#[cfg(feature = "test-hooks")]
+static AGE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{}{}",
+        super::scripts::AGE_TTL,
+        r#"
+local by = tonumber(ARGV[1])
+local done_at = tonumber(redis.call('HGET', KEYS[1], 'end') or '')
+if done_at then redis.call('HSET', KEYS[1], 'end', done_at - by) end
+age_ttl(KEYS[1], by)
+return 1
+"#
+    ))
+});
+
 /// KEYS = entry and fence of each record; ARGV = token, fingerprint, end
 /// (ms since the epoch) of each. A claimed attempt's marker, unless the
 /// fence covers it or an entry of this attempt or a newer one is there.
@@ -486,6 +504,16 @@ impl RedisStore {
             }
         }
         Ok(deleted)
+    }
+
+    /// Test builds only (`StoreAdmin::age` of the front store): move the
+    /// entry's end and TTL `by` into the past (deleted if that ends it).
+    #[cfg(feature = "test-hooks")]
+    pub(crate) async fn front_age(&self, key: &RecordKey, by: Duration) -> Result<(), StoreError> {
+        let by = millis(by).to_string();
+        self.front_script(&AGE, key, &[by.as_bytes()])
+            .await
+            .map(|_| ())
     }
 
     /// Attempt `token` renewed its lease: its marker lives until `until_ms`.

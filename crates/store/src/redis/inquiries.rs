@@ -212,7 +212,7 @@ impl RedisStore {
             invocation
                 .arg(Layout::route_start(&bucket.tagged, &route.name))
                 .arg(millis(route.retention).to_string())
-                .arg(millis(route.after).to_string());
+                .arg(super::store::offset_millis(route.after).to_string());
         }
         let invocation = &invocation;
         self.bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })

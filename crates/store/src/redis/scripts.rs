@@ -50,7 +50,8 @@ if not r[2] then
   local token = redis.call('INCR', KEYS[2])
   redis.call('HSET', KEYS[1], 'fp', ARGV[1], 'state', 'in_flight', 'token', token, 'attempt', ARGV[5],
              'lease_until', now + tonumber(ARGV[2]), 'created_at', now, 'updated_at', now)
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  -- A live lease outlives retention: the key must not expire under it.
+  redis.call('PEXPIRE', KEYS[1], math.max(tonumber(ARGV[2]), tonumber(ARGV[3])))
   if ARGV[4] == '2' then redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), KEYS[1]) end
   return {'claimed', token}
 end
@@ -90,15 +91,22 @@ return {'held', tonumber(r[3]), 'lease_lapsed'}
     ))
 });
 
-/// KEYS = record; ARGV = token, lease ms (then the wake-up pair, unused).
-/// `transitions::write_applies(Renew)`.
+/// KEYS = record, due questions; ARGV = token, lease ms (then the
+/// wake-up pair, unused). `transitions::write_applies(Renew)`. A lease
+/// renewed shorter than it was (a reload lowered the route's `lease`)
+/// moves the record's due question, if it has one, to its new end: the
+/// inquirer must find it lapsed then. (A longer one is found due at the
+/// old end and put off to the new one by the take.)
 pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
         r#"
 local r = redis.call('HMGET', KEYS[1], 'token', 'state')
 if r[1] ~= ARGV[1] or r[2] ~= 'in_flight' then return 0 end
-redis.call('HSET', KEYS[1], 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
+local ends = now + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'lease_until', ends, 'updated_at', now)
+local due = tonumber(redis.call('ZSCORE', KEYS[2], KEYS[1]) or '')
+if due and due > ends then redis.call('ZADD', KEYS[2], ends, KEYS[1]) end
 -- A live lease outlives retention: the key must not expire under it.
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 1
@@ -245,3 +253,39 @@ return 1
 "#
     ))
 });
+
+/// Test builds only (`StoreAdmin::age`): KEYS = record, due questions,
+/// inquiring records; ARGV = ms. Moves every instant of the record (its
+/// fields, its scores in the route's sets, its TTL) that far into the
+/// past; a record whose TTL that ends is deleted as its expiry would have
+/// (its set entries left behind, as an expiry leaves them).
+#[cfg(feature = "test-hooks")]
+pub(super) static AGE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{AGE_TTL}{}",
+        r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local by = tonumber(ARGV[1])
+for _, field in ipairs({'lease_until', 'created_at', 'updated_at', 'since'}) do
+  local at = tonumber(redis.call('HGET', KEYS[1], field) or '')
+  if at then redis.call('HSET', KEYS[1], field, at - by) end
+end
+for i = 2, 3 do
+  local score = tonumber(redis.call('ZSCORE', KEYS[i], KEYS[1]) or '')
+  if score and score ~= math.huge then redis.call('ZADD', KEYS[i], score - by, KEYS[1]) end
+end
+age_ttl(KEYS[1], by)
+return 1
+"#
+    ))
+});
+
+/// Test builds only: `age_ttl(name, by)`, the key's TTL `by` ms shorter,
+/// the key deleted if that ends it (as its expiry would have).
+#[cfg(feature = "test-hooks")]
+pub(super) const AGE_TTL: &str = "local function age_ttl(name, by)
+  local ttl = redis.call('PTTL', name)
+  if ttl >= 0 then
+    if ttl <= by then redis.call('DEL', name) else redis.call('PEXPIRE', name, ttl - by) end
+  end
+end\n";

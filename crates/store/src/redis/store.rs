@@ -86,6 +86,13 @@ pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
+/// A duration from now to an instant, in ms: zero stays zero (an
+/// instant now), where [`millis`] makes a TTL of at least 1 ms (`PEXPIRE
+/// 0` would delete the key at once).
+pub(crate) fn offset_millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
 pub(crate) fn corrupt(what: &str) -> StoreError {
     StoreError::Corrupt(format!("redis script returned {what}"))
 }
@@ -163,9 +170,9 @@ impl RedisStore {
         let record = self.layout.record_key(key);
         let sets = self.layout.sets(key);
         let wake = self.wake_args(key);
-        // Every transition but the renewal may take the record out of its
-        // route's due questions and inquiring records (the renewal ignores
-        // KEYS[2] and KEYS[3]).
+        // Every transition may move the record in its route's due
+        // questions and (all but the renewal, which ignores KEYS[3]) its
+        // inquiring records.
         let mut invocation = script.key(&record[..]);
         invocation.key(&sets.due).key(&sets.inquiring);
         for a in args {
@@ -213,7 +220,7 @@ impl Store for RedisStore {
             .arg(lapsed)
             .arg(req.attempt)
             .arg(write_by.to_string())
-            .arg(millis(req.inquire_after))
+            .arg(offset_millis(req.inquire_after))
             .arg(&wake.0)
             .arg(&wake.1);
         let (invocation, wait) = (&invocation, self.replicas);
@@ -327,7 +334,7 @@ impl Store for RedisStore {
         asked: bool,
         retention: Duration,
     ) -> Result<Cas, StoreError> {
-        let (token, next) = (token.to_string(), millis(next).to_string());
+        let (token, next) = (token.to_string(), offset_millis(next).to_string());
         let retention = millis(retention).to_string();
         let asked = if asked { "1" } else { "0" };
         let args: [&[u8]; 4] = [

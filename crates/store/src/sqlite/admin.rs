@@ -194,6 +194,15 @@ impl StoreAdmin for SqliteStore {
         self.remove(key, Removal::Delete { force }).await
     }
 
+    #[cfg(feature = "test-hooks")]
+    async fn age(&self, key: &RecordKey, by: Duration) -> Result<bool, StoreError> {
+        let op = Op::Age {
+            key: key.clone(),
+            by,
+        };
+        self.applied(op).await
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         let version = self
             .read(async |conn| schema::version(conn).await.map_err(unavailable))

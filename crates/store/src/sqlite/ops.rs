@@ -101,6 +101,10 @@ pub(super) enum Op {
         lease: Duration,
         limit: usize,
     },
+    /// Test builds: move the record's instants `by` into the past
+    /// (`StoreAdmin::age`).
+    #[cfg(feature = "test-hooks")]
+    Age { key: RecordKey, by: Duration },
 }
 
 /// An attempt's write and what it carries.
@@ -138,6 +142,8 @@ impl Op {
             | Op::Remove { .. }
             | Op::Sweep { .. }
             | Op::TakeInquiries { .. } => 0,
+            #[cfg(feature = "test-hooks")]
+            Op::Age { .. } => 0,
         }
     }
 }
@@ -179,7 +185,8 @@ pub(super) async fn execute(
             let phase = head.phase(now)?;
             let allowed = match *removal {
                 Removal::Abandon(attempt) => {
-                    transitions::abandon_applies(head.attempt == Some(attempt), phase)
+                    !head.expired(now)?
+                        && transitions::abandon_applies(head.attempt == Some(attempt), phase)
                 }
                 Removal::Clear { force } => transitions::clearable(phase, head.asked(), force),
                 Removal::Delete { force } => transitions::deletable(phase, head.asked(), force),
@@ -219,6 +226,23 @@ pub(super) async fn execute(
         } => super::inquiries::take(conn, routes, *lease, *limit, context, now)
             .await
             .map(Reply::Taken),
+        #[cfg(feature = "test-hooks")]
+        Op::Age { key, by } => {
+            // NULL (no lease, not inquiring) stays NULL.
+            let sql = format!(
+                "UPDATE idemgate_records SET lease_until = lease_until - ?4,
+                     expires_at = expires_at - ?4, created_at = created_at - ?4,
+                     updated_at = updated_at - ?4, inquiring_since = inquiring_since - ?4
+                  WHERE {}",
+                super::rows::KEY
+            );
+            let done = super::rows::bind_key!(sqlx::query(sqlx::AssertSqlSafe(sql)), key)
+                .bind(micros(*by))
+                .execute(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+            Ok(Reply::Applied(done.rows_affected() == 1))
+        }
     }
 }
 
@@ -374,7 +398,11 @@ async fn attempt_write(
         AttemptWrite::Hold { .. } => Write::Hold,
         AttemptWrite::Inquire { .. } => Write::Inquire,
     };
-    if !transitions::write_applies(rule, head.token == token, head.phase(now)?) {
+    // Past retention, a record is gone for every purpose: no write brings
+    // it back (transitions::expired).
+    if head.expired(now)?
+        || !transitions::write_applies(rule, head.token == token, head.phase(now)?)
+    {
         return Ok(false);
     }
     match write {

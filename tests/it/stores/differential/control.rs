@@ -1,0 +1,54 @@
+//! The differential test's negative control: a store whose script is
+//! wrong must be found, and its divergence shrunk.
+
+use super::{budget, explore};
+use crate::support::{Backend, TestStore};
+
+/// The negative control: the PostgreSQL claim with its fingerprint check
+/// after its replay (a completed key replayed to another request), in
+/// this test's database only, must be found and shrunk to the few steps
+/// that show it.
+#[tokio::test]
+async fn a_misordered_claim_is_found() {
+    let storage = TestStore::new(Backend::Postgres).await;
+    let store = storage.open().await;
+    let source = include_str!("../../../../migrations/0013_lapsed_question.sql");
+    let start = source
+        .find("CREATE FUNCTION idemgate_claim(")
+        .expect("0013 defines the claim");
+    let end = start + source[start..].find("\n$$;").expect("the claim's end") + 4;
+    let claim = source[start..end].replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1);
+    let mismatch = "        IF r.fingerprint <> p_fingerprint THEN
+            RETURN QUERY SELECT 'mismatch'::TEXT, NULL::BIGINT, NULL::BIGINT, NULL::TEXT,
+                                NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;
+            RETURN;
+        END IF;
+
+";
+    let replay = "        IF r.state = 'completed' THEN
+            RETURN QUERY SELECT 'replay'::TEXT, r.token, NULL::BIGINT, NULL::TEXT,
+                                r.status, r.headers, r.body;
+            RETURN;
+        END IF;
+
+";
+    let in_order = format!("{mismatch}{replay}");
+    assert!(
+        claim.contains(&in_order),
+        "the claim's checks moved: update the control"
+    );
+    let misordered = claim.replacen(&in_order, &format!("{replay}{mismatch}"), 1);
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(&storage.url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(misordered))
+        .execute(&mut conn)
+        .await
+        .expect("the misordered copy replaces the claim");
+    let (_, seed) = budget();
+    let Err((reason, case)) = explore(store, 256, seed, 1).await else {
+        panic!("a claim that replays to another request went unnoticed");
+    };
+    println!("the negative control's divergence:\n{reason}\nshortest case found:\n{case:?}");
+    assert!(reason.contains("Mismatch"), "{reason}");
+    assert!(case.ops.len() <= 4, "not shrunk: {case:?}");
+}
