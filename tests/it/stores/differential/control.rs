@@ -50,5 +50,5 @@ async fn a_misordered_claim_is_found() {
     };
     println!("the negative control's divergence:\n{reason}\nshortest case found:\n{case:?}");
     assert!(reason.contains("Mismatch"), "{reason}");
-    assert!(case.ops.len() <= 4, "not shrunk: {case:?}");
+    assert!(case.ops.len() <= 6, "not shrunk: {case:?}");
 }
