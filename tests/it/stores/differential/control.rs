@@ -4,6 +4,33 @@
 use super::{budget, explore};
 use crate::support::{Backend, TestStore};
 
+/// The newest definition of PostgreSQL's claim function among the
+/// migrations (the one the store calls), as `CREATE OR REPLACE`.
+fn newest_claim() -> String {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("the migrations")
+        .map(|entry| entry.expect("a migration").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    let newest = files
+        .iter()
+        .rev()
+        .map(|path| std::fs::read_to_string(path).expect("a migration"))
+        .find_map(|sql| {
+            let at = sql.rfind("FUNCTION idemgate_claim(")?;
+            let start = sql[..at].rfind("CREATE")?;
+            let end = at + sql[at..].find("\n$$;")? + 4;
+            Some(sql[start..end].to_string())
+        })
+        .expect("a migration defines idemgate_claim");
+    let body = newest
+        .find("FUNCTION idemgate_claim(")
+        .expect("found above");
+    format!("CREATE OR REPLACE {}", &newest[body..])
+}
+
 /// The negative control: the PostgreSQL claim with its fingerprint check
 /// after its replay (a completed key replayed to another request), in
 /// this test's database only, must be found and shrunk to the few steps
@@ -12,12 +39,7 @@ use crate::support::{Backend, TestStore};
 async fn a_misordered_claim_is_found() {
     let storage = TestStore::new(Backend::Postgres).await;
     let store = storage.open().await;
-    let source = include_str!("../../../../migrations/0013_lapsed_question.sql");
-    let start = source
-        .find("CREATE FUNCTION idemgate_claim(")
-        .expect("0013 defines the claim");
-    let end = start + source[start..].find("\n$$;").expect("the claim's end") + 4;
-    let claim = source[start..end].replacen("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1);
+    let claim = newest_claim();
     let mismatch = "        IF r.fingerprint <> p_fingerprint THEN
             RETURN QUERY SELECT 'mismatch'::TEXT, NULL::BIGINT, NULL::BIGINT, NULL::TEXT,
                                 NULL::SMALLINT, NULL::BYTEA, NULL::BYTEA;

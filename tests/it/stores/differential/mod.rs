@@ -36,12 +36,18 @@ use idemgate::store::{
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 
 use crate::support::{Backend, TestStore, per_backend};
-use ops::{Case, Key, Op, Pick, units};
+use ops::{Case, Key, Op, Pick, tens, units};
 use reference::{Answer, RefToken, Reference, State};
 
-/// How far a store's durations may stray from the reference's: the real
-/// time a case takes (its clock runs on) and rounding. Far below [`ops::UNIT`].
-const SLACK: Duration = Duration::from_secs(5);
+/// How far a store's durations may stray from the reference's, besides
+/// the real time the case has taken so far (the store's clock runs on
+/// while the reference's stands still): rounding and the way back.
+const SLACK: Duration = Duration::from_secs(1);
+
+/// The real time a case may take: its durations are compared within
+/// [`SLACK`] and that, which must stay below the ten seconds between any
+/// two boundaries of a case ([`ops::tens`]).
+const MOST_REAL_TIME: Duration = Duration::from_secs(8);
 
 /// Steps in a case, at most.
 const MOST_STEPS: usize = 24;
@@ -82,13 +88,20 @@ struct Run<'a> {
     /// skips a record another transaction holds; the front's relay holds
     /// one for a moment).
     take_passes: usize,
-}
-
-fn within(expected: Duration, actual: Duration) -> bool {
-    expected.abs_diff(actual) <= SLACK
+    /// When the case started, in real time.
+    started: std::time::Instant,
 }
 
 impl Run<'_> {
+    /// How far the store's durations may stray now.
+    fn slack(&self) -> Duration {
+        SLACK + self.started.elapsed()
+    }
+
+    fn within(&self, expected: Duration, actual: Duration) -> bool {
+        expected.abs_diff(actual) <= self.slack()
+    }
+
     fn key(&self, key: Key) -> RecordKey {
         RecordKey {
             route: self.route.clone(),
@@ -100,6 +113,8 @@ impl Run<'_> {
     fn token(&self, key: Key, pick: Pick) -> (RefToken, Token) {
         let issued = self.tokens.get(&key).map(Vec::as_slice).unwrap_or_default();
         match (pick, issued) {
+            // Above every token: a store that fences with `>=` would let it in.
+            (Pick::Future, _) => (RefToken::MAX, Token::MAX),
             (Pick::Never, _) | (_, []) => (0, 0),
             (Pick::Newest, issued) => issued[issued.len() - 1],
             (Pick::Issued(n), issued) => issued[usize::from(n) % issued.len()],
@@ -113,7 +128,7 @@ impl Run<'_> {
             .map(Vec::as_slice)
             .unwrap_or_default();
         match (pick, claimed) {
-            (Pick::Never, _) | (_, []) => NO_ATTEMPT,
+            (Pick::Never | Pick::Future, _) | (_, []) => NO_ATTEMPT,
             (Pick::Newest, claimed) => claimed[claimed.len() - 1],
             (Pick::Issued(n), claimed) => claimed[usize::from(n) % claimed.len()],
         }
@@ -266,12 +281,29 @@ impl Run<'_> {
                     expected => same(expected, Answer::Removed(actual)),
                 }
             }
-            Op::Age { by } => {
-                self.reference.age(units(by));
+            Op::Age { tens: n } => {
+                self.reference.age(tens(n));
                 for key in Key::ALL {
-                    store.age(&self.key(key), units(by)).await.map_err(fail)?;
+                    store.age(&self.key(key), tens(n)).await.map_err(fail)?;
                 }
                 Ok(())
+            }
+            Op::Sweep => {
+                idemgate::sweep_once(store, 100, None).await.map_err(fail)?;
+                let routes = [InquiringRoute {
+                    name: self.route.clone(),
+                    retention: self.reference.route_retention,
+                    after: self.reference.after,
+                }];
+                let expected = self.reference.inquiring();
+                let actual = store.count_inquiring(&routes).await.map_err(fail)?;
+                if expected == actual {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "the rules count {expected} inquiring, the store {actual}"
+                    ))
+                }
             }
         }
     }
@@ -287,10 +319,10 @@ impl Run<'_> {
             ) if a == takeover => return self.issued(key, *r, *token),
             (Answer::Replay(n), Claim::Replay(stored)) => *stored == response(*n),
             (Answer::InFlight(left), Claim::InFlight { retry_after }) => {
-                within(*left, *retry_after)
+                self.within(*left, *retry_after)
             }
             (Answer::Inquiring(left), Claim::Inquiring { retry_after }) => {
-                within(*left, *retry_after)
+                self.within(*left, *retry_after)
             }
             (Answer::Mismatch, Claim::Mismatch) => true,
             (Answer::Held(a), Claim::Held(b)) => a == b,
@@ -353,7 +385,7 @@ impl Run<'_> {
             let Some(q) = actual.iter().find(|q| q.key == self.key(key)) else {
                 return Err(diverges());
             };
-            if q.asked != asked || !within(inquiring_for, q.inquiring_for) {
+            if q.asked != asked || !self.within(inquiring_for, q.inquiring_for) {
                 return Err(diverges());
             }
             let token = q.token;
@@ -378,7 +410,7 @@ impl Run<'_> {
                 (None, None) => {}
                 // Past retention: gone for every purpose, though the store
                 // may keep it until swept.
-                (None, Some(info)) if gone && looks_expired(&info, now) => {}
+                (None, Some(info)) if gone && looks_expired(&info, now, self.slack()) => {}
                 (expected, info) => {
                     if let Some(problem) =
                         self.record_differs(expected.as_ref(), info.as_ref(), now)
@@ -436,6 +468,15 @@ impl Run<'_> {
         if state == RecordState::Inquiring && info.inquiries != asked {
             return Some(format!("asked {:?}, not {asked:?}", info.inquiries));
         }
+        if state != RecordState::InFlight
+            && state != RecordState::Inquiring
+            && info.lease_until.is_some()
+        {
+            return Some(format!(
+                "a settled record with a lease or question: {:?}",
+                info.lease_until
+            ));
+        }
         let key = Key::ALL
             .into_iter()
             .find(|k| k.name() == info.key)
@@ -453,7 +494,19 @@ impl Run<'_> {
             }
         };
         let expected_left = |at: Duration| at.as_millis() as i128 - vnow.as_millis() as i128;
-        let slack = SLACK.as_millis() as i128;
+        let slack = self.slack().as_millis() as i128;
+        if let State::Inquiring { since, .. } = r.state {
+            let Some(actual) = info.inquiring_since else {
+                return Some("inquiring since no time".into());
+            };
+            if (left(actual) - expected_left(since)).abs() > slack {
+                return Some(format!(
+                    "inquiring since {} ms from now, not {} ms",
+                    left(actual),
+                    expected_left(since)
+                ));
+            }
+        }
         if let Some(lease) = lease {
             let Some(actual) = info.lease_until else {
                 return Some("no lease or next question".into());
@@ -487,8 +540,8 @@ impl Run<'_> {
 
 /// A record past its retention and not held by a live lease, as a store
 /// shows it.
-fn looks_expired(info: &RecordInfo, now: SystemTime) -> bool {
-    let by = now + SLACK;
+fn looks_expired(info: &RecordInfo, now: SystemTime, slack: Duration) -> bool {
+    let by = now + slack;
     let live = info.state == RecordState::InFlight && info.lease_until.is_some_and(|l| l > by);
     info.expires_at <= by && !live
 }
@@ -519,8 +572,18 @@ async fn run_case(
         tokens: BTreeMap::new(),
         attempts: BTreeMap::new(),
         take_passes,
+        started: std::time::Instant::now(),
     };
     for (i, op) in case.ops.iter().enumerate() {
+        if run.started.elapsed() > MOST_REAL_TIME {
+            return Err(format!(
+                "step {}: the case has taken {:?} of real time, more than the {:?} \
+                 its comparisons allow (a store this slow cannot be compared here)",
+                i + 1,
+                run.started.elapsed(),
+                MOST_REAL_TIME
+            ));
+        }
         let checked = match run.step(i, op).await {
             Ok(()) => run.compare_records().await,
             Err(e) => Err(e),

@@ -2,7 +2,7 @@
 //! generates (and shrinks) them: every call of the `Store` and
 //! `StoreAdmin` traits that changes a record, with the arguments that
 //! matter to the rules, and the clock moving by whole units
-//! ([`UNIT`]) through `StoreAdmin::age`.
+//! of ten seconds ([`tens`]) through `StoreAdmin::age`.
 
 use std::fmt;
 use std::time::Duration;
@@ -21,6 +21,15 @@ pub const UNIT: Duration = Duration::from_secs(60);
 /// `n` units.
 pub fn units(n: u8) -> Duration {
     UNIT * u32::from(n)
+}
+
+/// What the clock moves by: tens of seconds, so that every instant of a
+/// case is a multiple of ten seconds, and any boundary is either now
+/// exactly (met from the late side, as a store's running clock meets it)
+/// or ten seconds away at least, well beyond the comparisons' slack. Ages
+/// of 50 s look at boundaries from ten seconds before them.
+pub fn tens(n: u8) -> Duration {
+    Duration::from_secs(10 * u64::from(n))
 }
 
 /// One of a case's two keys.
@@ -42,12 +51,14 @@ impl Key {
 }
 
 /// Which of a key's tokens (or attempts) a write carries: the newest
-/// issued, one issued before (any, by index), or one never issued.
+/// issued, one issued before (any, by index), one never issued below
+/// every real one, or one above every token issued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pick {
     Newest,
     Issued(u8),
     Never,
+    Future,
 }
 
 /// One step of a case.
@@ -102,10 +113,13 @@ pub enum Op {
         key: Key,
         force: bool,
     },
-    /// Every record of the case `n` units older.
+    /// Every record of the case `tens` × 10 s older.
     Age {
-        by: u8,
+        tens: u8,
     },
+    /// One pass of the sweeper (store-wide), and the route's count of
+    /// inquiring keys.
+    Sweep,
 }
 
 impl fmt::Debug for Op {
@@ -164,7 +178,8 @@ impl fmt::Debug for Op {
             Op::Take { lease } => write!(f, "take_inquiries lease {lease}u"),
             Op::Clear { key, force } => write!(f, "clear {} force {force}", key.name()),
             Op::Delete { key, force } => write!(f, "delete {} force {force}", key.name()),
-            Op::Age { by } => write!(f, "age {by}u"),
+            Op::Age { tens } => write!(f, "age {}s", 10 * u16::from(*tens)),
+            Op::Sweep => write!(f, "sweep"),
         }
     }
 }
@@ -207,6 +222,7 @@ fn pick() -> impl Strategy<Value = Pick> {
         6 => Just(Pick::Newest),
         3 => (0u8..4).prop_map(Pick::Issued),
         1 => Just(Pick::Never),
+        1 => Just(Pick::Future),
     ]
 }
 
@@ -271,7 +287,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (1u8..=2).prop_map(|lease| Op::Take { lease }),
         1 => (key(), any::<bool>()).prop_map(|(key, force)| Op::Clear { key, force }),
         1 => (key(), any::<bool>()).prop_map(|(key, force)| Op::Delete { key, force }),
-        4 => (1u8..=3).prop_map(|by| Op::Age { by }),
+        4 => prop_oneof![Just(5u8), Just(6), Just(12), Just(18)].prop_map(|tens| Op::Age { tens }),
+        1 => Just(Op::Sweep),
     ]
 }
 

@@ -382,6 +382,16 @@ impl Reference {
         Answer::Taken(taken)
     }
 
+    /// How many of the route's keys are inquiring (and not expired).
+    pub fn inquiring(&mut self) -> u64 {
+        self.purge();
+        let inquiring = self
+            .records
+            .values()
+            .filter(|r| matches!(r.state, State::Inquiring { .. }));
+        inquiring.count() as u64
+    }
+
     pub fn age(&mut self, by: Duration) -> Answer {
         self.now += by;
         Answer::Aged
