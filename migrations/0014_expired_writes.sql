@@ -4,7 +4,9 @@
 -- the Redis store, whose records expire by themselves, never revived one.
 -- Found by the differential test (tests/it/stores/differential/). The
 -- batch of 0013, same arguments, replaced in place: an instance of the
--- previous build calls it too, and gets the same answer as this one.
+-- previous build calls it too, and gets the same answer as this one
+-- (its own other writes, statements of its binary, still reach such a
+-- record until every instance runs this build).
 
 CREATE OR REPLACE FUNCTION idemgate_batch(
     p_kinds TEXT[],              -- 'claim' or 'complete'

@@ -147,7 +147,9 @@ pub enum Write {
 /// Whether an attempt's write applies, given whether its token is the
 /// record's current one and the record's state. A lapsed lease does not
 /// fence its own attempt by itself: only a takeover (a new token) or a hold
-/// does.
+/// does, or the record's retention ending meanwhile: an [`expired`] record
+/// is gone, and no write applies to it (with `retention` equal to `lease`,
+/// a lapsed attempt's late answer is refused).
 ///
 /// - renew and release: only an in-flight record;
 /// - complete: in flight, completed already (a retried write whose first
