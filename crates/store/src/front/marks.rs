@@ -71,6 +71,9 @@ pub(super) struct Marks {
     delay: Duration,
     /// How often the task wakes while attempts wait.
     tick: Duration,
+    /// Held by the task from taking a batch until it is written, so that
+    /// [`Marks::age`] can keep markers from being written meanwhile.
+    writing: tokio::sync::Mutex<()>,
 }
 
 #[derive(Default)]
@@ -92,6 +95,7 @@ impl Marks {
             done: watch::Sender::new(0),
             delay,
             tick: (delay / 2).max(FINEST_TICK),
+            writing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -155,20 +159,19 @@ impl Marks {
     }
 
     /// Test builds only (`StoreAdmin::age`): the markers still waiting for
-    /// `key` end `by_ms` earlier, and a batch being written has landed or
-    /// failed when this returns (so the caller ages what it wrote).
+    /// `key` end `by_ms` earlier. None is being written when this returns,
+    /// and none is until the guard it returns is dropped: the caller ages
+    /// what the front holds meanwhile, and each marker is aged once, here
+    /// or there.
     #[cfg(feature = "test-hooks")]
-    pub(super) async fn age(&self, key: &RecordKey, by_ms: i64) {
-        let batch = {
-            let mut state = self.state();
-            for waiting in state.waiting.values_mut() {
-                if waiting.key == *key {
-                    waiting.until_ms -= by_ms;
-                }
+    pub(super) async fn age(&self, key: &RecordKey, by_ms: i64) -> tokio::sync::MutexGuard<'_, ()> {
+        let writing = self.writing.lock().await;
+        for waiting in self.state().waiting.values_mut() {
+            if waiting.key == *key {
+                waiting.until_ms -= by_ms;
             }
-            (!state.marking.is_empty()).then(|| (self.done.subscribe(), state.batches))
-        };
-        self.written(batch).await;
+        }
+        writing
     }
 
     /// If `token`'s marker is being written: a receiver of the batch count
@@ -222,6 +225,7 @@ impl Marks {
 /// dropped.
 pub(super) async fn run(inner: Weak<Inner>, marks: Arc<Marks>) {
     loop {
+        let writing = marks.writing.lock().await;
         let (batch, next) = marks.take_due(Instant::now());
         if !batch.is_empty() {
             // Finished however the write ends, so no settling attempt
@@ -231,6 +235,7 @@ pub(super) async fn run(inner: Weak<Inner>, marks: Arc<Marks>) {
             write(&store, &batch).await;
             continue;
         }
+        drop(writing);
         match next {
             // Wake at most every tick: the markers due by then go together.
             Some(due) => tokio::time::sleep_until(due.max(Instant::now() + marks.tick)).await,

@@ -493,12 +493,12 @@ impl StoreAdmin for FrontStore {
 
     #[cfg(feature = "test-hooks")]
     async fn age(&self, key: &RecordKey, by: Duration) -> Result<bool, StoreError> {
-        // What is still to be written to the front first (so nothing lands
-        // after with the instants of before), then the truth, then what
-        // the front shows.
+        // What is still to be written to the front, then the truth, then
+        // what the front shows, with the markers' and publisher's writes
+        // held back meanwhile: each entry is aged once, queued or shown.
         let by_ms = millis(by);
-        self.inner.marks.age(key, by_ms).await;
-        self.inner.publisher.age(key, by_ms).await;
+        let _marks = self.inner.marks.age(key, by_ms).await;
+        let _publishing = self.inner.publisher.age(key, by_ms).await;
         let found = self.inner.truth.age(key, by).await?;
         self.inner.front.front_age(key, by).await?;
         Ok(found)

@@ -113,15 +113,18 @@ impl Publisher {
     }
 
     /// Test builds only (`StoreAdmin::age`): the records of `key` still to
-    /// show end `by_ms` earlier; none is being written when this returns.
+    /// show end `by_ms` earlier. None is being written when this returns,
+    /// and none is until the guard it returns is dropped (as
+    /// `Marks::age`).
     #[cfg(feature = "test-hooks")]
-    pub(super) async fn age(&self, key: &RecordKey, by_ms: i64) {
-        let _writing = self.writing.lock().await;
+    pub(super) async fn age(&self, key: &RecordKey, by_ms: i64) -> tokio::sync::MutexGuard<'_, ()> {
+        let writing = self.writing.lock().await;
         for record in &mut self.queue().records {
             if record.key == *key {
                 record.until_ms -= by_ms;
             }
         }
+        writing
     }
 
     /// The next batch, oldest first.
