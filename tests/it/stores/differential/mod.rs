@@ -102,6 +102,15 @@ impl Run<'_> {
         expected.abs_diff(actual) <= self.slack()
     }
 
+    /// The case's route, as an inquirer asks for it.
+    fn routes(&self) -> [InquiringRoute; 1] {
+        [InquiringRoute {
+            name: self.route.clone(),
+            retention: self.reference.route_retention,
+            after: self.reference.after,
+        }]
+    }
+
     fn key(&self, key: Key) -> RecordKey {
         RecordKey {
             route: self.route.clone(),
@@ -290,11 +299,7 @@ impl Run<'_> {
             }
             Op::Sweep => {
                 idemgate::sweep_once(store, 100, None).await.map_err(fail)?;
-                let routes = [InquiringRoute {
-                    name: self.route.clone(),
-                    retention: self.reference.route_retention,
-                    after: self.reference.after,
-                }];
+                let routes = self.routes();
                 let expected = self.reference.inquiring();
                 let actual = store.count_inquiring(&routes).await.map_err(fail)?;
                 if expected == actual {
@@ -341,11 +346,7 @@ impl Run<'_> {
         let Answer::Taken(expected) = expected else {
             unreachable!("a take answers Taken")
         };
-        let routes = [InquiringRoute {
-            name: self.route.clone(),
-            retention: self.reference.route_retention,
-            after: self.reference.after,
-        }];
+        let routes = self.routes();
         let mut actual = Vec::new();
         for pass in 0..self.take_passes {
             if pass > 0 {
