@@ -357,7 +357,8 @@ async fn ask(
         (StatusCode::NOT_FOUND | StatusCode::GONE, _) => Asked::NotActed,
         (_, Some(Collected::Complete(body))) => {
             let status = original_status(&parts.headers)?.unwrap_or(parts.status);
-            let mut headers = replayable(&parts.headers, &route.replay_headers_deny);
+            let expires = route.announced_expiry();
+            let mut headers = replayable(&parts.headers, &route.replay_headers_deny, expires);
             for name in &LOOKUP_METADATA {
                 headers.remove(name);
             }

@@ -171,6 +171,9 @@ pub const INQUIRY_LEASE_MARGIN: Duration = Duration::from_secs(5);
 /// `forward_attempt`: the attempt's token is not sent upstream (but on a
 /// route that inquires it is, validate/route.rs).
 pub const DEFAULT_FORWARD_ATTEMPT: bool = S::FORWARD_ATTEMPT.flag();
+/// `expires_header`: keyed answers announce their record's expiry (but a
+/// shadow route's do not, validate/route.rs).
+pub const DEFAULT_EXPIRES_HEADER: bool = S::EXPIRES_HEADER.flag();
 /// `max_waiting`: requests that may wait for a key at once, per instance.
 pub const DEFAULT_MAX_WAITING: usize = S::MAX_WAITING.integer() as usize;
 /// `mode`: enforce idempotency.

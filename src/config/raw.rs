@@ -124,6 +124,7 @@ pub(super) struct RawRoute {
     pub(super) fingerprint: Option<RawFingerprint>,
     pub(super) inquiry: Option<RawInquiry>,
     pub(super) forward_attempt: Option<bool>,
+    pub(super) expires_header: Option<bool>,
 }
 
 /// A route's `inquiry` table.
@@ -189,7 +190,8 @@ impl RawRoute {
             replay_headers,
             fingerprint,
             inquiry,
-            forward_attempt
+            forward_attempt,
+            expires_header
         );
         if self.key_header.is_some() || self.key_from.is_some() {
             merged.key_header.clone_from(&self.key_header);

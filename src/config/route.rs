@@ -3,7 +3,7 @@
 //! the process-wide [`LogFormat`]. Parsing a value into these types lives
 //! here; checking a whole route lives in `validate`.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use http::{HeaderName, Method, StatusCode, Uri};
 use serde::Deserialize;
@@ -202,6 +202,9 @@ pub struct Route {
     pub inquiry: Option<Inquiry>,
     /// Send the attempt's fencing token upstream as `Idempotency-Attempt`.
     pub forward_attempt: bool,
+    /// Keyed answers that create or replay a record say until when it is
+    /// kept (`Idempotency-Expires`).
+    pub expires_header: bool,
 }
 
 impl Route {
@@ -217,6 +220,15 @@ impl Route {
             .iter()
             .chain(&self.scope_from)
             .any(|part| part.header() == Some(name))
+    }
+
+    /// The instant a record written now is kept at least until, when the
+    /// route announces it (`expires_header`): now plus `retention`, by the
+    /// gateway's wall clock. The store reckons its own expiry a little
+    /// later (after this call), so the announcement never overstates.
+    pub fn announced_expiry(&self) -> Option<SystemTime> {
+        self.expires_header
+            .then(|| SystemTime::now() + self.retention)
     }
 
     /// Whether the key is read from the body (the body is read before it).

@@ -17,7 +17,7 @@ use crate::problem::{GatewayError, KeyAfter};
 use crate::request::body::{self, Body, Collected, Prefixed};
 use crate::store::{Cas, HeldReason, RecordKey, StoreError, StoredResponse, Token, UnknownOutcome};
 use crate::telemetry::spans;
-use crate::upstream::{ExchangeError, UpstreamError, read_up_to, replayable};
+use crate::upstream::{ExchangeError, UpstreamError, announce_expiry, read_up_to, replayable};
 
 /// What the upstream answered within `upstream_timeout` (head and body up
 /// to the route's cap), or why it did not.
@@ -87,11 +87,13 @@ impl Gateway {
         // Settle by a table: is the body complete (within the cap), and is
         // its status one the route records?
         let recordable = route.record.records(parts.status);
+        // A recorded or held answer says until when its record is kept.
+        let expires = route.announced_expiry().filter(|_| recordable);
         let body = match (collected, recordable) {
             (Collected::Complete(bytes), true) => {
                 let stored = StoredResponse {
                     status: parts.status,
-                    headers: replayable(&parts.headers, &route.replay_headers_deny),
+                    headers: replayable(&parts.headers, &route.replay_headers_deny, expires),
                     body: bytes.clone(),
                 };
                 if route.mode == RouteMode::Shadow {
@@ -127,6 +129,10 @@ impl Gateway {
                 body::boxed(Prefixed::new(prefix, rest))
             }
         };
+        let mut parts = parts;
+        if let Some(until) = expires {
+            announce_expiry(&mut parts.headers, until);
+        }
         Ok(Response::from_parts(parts, body))
     }
 

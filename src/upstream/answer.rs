@@ -1,10 +1,13 @@
 //! An upstream's answer made fit for whoever gets it next: the client (no
 //! hop-by-hop headers, the client connection's own HTTP version) and the
-//! record (minus the route's `replay_headers` deny list). The forward, the
+//! record (minus the route's `replay_headers` deny list, plus the instant
+//! it is kept until, [`IDEMPOTENCY_EXPIRES`]). The forward, the
 //! pass-through and the status inquiry all answer through these, and the
 //! attempt's token travels in one header, [`IDEMPOTENCY_ATTEMPT`].
 
-use http::{HeaderMap, HeaderName};
+use std::time::SystemTime;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::strip_hop_by_hop;
 
@@ -20,12 +23,35 @@ pub fn to_client(parts: &mut http::response::Parts) {
     parts.version = http::Version::default();
 }
 
+/// The header that tells the client until when its key's record is kept
+/// (an HTTP-date): on the answer that created the record and on every
+/// replay of it (docs/src/guide/clients.md).
+pub const IDEMPOTENCY_EXPIRES: HeaderName = HeaderName::from_static("idempotency-expires");
+
 /// The headers worth recording: the response's (already without hop-by-hop
-/// headers), minus the route's `replay_headers` deny list.
-pub fn replayable(headers: &HeaderMap, deny: &[HeaderName]) -> HeaderMap {
+/// headers), minus the route's `replay_headers` deny list, and with
+/// `expires` announced when the route announces it.
+pub fn replayable(
+    headers: &HeaderMap,
+    deny: &[HeaderName],
+    expires: Option<SystemTime>,
+) -> HeaderMap {
     let mut kept = headers.clone();
     for name in deny {
         kept.remove(name);
     }
+    if let Some(until) = expires {
+        announce_expiry(&mut kept, until);
+    }
     kept
+}
+
+/// Say that the record is kept until `until`: an HTTP-date, whose whole
+/// seconds round down, so it never promises a moment the store may not
+/// reach. It replaces any the upstream sent: the gateway keeps the record.
+pub fn announce_expiry(headers: &mut HeaderMap, until: SystemTime) {
+    let date = httpdate::fmt_http_date(until);
+    if let Ok(value) = HeaderValue::from_str(&date) {
+        headers.insert(IDEMPOTENCY_EXPIRES, value);
+    }
 }

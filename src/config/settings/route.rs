@@ -75,6 +75,10 @@ super::rows! { ROUTE = Route {
     /// send the attempt's fencing token upstream as `Idempotency-Attempt` (default `true` on a
     /// route that inquires, unless the route or `[defaults]` sets it)
     FORWARD_ATTEMPT "forward_attempt" Bool Toml("false"), Applies;
+    /// keyed answers that created or replayed a record carry `Idempotency-Expires` (an HTTP-date:
+    /// the record is kept at least until then); default `false` on a shadow route unless the
+    /// route or `[defaults]` sets it. See [how long a key is kept](../guide/clients.md#how-long-a-key-is-kept)
+    EXPIRES_HEADER "expires_header" Bool Toml("true"), Applies;
     /// store unreachable at claim time: `"fail_closed"` answers `503` + `Retry-After: 1`;
     /// `"fail_open"` forwards without idempotency and logs a warning
     ON_STORE_ERROR "on_store_error" Choice Toml(r#""fail_closed""#), Applies;

@@ -5,13 +5,14 @@
 
 use super::{fingerprint, inquiry, keys, record, target, timing, tls};
 use crate::config::defaults::{
-    DEFAULT_CONCURRENT, DEFAULT_FORWARD_ATTEMPT, DEFAULT_KEY_REQUIRED, DEFAULT_MAX_REQUEST_BODY,
-    DEFAULT_MODE, DEFAULT_ON_STORE_ERROR, DEFAULT_ON_UNKNOWN_OUTCOME, DEFAULT_WAIT_TIMEOUT,
+    DEFAULT_CONCURRENT, DEFAULT_EXPIRES_HEADER, DEFAULT_FORWARD_ATTEMPT, DEFAULT_KEY_REQUIRED,
+    DEFAULT_MAX_REQUEST_BODY, DEFAULT_MODE, DEFAULT_ON_STORE_ERROR, DEFAULT_ON_UNKNOWN_OUTCOME,
+    DEFAULT_WAIT_TIMEOUT,
 };
 use crate::config::raw::RawRoute;
 use crate::config::settings as S;
 use crate::config::values::{duration, size};
-use crate::config::{Concurrent, ConfigError, Route, invalid};
+use crate::config::{Concurrent, ConfigError, Route, RouteMode, invalid};
 use std::time::Duration;
 
 /// The route at dotted key `at` (`routes[0]`).
@@ -36,6 +37,12 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
     let forward_attempt = r
         .forward_attempt
         .unwrap_or(DEFAULT_FORWARD_ATTEMPT || inquiry.is_some());
+    // A shadow route answers as if idemgate were absent: no header of its
+    // own unless asked for.
+    let mode = r.mode.unwrap_or(DEFAULT_MODE);
+    let expires_header = r
+        .expires_header
+        .unwrap_or(DEFAULT_EXPIRES_HEADER && mode == RouteMode::Enforce);
     Ok(Route {
         name,
         path,
@@ -58,12 +65,13 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
         on_store_error: r.on_store_error.unwrap_or(DEFAULT_ON_STORE_ERROR),
         concurrent,
         wait_timeout,
-        mode: r.mode.unwrap_or(DEFAULT_MODE),
+        mode,
         record,
         replay_headers_deny,
         fingerprint,
         inquiry,
         forward_attempt,
+        expires_header,
     })
 }
 

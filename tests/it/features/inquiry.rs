@@ -81,6 +81,11 @@ async fn an_upstream_that_acted_then_reset_is_replayed(b: Backend) {
     assert_eq!(replay.status, StatusCode::OK, "{}", replay.text());
     assert!(replay.is_replay());
     assert_eq!(replay.json()["execution"], 1);
+    let expires = replay.header("idempotency-expires");
+    assert!(
+        expires.is_some_and(|d| httpdate::parse_http_date(d).is_ok()),
+        "the answer an inquiry recorded names its expiry: {expires:?}"
+    );
     assert_eq!(upstream.executions_per_key()["acted"].len(), 1);
     assert_eq!(upstream.last_headers()["x-inquiry-token"], "t0ken");
     assert_eq!(upstream.lookups("acted"), 1);

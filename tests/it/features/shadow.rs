@@ -165,7 +165,27 @@ async fn enforce_answers_what_shadow_counted(b: Backend) {
     assert_eq!(would(&s, "forward").await, 0.0, "enforce counts no shadow");
 }
 
+/// A shadow route answers as if idemgate were absent, so its answers carry
+/// no `Idempotency-Expires` of idemgate's, unless the route asks for it.
+async fn shadow_names_no_expiry_unless_configured(b: Backend) {
+    let s = Setup::with(b, shadow).await;
+    let url = s.gateway.url("/v1/payments");
+    let first = post(&s.client, &url, "e1", "{}").await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    assert_eq!(first.header("idempotency-expires"), None);
+    let told = Setup::with(b, |config| {
+        shadow(config).route(|r| {
+            r.set("expires_header", true);
+        })
+    })
+    .await;
+    let first = post(&told.client, &told.gateway.url("/v1/payments"), "e1", "{}").await;
+    let date = first.header("idempotency-expires").expect("configured");
+    assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
+}
+
 per_backend!(
+    shadow_names_no_expiry_unless_configured,
     shadow_forwards_everything_and_counts_what_enforcing_would_do,
     shadow_forwards_bodies_over_the_limit,
     enforce_answers_what_shadow_counted,

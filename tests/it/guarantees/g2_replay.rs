@@ -2,7 +2,11 @@
 //! (status, replayable headers, body) with `Idempotent-Replayed: true` and
 //! without the upstream; which upstream answers are recorded (a `400`) and
 //! which release the key (`500`, `429`); and a response over
-//! `max_recorded_response`, forwarded once and never replayed. On every store.
+//! `max_recorded_response`, forwarded once and never replayed; and the
+//! `Idempotency-Expires` every recorded answer and its replays carry. On
+//! every store.
+
+use std::time::{Duration, SystemTime};
 
 use http::StatusCode;
 
@@ -97,7 +101,67 @@ async fn over_cap_response_is_forwarded_once_then_held(b: Backend) {
     );
 }
 
+/// The instant an answer's `Idempotency-Expires` names.
+fn expires(reply: &crate::support::Reply) -> Option<SystemTime> {
+    let value = reply.header("idempotency-expires")?;
+    Some(httpdate::parse_http_date(value).unwrap_or_else(|e| panic!("{value:?}: {e}")))
+}
+
+/// The answer that recorded a response, its replays, and the answer that
+/// left a held record each say until when the record is kept: a retention
+/// from the moment it was written, never later than the store keeps it
+/// (whole seconds, rounded down). An answer that leaves no record says
+/// nothing, nor does a route that is told not to.
+async fn keyed_answers_say_until_when_their_record_is_kept(b: Backend) {
+    let s = Setup::with(b, |config| {
+        config.route(|r| {
+            r.set("retention", "1h")
+                .set("max_recorded_response", "1KiB");
+        })
+    })
+    .await;
+    let hour = Duration::from_secs(3600);
+    let before = SystemTime::now();
+    let first = post(&s.client, &s.gateway.url("/v1/payments"), "exp", "{}").await;
+    let after = SystemTime::now();
+    let until = expires(&first).expect("the recording answer names its expiry");
+    assert!(
+        until + Duration::from_secs(1) > before + hour,
+        "{until:?} {before:?}"
+    );
+    assert!(until <= after + hour, "{until:?} {after:?}");
+    let replay = post(&s.client, &s.gateway.url("/v1/payments"), "exp", "{}").await;
+    assert!(replay.is_replay());
+    assert_eq!(
+        replay.header("idempotency-expires"),
+        first.header("idempotency-expires"),
+        "a replay names the record's own expiry"
+    );
+
+    let held = post(&s.client, &s.gateway.url("/v1/big/5000"), "exp-big", "{}").await;
+    assert!(expires(&held).is_some(), "a held record is kept too");
+    let released = post(&s.client, &s.gateway.url("/v1/status/500"), "exp-500", "{}").await;
+    assert_eq!(released.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(expires(&released), None, "a released key has no record");
+    let unkeyed =
+        crate::support::send(&s.client, "GET", &s.gateway.url("/v1/payments"), &[], "").await;
+    assert_eq!(expires(&unkeyed), None, "a pass-through has no record");
+
+    let quiet = Setup::with(b, |config| {
+        config.route(|r| {
+            r.set("expires_header", false);
+        })
+    })
+    .await;
+    let url = quiet.gateway.url("/v1/payments");
+    let first = post(&quiet.client, &url, "q", "{}").await;
+    let replay = post(&quiet.client, &url, "q", "{}").await;
+    assert!(replay.is_replay());
+    assert_eq!((expires(&first), expires(&replay)), (None, None));
+}
+
 per_backend!(
+    keyed_answers_say_until_when_their_record_is_kept,
     replay_is_byte_exact_with_location_and_etag,
     replay_drops_set_cookie_and_date_but_the_original_keeps_them,
     upstream_500_and_429_release_but_400_is_recorded,
