@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use http::{Method, Request, StatusCode, header};
@@ -40,7 +41,7 @@ use crate::request::key::digest as key_digest;
 use crate::store::{
     Cas, HeldReason, InquiringRoute, Inquiry, Store, StoreAdmin, StoreError, StoredResponse,
 };
-use crate::upstream::{ExchangeError, IDEMPOTENCY_ATTEMPT, Upstream, read_up_to, replayable};
+use crate::upstream::{ExchangeError, IDEMPOTENCY_ATTEMPT, Upstream, read_up_to, recorded};
 
 /// How often due questions are looked for.
 pub const TICK: Duration = Duration::from_secs(1);
@@ -355,30 +356,24 @@ async fn ask(
     })?;
     Ok(match (parts.status, body) {
         (StatusCode::NOT_FOUND | StatusCode::GONE, _) => Asked::NotActed,
-        (_, Some(Collected::Complete(body))) => {
-            let status = original_status(&parts.headers)?.unwrap_or(parts.status);
-            let expires = route.announced_expiry();
-            let mut headers = replayable(&parts.headers, &route.replay_headers_deny, expires);
-            for name in &LOOKUP_METADATA {
-                headers.remove(name);
-            }
-            let response = StoredResponse {
-                status,
-                headers,
-                body,
-            };
-            if route.record.records(status) {
-                Asked::Acted(response)
-            } else {
-                Asked::NotRecorded(status)
-            }
-        }
-        (status, Some(Collected::Over { .. })) => {
+        (status, Some(collected)) => {
             let status = original_status(&parts.headers)?.unwrap_or(status);
-            if route.record.records(status) {
-                Asked::TooLarge
-            } else {
-                Asked::NotRecorded(status)
+            // The original's answer as the route records it, without what
+            // describes the lookup's own answer.
+            let answer = |body| {
+                let expires = route.announced_expiry();
+                let mut response = recorded(status, &parts.headers, body, route, expires);
+                for name in &LOOKUP_METADATA {
+                    response.headers.remove(name);
+                }
+                response
+            };
+            match collected {
+                _ if !route.record.records(status) => Asked::NotRecorded(status),
+                Collected::Complete(body) => Asked::Acted(answer(body)),
+                // Too large to record, unless no body is recorded anyway.
+                Collected::Over { .. } if !route.record_body => Asked::Acted(answer(Bytes::new())),
+                Collected::Over { .. } => Asked::TooLarge,
             }
         }
         (status, None) => return Err(Unsettled(format!("the upstream answered {status}"))),

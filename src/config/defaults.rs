@@ -174,6 +174,8 @@ pub const DEFAULT_FORWARD_ATTEMPT: bool = S::FORWARD_ATTEMPT.flag();
 /// `expires_header`: keyed answers announce their record's expiry (but a
 /// shadow route's do not, validate/route.rs).
 pub const DEFAULT_EXPIRES_HEADER: bool = S::EXPIRES_HEADER.flag();
+/// `record_body`: the body is recorded with the status and headers.
+pub const DEFAULT_RECORD_BODY: bool = S::RECORD_BODY.flag();
 /// `max_waiting`: requests that may wait for a key at once, per instance.
 pub const DEFAULT_MAX_WAITING: usize = S::MAX_WAITING.integer() as usize;
 /// `mode`: enforce idempotency.

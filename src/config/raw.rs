@@ -125,6 +125,7 @@ pub(super) struct RawRoute {
     pub(super) inquiry: Option<RawInquiry>,
     pub(super) forward_attempt: Option<bool>,
     pub(super) expires_header: Option<bool>,
+    pub(super) record_body: Option<bool>,
 }
 
 /// A route's `inquiry` table.
@@ -191,7 +192,8 @@ impl RawRoute {
             fingerprint,
             inquiry,
             forward_attempt,
-            expires_header
+            expires_header,
+            record_body
         );
         if self.key_header.is_some() || self.key_from.is_some() {
             merged.key_header.clone_from(&self.key_header);

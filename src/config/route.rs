@@ -205,6 +205,8 @@ pub struct Route {
     /// Keyed answers that create or replay a record say until when it is
     /// kept (`Idempotency-Expires`).
     pub expires_header: bool,
+    /// The body is recorded (`false`: status and headers only).
+    pub record_body: bool,
 }
 
 impl Route {

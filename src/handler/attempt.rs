@@ -7,6 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 use http::{Request, Response};
 
 use super::{Gateway, Routed};
@@ -17,7 +19,7 @@ use crate::problem::{GatewayError, KeyAfter};
 use crate::request::body::{self, Body, Collected, Prefixed};
 use crate::store::{Cas, HeldReason, RecordKey, StoreError, StoredResponse, Token, UnknownOutcome};
 use crate::telemetry::spans;
-use crate::upstream::{ExchangeError, UpstreamError, announce_expiry, read_up_to, replayable};
+use crate::upstream::{ExchangeError, UpstreamError, announce_expiry, read_up_to, recorded};
 
 /// What the upstream answered within `upstream_timeout` (head and body up
 /// to the route's cap), or why it did not.
@@ -84,28 +86,22 @@ impl Gateway {
         // Window (b): the upstream has answered, nothing is recorded yet.
         kill_window!("after-upstream");
 
-        // Settle by a table: is the body complete (within the cap), and is
-        // its status one the route records?
+        // Settle by a table: is the status one the route records, and is
+        // the body complete (within the cap) or not needed?
         let recordable = route.record.records(parts.status);
         // A recorded or held answer says until when its record is kept.
         let expires = route.announced_expiry().filter(|_| recordable);
         let body = match (collected, recordable) {
             (Collected::Complete(bytes), true) => {
-                let stored = StoredResponse {
-                    status: parts.status,
-                    headers: replayable(&parts.headers, &route.replay_headers_deny, expires),
-                    body: bytes.clone(),
-                };
-                if route.mode == RouteMode::Shadow {
-                    self.shadow_settle(route, key, token, Some(stored)).await;
-                } else {
-                    // G5: durable first, then sent.
-                    let write = || self.store.complete(key, token, &stored, route.retention);
-                    self.settled(route, write).await?;
-                    // Window (c): the record is durable, the client has nothing.
-                    kill_window!("after-complete");
-                }
+                let stored = recorded(parts.status, &parts.headers, bytes.clone(), route, expires);
+                self.record(route, key, token, stored).await?;
                 body::full(bytes)
+            }
+            (Collected::Over { prefix, rest }, true) if !route.record_body => {
+                // The body is not recorded, so its size does not matter.
+                let stored = recorded(parts.status, &parts.headers, Bytes::new(), route, expires);
+                self.record(route, key, token, stored).await?;
+                body::boxed(Prefixed::new(prefix, rest))
             }
             (Collected::Complete(bytes), false) => {
                 // Not a recordable status (5xx, 429, …): release, then send.
@@ -134,6 +130,26 @@ impl Gateway {
             announce_expiry(&mut parts.headers, until);
         }
         Ok(Response::from_parts(parts, body))
+    }
+
+    /// Record the answer before it is sent (G5); a shadow route records it
+    /// without letting a failure reach the answer.
+    async fn record(
+        self: &Arc<Self>,
+        route: &Route,
+        key: &RecordKey,
+        token: Token,
+        stored: StoredResponse,
+    ) -> Result<(), GatewayError> {
+        if route.mode == RouteMode::Shadow {
+            self.shadow_settle(route, key, token, Some(stored)).await;
+            return Ok(());
+        }
+        let write = || self.store.complete(key, token, &stored, route.retention);
+        self.settled(route, write).await?;
+        // Window (c): the record is durable, the client has nothing.
+        kill_window!("after-complete");
+        Ok(())
     }
 
     /// A settling write that must apply before the response is sent: a

@@ -1,13 +1,18 @@
 //! An upstream's answer made fit for whoever gets it next: the client (no
 //! hop-by-hop headers, the client connection's own HTTP version) and the
-//! record (minus the route's `replay_headers` deny list, plus the instant
-//! it is kept until, [`IDEMPOTENCY_EXPIRES`]). The forward, the
+//! record ([`recorded`]: minus the route's `replay_headers` deny list,
+//! plus the instant it is kept until, [`IDEMPOTENCY_EXPIRES`], the body only
+//! where the route records it). The forward, the
 //! pass-through and the status inquiry all answer through these, and the
 //! attempt's token travels in one header, [`IDEMPOTENCY_ATTEMPT`].
 
 use std::time::SystemTime;
 
-use http::{HeaderMap, HeaderName, HeaderValue};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+
+use crate::config::Route;
+use crate::store::StoredResponse;
 
 use super::strip_hop_by_hop;
 
@@ -28,23 +33,52 @@ pub fn to_client(parts: &mut http::response::Parts) {
 /// replay of it (docs/src/guide/clients.md).
 pub const IDEMPOTENCY_EXPIRES: HeaderName = HeaderName::from_static("idempotency-expires");
 
-/// The headers worth recording: the response's (already without hop-by-hop
-/// headers), minus the route's `replay_headers` deny list, and with
-/// `expires` announced when the route announces it.
-pub fn replayable(
+/// What a route records of an answer: its status, its headers minus the
+/// route's `replay_headers` deny list and with `expires` announced, and its
+/// body, unless the route records none (`record_body = false`: then
+/// neither the body nor the headers that describe one, [`DESCRIBE_BODY`]).
+pub fn recorded(
+    status: StatusCode,
     headers: &HeaderMap,
-    deny: &[HeaderName],
+    body: Bytes,
+    route: &Route,
     expires: Option<SystemTime>,
-) -> HeaderMap {
+) -> StoredResponse {
     let mut kept = headers.clone();
-    for name in deny {
+    for name in &route.replay_headers_deny {
         kept.remove(name);
     }
     if let Some(until) = expires {
         announce_expiry(&mut kept, until);
     }
-    kept
+    if route.record_body {
+        return StoredResponse {
+            status,
+            headers: kept,
+            body,
+        };
+    }
+    for name in DESCRIBE_BODY {
+        kept.remove(name);
+    }
+    StoredResponse {
+        status,
+        headers: kept,
+        body: Bytes::new(),
+    }
 }
+
+/// The headers that describe a body, not recorded without it: an empty
+/// replay must not claim a length, an encoding, a type or a digest.
+const DESCRIBE_BODY: [HeaderName; 7] = [
+    header::CONTENT_LENGTH,
+    header::CONTENT_TYPE,
+    header::CONTENT_ENCODING,
+    header::CONTENT_RANGE,
+    header::CONTENT_LANGUAGE,
+    HeaderName::from_static("content-digest"),
+    HeaderName::from_static("repr-digest"),
+];
 
 /// Say that the record is kept until `until`: an HTTP-date, whose whole
 /// seconds round down, so it never promises a moment the store may not

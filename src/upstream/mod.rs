@@ -8,9 +8,7 @@ mod answer;
 mod connector;
 mod exchange;
 
-pub use answer::{
-    IDEMPOTENCY_ATTEMPT, IDEMPOTENCY_EXPIRES, announce_expiry, replayable, to_client,
-};
+pub use answer::{IDEMPOTENCY_ATTEMPT, IDEMPOTENCY_EXPIRES, announce_expiry, recorded, to_client};
 pub use exchange::{ExchangeError, read_up_to};
 
 use std::net::SocketAddr;

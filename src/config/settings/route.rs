@@ -97,6 +97,11 @@ super::rows! { ROUTE = Route {
     /// which upstream statuses are recorded; any other status releases the key (the response is
     /// sent, the next request forwards again)
     RECORD "record" List Toml(r#"["2xx", "3xx", "4xx", "!408", "!409", "!425", "!429"]"#), Applies;
+    /// `false`: record the status and headers but not the body (webhook and event routes, whose
+    /// sender needs only the status): a replay answers the same status and headers with an empty
+    /// body, without the headers that describe a body (`Content-*`), and an answer of any size is
+    /// recorded, never held for `max_recorded_response`
+    RECORD_BODY "record_body" Bool Toml("true"), Applies;
     /// response headers never recorded nor replayed. Setting it replaces this list
     REPLAY_HEADERS "replay_headers" List Toml(r#"["set-cookie", "date"]"#), Applies;
     /// the method is part of the fingerprint

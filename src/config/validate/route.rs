@@ -7,7 +7,7 @@ use super::{fingerprint, inquiry, keys, record, target, timing, tls};
 use crate::config::defaults::{
     DEFAULT_CONCURRENT, DEFAULT_EXPIRES_HEADER, DEFAULT_FORWARD_ATTEMPT, DEFAULT_KEY_REQUIRED,
     DEFAULT_MAX_REQUEST_BODY, DEFAULT_MODE, DEFAULT_ON_STORE_ERROR, DEFAULT_ON_UNKNOWN_OUTCOME,
-    DEFAULT_WAIT_TIMEOUT,
+    DEFAULT_RECORD_BODY, DEFAULT_WAIT_TIMEOUT,
 };
 use crate::config::raw::RawRoute;
 use crate::config::settings as S;
@@ -72,6 +72,7 @@ pub(super) fn route(at: &str, r: &RawRoute) -> Result<Route, ConfigError> {
         inquiry,
         forward_attempt,
         expires_header,
+        record_body: r.record_body.unwrap_or(DEFAULT_RECORD_BODY),
     })
 }
 

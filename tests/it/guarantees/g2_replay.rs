@@ -160,8 +160,42 @@ async fn keyed_answers_say_until_when_their_record_is_kept(b: Backend) {
     assert_eq!((expires(&first), expires(&replay)), (None, None));
 }
 
+/// `record_body = false`: the record keeps the status and headers only; a
+/// replay answers them with an empty body and without the headers that
+/// describe one, and an answer over `max_recorded_response` is recorded
+/// too (its size no longer matters), never held.
+async fn a_route_that_records_no_body_replays_status_and_headers(b: Backend) {
+    let s = Setup::with(b, |config| {
+        config.route(|r| {
+            r.set("record_body", false)
+                .set("max_recorded_response", "1KiB");
+        })
+    })
+    .await;
+    let url = s.gateway.url("/v1/binary");
+    let first = post(&s.client, &url, "nb", "{}").await;
+    assert_eq!(&first.body[..], BINARY_BODY);
+    let replay = post(&s.client, &url, "nb", "{}").await;
+    assert!(replay.is_replay());
+    assert_eq!(replay.status, first.status);
+    assert!(replay.body.is_empty(), "{:?}", replay.body);
+    assert_eq!(replay.header("content-type"), None);
+    assert_eq!(replay.header("location"), first.header("location"));
+    assert_eq!(replay.header("etag"), first.header("etag"));
+    assert_eq!(s.upstream.count("nb"), 1);
+
+    let url = s.gateway.url("/v1/big/5000");
+    let big = post(&s.client, &url, "nb-big", "{}").await;
+    assert_eq!((big.status, big.body.len()), (StatusCode::OK, 5000));
+    let again = post(&s.client, &url, "nb-big", "{}").await;
+    assert_eq!(again.status, StatusCode::OK, "{}", again.text());
+    assert!(again.is_replay() && again.body.is_empty());
+    assert_eq!(s.upstream.count("nb-big"), 1);
+}
+
 per_backend!(
     keyed_answers_say_until_when_their_record_is_kept,
+    a_route_that_records_no_body_replays_status_and_headers,
     replay_is_byte_exact_with_location_and_etag,
     replay_drops_set_cookie_and_date_but_the_original_keeps_them,
     upstream_500_and_429_release_but_400_is_recorded,
