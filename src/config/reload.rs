@@ -11,9 +11,11 @@
 //!
 //! The new routes must also fit what stays: a route body larger than the
 //! running `max_buffered_request_bytes`, or a lease longer than the store
-//! front's fences were sized for at start, refuses the reload as a whole.
+//! front's fences were sized for at start, or a scope that reads the client
+//! certificate while the listener in force asks for none, refuses the
+//! reload as a whole.
 
-use super::validate::{buffers_fit, store::fence_life};
+use super::validate::{buffers_fit, store::fence_life, tls::cert_parts_fit};
 use super::{Config, ConfigError, Route, invalid, settings};
 use crate::store::{FrontConfig, StoreConfig};
 
@@ -37,6 +39,8 @@ impl Config {
     /// a restart, or why it cannot be applied at all.
     pub fn reload(&self, next: Config) -> Result<Reload, ConfigError> {
         buffers_fit(self.max_buffered_request_bytes, &next.routes)?;
+        // The listener in force decides whether a client certificate is asked.
+        cert_parts_fit(self.tls.as_ref(), &next.routes)?;
         if let Some(front) = &self.store.front {
             let too_long = next
                 .routes
