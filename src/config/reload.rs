@@ -371,4 +371,20 @@ mod tests {
             "{error}"
         );
     }
+    /// A route scoped by the client certificate needs the listener in
+    /// force to ask for one: without `client_ca` at start, it is refused.
+    #[test]
+    fn a_cert_scope_needs_the_running_listener_to_ask_for_certificates() {
+        use crate::request::key_source::{CertPart, KeyPart};
+        let running = parse(MINIMAL).unwrap();
+        let mut next = running.clone();
+        next.routes[0].scope_from = vec![KeyPart::Cert(CertPart::SanUri)];
+        let error = running.reload(next).unwrap_err().to_string();
+        assert!(
+            error.contains("routes[0].scope_from") && error.contains("client_ca"),
+            "{error}"
+        );
+        // The control: the same routes without the part apply.
+        assert!(running.reload(running.clone()).is_ok());
+    }
 }
