@@ -294,6 +294,7 @@ impl GatewayError {
             E::MissingKey { part: KeyPart::Header(header) } => format!("This endpoint requires an {header} header. Send a unique key (e.g. a UUID) per operation and reuse it when you retry."),
             E::MissingKey { part } => format!("This endpoint takes its idempotency key from {part}, which this request lacks. Send it, with the same value on every retry of one operation."),
             E::InvalidKey { part: KeyPart::Header(header), reason } => format!("The {header} header is invalid: {reason}. Send 1 to 255 visible ASCII characters, bare or as a quoted string (\"key\")."),
+            E::InvalidKey { part: part @ KeyPart::Cert(_), reason } => format!("This endpoint scopes its idempotency keys by the client certificate's {part}, and {reason}. Connect with a client certificate that has it, issued by a CA the gateway trusts."),
             E::InvalidKey { part, reason } => format!("This endpoint reads its idempotency key (or its scope) from {part}, and that is invalid: {reason}. Send a string (1 to 255 printable ASCII characters) or an integer there."),
             E::BodyTooLarge { limit } => format!("The request body exceeds this endpoint's limit of {limit} bytes. Send a smaller body."),
             E::BodyRead(e) => format!("The request body could not be read ({e}). Retry the request."),

@@ -1,7 +1,8 @@
 //! TLS material from PEM files, for both sides of the gateway: a CA bundle
-//! (`upstream_ca`, trusted for `https://` upstreams) and a certificate chain
-//! with its private key (`[tls]`, the proxy listener's). rustls runs on
-//! ring everywhere ([`provider`]); every error names the file it is about.
+//! (`upstream_ca`, trusted for `https://` upstreams; `[tls] client_ca`,
+//! trusted for client certificates) and a certificate chain with its
+//! private key (`[tls]`, the proxy listener's). rustls runs on ring
+//! everywhere ([`provider`]); every error names the file it is about.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,6 +11,8 @@ use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::ClientCertVerifier;
 use rustls::sign::CertifiedKey;
 
 /// A PEM file that cannot be used.
@@ -80,6 +83,30 @@ pub fn read_ca_file(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsFile
         })?;
     }
     Ok(certs)
+}
+
+/// The verifier of client certificates issued by the CAs in `path`:
+/// `required`, a client without one fails the handshake; otherwise it may
+/// present none (one it presents must verify all the same).
+pub fn read_client_verifier(
+    path: &Path,
+    required: bool,
+) -> Result<Arc<dyn ClientCertVerifier>, TlsFileError> {
+    let mut roots = RootCertStore::empty();
+    for cert in read_ca_file(path)? {
+        roots
+            .add(cert)
+            .map_err(|e| TlsFileError::invalid(path, format!("not usable as a CA: {e}")))?;
+    }
+    let builder = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider());
+    let builder = if required {
+        builder
+    } else {
+        builder.allow_unauthenticated()
+    };
+    builder
+        .build()
+        .map_err(|e| TlsFileError::invalid(path, format!("cannot verify client certificates: {e}")))
 }
 
 /// A certificate chain (the server's certificate first) and its private key

@@ -43,7 +43,7 @@ pub use reload::Reload;
 pub use route::{Concurrent, LogFormat, OnStoreError, PathMatch, RecordPolicy, Route, RouteMode};
 pub use secret::AdminToken;
 pub use telemetry::Telemetry;
-pub use tls::{ListenerTls, UpstreamCa};
+pub use tls::{ClientAuth, ClientCerts, ListenerTls, UpstreamCa};
 
 /// A configuration problem, with the key it concerns.
 #[derive(Debug, thiserror::Error)]

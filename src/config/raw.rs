@@ -76,12 +76,15 @@ pub(super) struct RawFront {
     pub(super) mark_after: Option<String>,
 }
 
-/// The `[tls]` table: the proxy listener's certificate.
+/// The `[tls]` table: the proxy listener's certificate, and the CAs of
+/// client certificates.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTls {
     pub(super) cert: Option<String>,
     pub(super) key: Option<String>,
+    pub(super) client_ca: Option<String>,
+    pub(super) client_auth: Option<super::ClientAuth>,
 }
 
 /// The `[telemetry]` table: where traces go.

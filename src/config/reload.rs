@@ -11,9 +11,11 @@
 //!
 //! The new routes must also fit what stays: a route body larger than the
 //! running `max_buffered_request_bytes`, or a lease longer than the store
-//! front's fences were sized for at start, refuses the reload as a whole.
+//! front's fences were sized for at start, or a scope that reads the client
+//! certificate while the listener in force asks for none, refuses the
+//! reload as a whole.
 
-use super::validate::{buffers_fit, store::fence_life};
+use super::validate::{buffers_fit, store::fence_life, tls::cert_parts_fit};
 use super::{Config, ConfigError, Route, invalid, settings};
 use crate::store::{FrontConfig, StoreConfig};
 
@@ -37,6 +39,8 @@ impl Config {
     /// a restart, or why it cannot be applied at all.
     pub fn reload(&self, next: Config) -> Result<Reload, ConfigError> {
         buffers_fit(self.max_buffered_request_bytes, &next.routes)?;
+        // The listener in force decides whether a client certificate is asked.
+        cert_parts_fit(self.tls.as_ref(), &next.routes)?;
         if let Some(front) = &self.store.front {
             let too_long = next
                 .routes
@@ -366,5 +370,21 @@ mod tests {
             error.to_string().contains("max_buffered_request_bytes"),
             "{error}"
         );
+    }
+    /// A route scoped by the client certificate needs the listener in
+    /// force to ask for one: without `client_ca` at start, it is refused.
+    #[test]
+    fn a_cert_scope_needs_the_running_listener_to_ask_for_certificates() {
+        use crate::request::key_source::{CertPart, KeyPart};
+        let running = parse(MINIMAL).unwrap();
+        let mut next = running.clone();
+        next.routes[0].scope_from = vec![KeyPart::Cert(CertPart::SanUri)];
+        let error = running.reload(next).unwrap_err().to_string();
+        assert!(
+            error.contains("routes[0].scope_from") && error.contains("client_ca"),
+            "{error}"
+        );
+        // The control: the same routes without the part apply.
+        assert!(running.reload(running.clone()).is_ok());
     }
 }

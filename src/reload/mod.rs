@@ -14,7 +14,7 @@
 //!
 //! With `watch_config`, a change of the file's bytes reloads too
 //! ([`watch`]). The same reload reads the `[tls]` certificate's files
-//! again, as it always has on SIGHUP.
+//! again, as it always has on SIGHUP, and the client CAs' (`client_ca`).
 
 pub(crate) mod hangup;
 pub(crate) mod watch;
@@ -169,8 +169,8 @@ impl Reloader {
     }
 }
 
-/// Read the certificate's files again, off the runtime's threads; a
-/// failure keeps the certificate in use.
+/// Read the certificate's files again, then the client CAs' (each apart),
+/// off the runtime's threads; a failure keeps what is in use.
 async fn reload_certificate(certificate: &Arc<Certificate>) {
     let reading = certificate.clone();
     let reloaded = tokio::task::spawn_blocking(move || reading.reload()).await;
@@ -188,6 +188,22 @@ async fn reload_certificate(certificate: &Arc<Certificate>) {
         Err(error) => tracing::error!(
             %error,
             "TLS certificate reload failed; still serving the previous certificate"
+        ),
+    }
+    let Some(ca) = certificate.client_ca_path() else {
+        return;
+    };
+    let reading = certificate.clone();
+    let reloaded = tokio::task::spawn_blocking(move || reading.reload_client_ca()).await;
+    match reloaded.unwrap_or_else(|join| Some(Err(TlsFileError::invalid(ca, join.to_string())))) {
+        None => {}
+        Some(Ok(())) => tracing::info!(
+            client_ca = %ca.display(),
+            "TLS client CAs reloaded; new connections' client certificates are verified against them"
+        ),
+        Some(Err(error)) => tracing::error!(
+            %error,
+            "TLS client CA reload failed; still verifying client certificates against the previous CAs"
         ),
     }
 }

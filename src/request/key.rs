@@ -47,6 +47,11 @@ pub enum KeyError {
     /// A `json:` part names a value that is not a string or an integer.
     #[error("the value there is {0}, not a string or an integer")]
     NotKeyValue(&'static str),
+    /// A `cert:` part with no value: the connection has no verified
+    /// client certificate, or the certificate has no such name (an
+    /// anonymous caller must not share one scope).
+    #[error("{0}")]
+    NoCertValue(&'static str),
 }
 
 /// A key as logs and traces show it: the first 12 hex digits of its

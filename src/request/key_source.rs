@@ -1,7 +1,9 @@
 //! Where a route's idempotency key and scope come from (docs/src/guide/webhooks.md):
 //! `key_from` and `scope_from`, lists of parts `header:NAME`, `query:NAME`
 //! and `json:/pointer`, so that a webhook's delivery id, a broker's message
-//! id inside the JSON body, or a saga id plus a step can be the key.
+//! id inside the JSON body, or a saga id plus a step can be the key; and,
+//! for the scope only, `cert:subject`, `cert:san-uri` and `cert:san-dns`,
+//! the verified client certificate's identity ([`super::client_cert`]).
 //!
 //! - A key part gives exactly one value: a header or query parameter that
 //!   appears twice, a JSON value that is not a string or an integer, or a
@@ -16,13 +18,18 @@
 //! - A scope part gives all its values (none when absent); the scope is the
 //!   SHA-256 of one part's values as [`scope_digest`] takes them (the
 //!   same digest `scope_header` gave), or of each part's digest in turn.
+//!   A `cert:` part is the exception: no value (no verified certificate,
+//!   or none of its names of that kind) is an invalid part (`400`), never
+//!   the anonymous scope, which every such caller would share.
 
 use std::fmt;
+use std::sync::Arc;
 
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
 use idemgate_core::scope_digest;
 
+use crate::request::client_cert::ClientIdentity;
 use crate::request::json_body::JsonBody;
 use crate::request::key::{self as key, KeyError};
 
@@ -38,10 +45,66 @@ pub enum KeyPart {
     Query(String),
     /// `json:/pointer`: an RFC 6901 pointer into a JSON body.
     Json(String),
+    /// `cert:…`: the verified client certificate's identity (scope only).
+    Cert(CertPart),
+}
+
+/// What a `cert:` part reads from the client certificate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CertPart {
+    /// `cert:subject`: the subject DN, RFC 4514.
+    Subject,
+    /// `cert:san-uri`: every URI subject alternative name.
+    SanUri,
+    /// `cert:san-dns`: every DNS subject alternative name.
+    SanDns,
+}
+
+impl CertPart {
+    const ALL: [(&'static str, CertPart); 3] = [
+        ("subject", CertPart::Subject),
+        ("san-uri", CertPart::SanUri),
+        ("san-dns", CertPart::SanDns),
+    ];
+
+    fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, p)| *p == self)
+            .map_or("", |(name, _)| name)
+    }
+
+    /// Its values in `identity` (`Err`: none, and why).
+    fn values(self, identity: Option<&ClientIdentity>) -> Result<Vec<&str>, KeyError> {
+        let identity = identity.ok_or(KeyError::NoCertValue(
+            "the connection presented no client certificate",
+        ))?;
+        let (values, none): (Vec<&str>, _) = match self {
+            Self::Subject => (
+                Some(identity.subject.as_str())
+                    .filter(|s| !s.is_empty())
+                    .into_iter()
+                    .collect(),
+                "the client certificate's subject is empty",
+            ),
+            Self::SanUri => (
+                identity.san_uri.iter().map(String::as_str).collect(),
+                "the client certificate has no URI subject alternative name",
+            ),
+            Self::SanDns => (
+                identity.san_dns.iter().map(String::as_str).collect(),
+                "the client certificate has no DNS subject alternative name",
+            ),
+        };
+        if values.is_empty() {
+            return Err(KeyError::NoCertValue(none));
+        }
+        Ok(values)
+    }
 }
 
 impl KeyPart {
-    /// Parse `header:NAME`, `query:NAME` or `json:/pointer`.
+    /// Parse `header:NAME`, `query:NAME`, `json:/pointer` or `cert:WHAT`.
     pub fn parse(text: &str) -> Result<Self, String> {
         let (kind, rest) = text.split_once(':').ok_or_else(|| {
             format!("`{text}` is not `header:NAME`, `query:NAME` or `json:/pointer`")
@@ -63,8 +126,17 @@ impl KeyPart {
             "json" => Err(format!(
                 "`{rest}` in `{text}` is not a JSON pointer (RFC 6901: empty or starting with `/`)"
             )),
+            "cert" => CertPart::ALL
+                .iter()
+                .find(|(name, _)| *name == rest)
+                .map(|(_, part)| Self::Cert(*part))
+                .ok_or_else(|| {
+                    format!(
+                        "`{text}` is not a certificate part (cert:subject, cert:san-uri or cert:san-dns)"
+                    )
+                }),
             _ => Err(format!(
-                "`{kind}:` in `{text}` is not a part kind (header:, query: or json:)"
+                "`{kind}:` in `{text}` is not a part kind (header:, query:, json: or cert:)"
             )),
         }
     }
@@ -72,6 +144,11 @@ impl KeyPart {
     /// Whether the part is read from the body (the body must be read first).
     pub fn reads_body(&self) -> bool {
         matches!(self, Self::Json(_))
+    }
+
+    /// Whether the part is read from the client certificate (scope only).
+    pub fn reads_cert(&self) -> bool {
+        matches!(self, Self::Cert(_))
     }
 
     /// The header, for a `header:` part.
@@ -89,6 +166,7 @@ impl fmt::Display for KeyPart {
             Self::Header(name) => write!(f, "header:{name}"),
             Self::Query(name) => write!(f, "query:{name}"),
             Self::Json(pointer) => write!(f, "json:{pointer}"),
+            Self::Cert(part) => write!(f, "cert:{}", part.name()),
         }
     }
 }
@@ -150,6 +228,8 @@ pub fn key(parts: &[KeyPart], head: &Parts, json: Option<&JsonBody>) -> Result<F
                 None => None,
                 Some(text) => Some(key::plain(text).map_err(invalid)?),
             },
+            // Never a key part (the configuration refuses it there).
+            KeyPart::Cert(_) => None,
         };
         match value {
             Some(value) => values.push(value),
@@ -160,6 +240,8 @@ pub fn key(parts: &[KeyPart], head: &Parts, json: Option<&JsonBody>) -> Result<F
 }
 
 /// The request's scope digest (empty when the route has no scope parts).
+/// A `cert:` part reads the `Arc<ClientIdentity>` among `head`'s
+/// extensions (the server puts it there, `src/server/tls.rs`).
 pub fn scope(
     parts: &[KeyPart],
     head: &Parts,
@@ -178,6 +260,15 @@ pub fn scope(
             KeyPart::Json(pointer) => json_text(part, pointer, json)?
                 .map(|text| text.as_bytes().to_vec())
                 .into_iter()
+                .collect(),
+            KeyPart::Cert(what) => what
+                .values(head.extensions.get::<Arc<ClientIdentity>>().map(|i| &**i))
+                .map_err(|reason| PartError {
+                    part: part.clone(),
+                    reason,
+                })?
+                .into_iter()
+                .map(|v| v.as_bytes().to_vec())
                 .collect(),
         };
         per_part.push(values);
@@ -263,7 +354,7 @@ pub fn key_of_values(parts: &[KeyPart], values: &[String]) -> Result<String, Key
             KeyPart::Header(_) => HeaderValue::from_str(value)
                 .map_err(|_| KeyError::BadCharacter)
                 .and_then(|v| key::parse(&v)),
-            KeyPart::Query(_) | KeyPart::Json(_) => key::plain(value),
+            KeyPart::Query(_) | KeyPart::Json(_) | KeyPart::Cert(_) => key::plain(value),
         };
         checked.push(valid.map_err(|reason| {
             KeyOfValuesError::Part(PartError {
@@ -450,5 +541,34 @@ mod tests {
             scope(&p, &head("/", &[]), None).unwrap()
         );
         assert!(scope_of_values(&p, &["x".into()]).is_err());
+    }
+
+    #[test]
+    fn cert_parts_need_a_certificate_with_the_name() {
+        for text in ["cert:subject", "cert:san-uri", "cert:san-dns"] {
+            assert_eq!(KeyPart::parse(text).unwrap().to_string(), text);
+        }
+        assert!(KeyPart::parse("cert:issuer").is_err());
+        let p = parts(&["cert:san-uri"]);
+        let anonymous = head("/", &[]);
+        let err = scope(&p, &anonymous, None).unwrap_err();
+        assert_eq!(err.part, p[0]);
+        assert!(matches!(err.reason, KeyError::NoCertValue(_)), "{err}");
+        let with = |uris: &[&str]| {
+            let mut h = head("/", &[]);
+            h.extensions.insert(Arc::new(ClientIdentity {
+                subject: "CN=a".into(),
+                san_uri: uris.iter().map(ToString::to_string).collect(),
+                san_dns: Vec::new(),
+            }));
+            h
+        };
+        let a = scope(&p, &with(&["spiffe://t/a"]), None).unwrap();
+        assert_eq!(a, scope_digest([b"spiffe://t/a".as_slice()]));
+        assert_ne!(a, scope(&p, &with(&["spiffe://t/b"]), None).unwrap());
+        assert!(scope(&p, &with(&[]), None).is_err());
+        assert!(scope(&parts(&["cert:san-dns"]), &with(&["u"]), None).is_err());
+        let subject = scope(&parts(&["cert:subject"]), &with(&[]), None).unwrap();
+        assert_eq!(subject, scope_digest([b"CN=a".as_slice()]));
     }
 }

@@ -66,7 +66,7 @@ pub(crate) async fn serve(
     shutdown: impl Future<Output = ()>,
 ) {
     let mut settings = Settings::of(config);
-    settings.tls = tls.as_ref().map(tls::Certificate::acceptor);
+    settings.tls = tls;
     let settings = Arc::new(settings);
     let open = accept_until(
         listener,
@@ -187,7 +187,7 @@ pub(crate) struct Settings {
     http2: http2::Builder<TokioExecutor>,
     deadlines: Deadlines,
     /// TLS on this listener; `None`: cleartext.
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    tls: Option<Arc<tls::Certificate>>,
 }
 
 /// A connection's deadlines.
@@ -243,12 +243,18 @@ pub(crate) async fn serve_connection<H, F>(
 {
     let opened = Instant::now();
     let first_head = opened + settings.deadlines.first_head;
-    if let Some(acceptor) = &settings.tls {
+    if let Some(tls) = &settings.tls {
         // Boxed: a cleartext connection's task does not carry the TLS
         // handshake's state (several KB a connection, 10,000 idle
         // connections went from 46 to 110 MiB when it was inline).
         Box::pin(serve_tls(
-            settings, acceptor, stream, handle, opened, first_head, stop,
+            settings,
+            tls.acceptor(),
+            stream,
+            handle,
+            opened,
+            first_head,
+            stop,
         ))
         .await;
         return;
@@ -275,10 +281,11 @@ pub(crate) async fn serve_connection<H, F>(
 }
 
 /// [`serve_connection`] on a TLS listener: the handshake within the
-/// first-head deadline, then HTTP/2 or HTTP/1.1 as ALPN chose.
+/// first-head deadline, then HTTP/2 or HTTP/1.1 as ALPN chose, every
+/// request carrying the verified client certificate's identity, if any.
 async fn serve_tls<H, F>(
     settings: &Settings,
-    acceptor: &tokio_rustls::TlsAcceptor,
+    acceptor: tokio_rustls::TlsAcceptor,
     stream: TcpStream,
     handle: H,
     opened: Instant,
@@ -306,9 +313,13 @@ async fn serve_tls<H, F>(
         }
     };
     let h2 = tls::chose_h2(stream.get_ref().1.alpn_protocol());
+    let identity = tls::identity(stream.get_ref().1);
     // The upstream hears that the client came over TLS.
     let handle = Arc::new(move |mut request: http::Request<RequestBody>| {
         request.extensions_mut().insert(ClientOverTls);
+        if let Some(identity) = &identity {
+            request.extensions_mut().insert(identity.clone());
+        }
         handle(request)
     });
     if h2 {

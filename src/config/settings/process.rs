@@ -79,6 +79,15 @@ super::rows! { TLS = Tls {
     /// PEM file: the private key of that certificate (PKCS#8, PKCS#1 or SEC1); a key that does not
     /// match the certificate is an error
     TLS_KEY "key" Text Required("required in `[tls]`"), Restart;
+    /// PEM file of the CA certificates trusted for client certificates: the listener asks each
+    /// client for one and verifies it (mTLS); its identity can be a route's scope (`cert:` parts of
+    /// `scope_from`). Read at start and again with `cert` (see [client
+    /// certificates](../stores/tls.md#client-certificates))
+    TLS_CLIENT_CA "client_ca" Text Unset("unset: no client certificates asked"), Restart;
+    /// `"required"`: a client without a valid certificate fails the handshake; `"optional"`: a
+    /// client may present none and is served without an identity (one it presents must still be
+    /// valid). Only with `client_ca`
+    TLS_CLIENT_AUTH "client_auth" Choice Derived("`\"required\"` when `client_ca` is set"), Restart;
 }}
 
 super::rows! { TELEMETRY = Telemetry {

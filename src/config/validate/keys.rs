@@ -40,6 +40,15 @@ pub(super) fn sources(at: &str, r: &RawRoute) -> Result<(Vec<KeyPart>, Vec<KeyPa
     if key_from.is_empty() {
         return Err(invalid(KEY_FROM.at(at), "names no part; give at least one"));
     }
+    if let Some(cert) = key_from.iter().find(|p| p.reads_cert()) {
+        return Err(invalid(
+            KEY_FROM.at(at),
+            format!(
+                "{cert} is a scope part only (the certificate names the caller, not the \
+                 request): put it in scope_from"
+            ),
+        ));
+    }
     let scope_from = match (&r.scope_from, r.scope_header.as_deref()) {
         (Some(texts), _) => parts(&SCOPE_FROM.at(at), texts)?,
         (None, Some("") | None) => Vec::new(),

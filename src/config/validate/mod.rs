@@ -15,7 +15,7 @@ pub(in crate::config) mod store;
 mod target;
 mod telemetry;
 mod timing;
-mod tls;
+pub(in crate::config) mod tls;
 
 use std::collections::HashSet;
 
@@ -177,13 +177,15 @@ fn process(
         admin_max_connections,
         max_buffered_request_bytes,
     } = limits;
+    let tls = tls::listener(raw.tls)?;
+    tls::cert_parts_fit(tls.as_ref(), &routes)?;
     Ok(Config {
         listen: socket_addr(
             &S::LISTEN.path(),
             raw.listen.as_deref(),
             S::LISTEN.address(),
         )?,
-        tls: tls::listener(raw.tls)?,
+        tls,
         admin_listen: socket_addr(
             &S::ADMIN_LISTEN.path(),
             raw.admin_listen.as_deref(),

@@ -5,10 +5,12 @@
 //! and restart ([`servers`]), the shared PostgreSQL and Redis servers, found
 //! or started ([`provision`]), load for the store failover tests
 //! ([`failover`]), an HTTP client ([`http`]), throwaway
-//! certificates for the TLS tests ([`pki`]), the turn-taking
+//! certificates for the TLS tests ([`pki`], and [`client_pki`] for client
+//! certificates), the turn-taking
 //! between the chaos harness and everything else ([`serial`]), and
 //! [`per_backend!`], which runs one test body on each store.
 
+pub mod client_pki;
 pub mod config;
 pub mod failover;
 pub mod gateway;

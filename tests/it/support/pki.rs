@@ -7,6 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
@@ -40,6 +46,24 @@ impl Issued {
             .expect("the certificate and key match");
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Arc::new(config)
+    }
+}
+
+/// A hyper client over TLS with `config` (its ALPN set by the connector):
+/// HTTP/2 only if `h2`, else HTTP/1.1.
+pub fn https_client(
+    config: rustls::ClientConfig,
+    h2: bool,
+) -> Client<HttpsConnector<HttpConnector>, Full<Bytes>> {
+    let builder = HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_only();
+    if h2 {
+        Client::builder(TokioExecutor::new())
+            .http2_only(true)
+            .build(builder.enable_http2().build())
+    } else {
+        Client::builder(TokioExecutor::new()).build(builder.enable_http1().build())
     }
 }
 
@@ -138,15 +162,30 @@ impl Pki {
 
     /// A rustls client configuration trusting this CA only, offering `alpn`.
     pub fn client_config(&self, alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+        self.client_config_as(alpn, None)
+    }
+
+    /// [`Pki::client_config`] presenting the client certificate `chain`
+    /// with its `key`, if given.
+    pub fn client_config_as(
+        &self,
+        alpn: &[&[u8]],
+        client: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    ) -> Arc<rustls::ClientConfig> {
         let mut roots = rustls::RootCertStore::empty();
         roots
             .add(CertificateDer::from_pem_file(self.ca()).unwrap())
             .unwrap();
-        let mut config = rustls::ClientConfig::builder_with_provider(provider())
+        let builder = rustls::ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+            .with_root_certificates(roots);
+        let mut config = match client {
+            Some((chain, key)) => builder
+                .with_client_auth_cert(chain, key)
+                .expect("the client certificate and key match"),
+            None => builder.with_no_client_auth(),
+        };
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
         Arc::new(config)
     }

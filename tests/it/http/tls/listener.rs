@@ -9,15 +9,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{Request, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
-use hyper_rustls::HttpsConnectorBuilder;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::support::pki::{Issued, Pki};
+use crate::support::pki::{Issued, Pki, https_client};
 use crate::support::process::{GatewayProcess, refuses_to_start};
 use crate::support::servers::kill;
 use crate::support::{Backend, Gateway, Set, TestConfig, TestStore, Upstream, eventually};
@@ -52,16 +50,7 @@ async fn tls_gateway(top: impl FnOnce(&mut toml::Table)) -> (Pki, Upstream, Test
 /// ALPN `h2` (`h2`) or no ALPN at all: the version the answer came in and
 /// its status.
 async fn get(pki: &Pki, port: u16, h2: bool) -> (Version, StatusCode) {
-    let builder = HttpsConnectorBuilder::new()
-        .with_tls_config((*pki.client_config(&[])).clone())
-        .https_only();
-    let client: Client<_, Full<Bytes>> = if h2 {
-        Client::builder(TokioExecutor::new())
-            .http2_only(true)
-            .build(builder.enable_http2().build())
-    } else {
-        Client::builder(TokioExecutor::new()).build(builder.enable_http1().build())
-    };
+    let client = https_client((*pki.client_config(&[])).clone(), h2);
     let request = Request::get(format!("https://127.0.0.1:{port}/v1/things"))
         .body(Full::new(Bytes::new()))
         .unwrap();
