@@ -30,6 +30,18 @@ pub enum KeyCommand {
     Delete(KeyTarget),
 }
 
+impl KeyCommand {
+    /// Whether the answer is JSON (`show` and `list` with `json`)
+    /// rather than text (release and delete always answer a sentence).
+    pub fn wants_json(&self) -> bool {
+        match self {
+            Self::Show(t) => t.json,
+            Self::List(q) => q.json,
+            Self::Release(_) | Self::Delete(_) => false,
+        }
+    }
+}
+
 /// Which key, and how to answer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -189,23 +201,6 @@ impl KeysError {
     /// (3) for it, so a script can tell "not there" from a failure.
     pub fn is_not_found(&self) -> bool {
         matches!(self, Self::NotFound { .. } | Self::Absent(_))
-    }
-
-    /// The admin listener's answer status for this error.
-    pub fn status(&self) -> http::StatusCode {
-        use http::StatusCode as S;
-        match self {
-            // 404 means one thing: no record for that key.
-            Self::NotFound { .. } | Self::Absent(_) => S::NOT_FOUND,
-            Self::NoRoute(_) | Self::NoScope(_) | Self::InvalidKey(_) | Self::KeyParts { .. } => {
-                S::BAD_REQUEST
-            }
-            Self::LiveLease { .. }
-            | Self::InsideAfter { .. }
-            | Self::Completed(_)
-            | Self::Changed { .. } => S::CONFLICT,
-            Self::Store(_) | Self::Admin(_) => S::SERVICE_UNAVAILABLE,
-        }
     }
 }
 

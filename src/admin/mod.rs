@@ -4,10 +4,14 @@
 //! runs an `idemgate keys` command on this gateway's store (how the CLI
 //! reaches a `memory://` store), and `POST /config/reload`, which reloads
 //! the configuration ([`crate::reload`]). Both are for a caller with the
-//! `admin_token`, and are refused when no token is configured. Health and
-//! metrics stay open.
+//! `admin_token`, and are refused when no token is configured. Health,
+//! metrics and `GET /openapi.json` (the API's contract, [`openapi`]) stay
+//! open. Refusals and errors are `application/problem+json`
+//! ([`problem::AdminProblem`]).
 
 pub mod keys;
+pub mod openapi;
+pub mod problem;
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -27,6 +31,7 @@ use crate::reload::Reloader;
 use crate::request::body::{Body, RequestBody, full};
 use crate::server;
 use crate::store::{Store, StoreAdmin};
+use problem::AdminProblem;
 
 /// Largest `POST /keys` body read.
 const MAX_COMMAND: usize = 64 * 1024;
@@ -113,6 +118,16 @@ fn text(status: StatusCode, content_type: &'static str, body: String) -> Respons
 const PLAIN: &str = "text/plain; charset=utf-8";
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// The admin endpoints and the methods each answers (`Allow` on a 405).
+const ENDPOINTS: [(&str, &str); 6] = [
+    ("/metrics", "GET, HEAD"),
+    ("/healthz", "GET, HEAD"),
+    ("/readyz", "GET, HEAD"),
+    ("/openapi.json", "GET, HEAD"),
+    ("/keys", "POST"),
+    ("/config/reload", "POST"),
+];
+
 async fn answer(request: Request<RequestBody>, admin: &Admin) -> Response<Body> {
     let (store, metrics) = (admin.records.as_ref(), &admin.metrics);
     match (request.method().clone(), request.uri().path()) {
@@ -139,12 +154,27 @@ async fn answer(request: Request<RequestBody>, admin: &Admin) -> Response<Body> 
                 format!("not ready: {error}\n"),
             ),
         },
-        _ => text(
-            StatusCode::NOT_FOUND,
-            PLAIN,
-            "admin endpoints: GET /metrics, /healthz, /readyz; POST /keys, /config/reload\n".into(),
-        ),
+        (Method::GET | Method::HEAD, "/openapi.json") => openapi::response(),
+        (method, path) => elsewhere(&method, path),
     }
+}
+
+/// A path the listener does not serve (404), or a method it does not
+/// serve there (405 with `Allow`).
+fn elsewhere(method: &Method, path: &str) -> Response<Body> {
+    let listing = "admin endpoints: GET /metrics, /healthz, /readyz, /openapi.json; \
+                   POST /keys, /config/reload";
+    let Some((_, allow)) = ENDPOINTS.iter().find(|(p, _)| *p == path) else {
+        return AdminProblem::NoEndpoint.to_response(format!(
+            "The admin listener has no endpoint at {path}; {listing}."
+        ));
+    };
+    let mut refused = AdminProblem::MethodNotAllowed
+        .to_response(format!("{path} answers {allow}, not {method}; {listing}."));
+    refused
+        .headers_mut()
+        .insert(header::ALLOW, header::HeaderValue::from_static(allow));
+    refused
 }
 
 /// Readiness, measured like every store operation.
@@ -159,28 +189,20 @@ async fn ping(store: &dyn StoreAdmin, metrics: &Metrics) -> Result<(), crate::st
 /// when no token is configured (`what` is then off), 401 otherwise.
 fn refusal(request: &Request<RequestBody>, admin: &Admin, what: &str) -> Option<Response<Body>> {
     let Some(token) = &admin.settings.admin_token else {
-        return Some(text(
-            StatusCode::FORBIDDEN,
-            PLAIN,
-            format!(
-                "{what} over HTTP is off: set admin_token in the gateway's config \
-                 (for example admin_token = \"${{IDEMGATE_ADMIN_TOKEN}}\") and send it as \
-                 Authorization: Bearer <token>; `idemgate keys` does so from the same config\n"
-            ),
-        ));
+        return Some(AdminProblem::Off.to_response(format!(
+            "{what} over HTTP is off: set admin_token in the gateway's config \
+             (for example admin_token = \"${{IDEMGATE_ADMIN_TOKEN}}\") and send it as \
+             Authorization: Bearer <token>; `idemgate keys` does so from the same config"
+        )));
     };
     let authorization = request.headers().get(header::AUTHORIZATION);
     if token.authorizes(authorization.map(|v| v.as_bytes())) {
         return None;
     }
-    let mut refused = text(
-        StatusCode::UNAUTHORIZED,
-        PLAIN,
-        format!(
-            "{} needs Authorization: Bearer <admin_token>\n",
-            request.uri().path()
-        ),
-    );
+    let mut refused = AdminProblem::Unauthorized.to_response(format!(
+        "{} needs Authorization: Bearer <admin_token>, the admin_token of the gateway's config",
+        request.uri().path()
+    ));
     refused.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         header::HeaderValue::from_static("Bearer realm=\"idemgate-admin\""),
@@ -218,30 +240,33 @@ async fn keys(request: Request<RequestBody>, admin: &Admin) -> Response<Body> {
         .await
     {
         Ok(body) => body.to_bytes(),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+            return AdminProblem::CommandTooLarge.to_response(format!(
+                "A keys command is at most {MAX_COMMAND} bytes of JSON; this one is larger."
+            ));
+        }
         Err(error) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                PLAIN,
-                format!("unreadable command: {error}\n"),
-            );
+            return AdminProblem::BadCommand
+                .to_response(format!("The command could not be read: {error}."));
         }
     };
-    let command = match serde_json::from_slice(&body) {
+    let command: keys::KeyCommand = match serde_json::from_slice(&body) {
         Ok(command) => command,
         Err(error) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                PLAIN,
-                format!("not a keys command: {error}\n"),
-            );
+            return AdminProblem::BadCommand.to_response(format!(
+                "Not a keys command ({error}): send one JSON object with one member, \
+                 show, list, release or delete (GET /openapi.json, schema KeyCommand)."
+            ));
         }
     };
+    let json = command.wants_json();
     let (records, path) = (admin.records.as_ref(), admin.store.as_ref());
     let config = admin.reloader.current();
     match keys::execute(&config, records, path, command).await {
+        Ok(output) if json => text(StatusCode::OK, "application/json", output),
         Ok(output) => text(StatusCode::OK, PLAIN, output),
         Err(error) => {
-            let mut answer = text(error.status(), PLAIN, format!("{error}\n"));
+            let mut answer = AdminProblem::of_keys(&error).to_response(error.to_string());
             if error.is_not_found() {
                 answer.headers_mut().insert(
                     keys::NOT_FOUND_HEADER,

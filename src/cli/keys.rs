@@ -107,12 +107,15 @@ async fn remote(
     let (status, absent, text) = tokio::time::timeout(deadline, exchange)
         .await
         .map_err(|_| unreachable(&format_args!("no answer within {deadline:?}")))??;
+    if status.is_success() {
+        return Ok(text);
+    }
+    // Refusals and errors are problem+json: show what they say.
+    let said = crate::admin::problem::detail_of(text.as_bytes())
+        .unwrap_or_else(|| text.trim_end().to_string());
     match status {
-        s if s.is_success() => Ok(text),
-        http::StatusCode::NOT_FOUND if absent => {
-            Err(KeysError::Absent(text.trim_end().to_string()))
-        }
-        _ => Err(KeysError::Admin(text.trim_end().to_string())),
+        http::StatusCode::NOT_FOUND if absent => Err(KeysError::Absent(said)),
+        _ => Err(KeysError::Admin(said)),
     }
 }
 

@@ -240,6 +240,8 @@ async fn the_admin_keys_endpoint_requires_the_token() {
         let refused = send(c, "POST", &keys_url, &headers, delete).await;
         assert_eq!(refused.status, expected, "{headers:?}");
         assert!(refused.headers.contains_key("www-authenticate"));
+        let problem: serde_json::Value = serde_json::from_slice(&refused.body).unwrap();
+        assert_eq!(problem["type"], "urn:idemgate:problem:admin-unauthorized");
     }
     // Nothing was deleted: the retry is still a replay.
     let retry = send(c, "POST", &gateway.url("/v1/payments"), &done, "{}").await;
@@ -273,6 +275,7 @@ async fn the_admin_keys_endpoint_requires_the_token() {
     )
     .await;
     assert_eq!(off.status, StatusCode::FORBIDDEN);
+    assert_eq!(off.header("content-type"), Some("application/problem+json"));
     assert!(
         String::from_utf8_lossy(&off.body).contains("admin_token"),
         "{}",
