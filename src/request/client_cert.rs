@@ -6,9 +6,9 @@
 //! certificate carries none.
 //!
 //! The forms (docs/src/stores/tls.md, "Client certificates"):
-//! - `cert:subject`: the subject DN as an RFC 4514 string, what
-//!   `openssl x509 -noout -subject -nameopt RFC2253` prints for the usual
-//!   attributes: the RDNs last to first, `,` between them, `+` inside one,
+//! - `cert:subject`: the subject DN as an RFC 4514 string (OpenSSL's
+//!   `-nameopt RFC2253` agrees on ASCII values of the usual attributes
+//!   only): the RDNs last to first, `,` between them, `+` inside one,
 //!   the short names `CN`, `L`, `ST`, `O`, `OU`, `C`, `STREET`, `DC`, `UID`
 //!   (any other type as its dotted OID and its value as `#` and the hex of
 //!   its DER), values escaped as RFC 4514 §2.4 says. It depends only on the

@@ -268,7 +268,7 @@ pub fn scope(
                     reason,
                 })?
                 .into_iter()
-                .map(|v| v.as_bytes().to_vec())
+                .map(|v| scoped_value(part, v.as_bytes()))
                 .collect(),
         };
         per_part.push(values);
@@ -379,8 +379,32 @@ pub fn scope_of_values(parts: &[KeyPart], values: &[String]) -> Result<Vec<u8>, 
         });
     }
     Ok(scope_of(
-        values.iter().map(|v| vec![v.as_bytes().to_vec()]).collect(),
+        parts
+            .iter()
+            .zip(values)
+            .map(|(part, v)| vec![scoped_value(part, v.as_bytes())])
+            .collect(),
     ))
+}
+
+/// A value as its part enters it into the scope digest: a `cert:` part's
+/// behind its part's name and a NUL, which no header value holds, so a
+/// certificate's identity never has the digest a header with the same text
+/// had (a route moved from a header an mTLS proxy set to `cert:` starts
+/// afresh rather than sharing that header's records); every other part's
+/// as it is (a header's digest stays `scope_header`'s).
+fn scoped_value(part: &KeyPart, value: &[u8]) -> Vec<u8> {
+    match part {
+        KeyPart::Cert(_) => {
+            let name = part.to_string();
+            let mut tagged = Vec::with_capacity(name.len() + 1 + value.len());
+            tagged.extend_from_slice(name.as_bytes());
+            tagged.push(0);
+            tagged.extend_from_slice(value);
+            tagged
+        }
+        _ => value.to_vec(),
+    }
 }
 
 /// Values an operator gave that do not name a key.
@@ -564,11 +588,20 @@ mod tests {
             h
         };
         let a = scope(&p, &with(&["spiffe://t/a"]), None).unwrap();
-        assert_eq!(a, scope_digest([b"spiffe://t/a".as_slice()]));
+        assert_eq!(a, scope_digest([b"cert:san-uri\0spiffe://t/a".as_slice()]));
+        // Never a header's digest with the same text, and what an operator
+        // names with `--scope` is what a request gets.
+        let header = scope(
+            &parts(&["header:x-uri"]),
+            &head("/", &[("x-uri", "spiffe://t/a")]),
+            None,
+        );
+        assert_ne!(a, header.unwrap());
+        assert_eq!(a, scope_of_values(&p, &["spiffe://t/a".into()]).unwrap());
         assert_ne!(a, scope(&p, &with(&["spiffe://t/b"]), None).unwrap());
         assert!(scope(&p, &with(&[]), None).is_err());
         assert!(scope(&parts(&["cert:san-dns"]), &with(&["u"]), None).is_err());
         let subject = scope(&parts(&["cert:subject"]), &with(&[]), None).unwrap();
-        assert_eq!(subject, scope_digest([b"CN=a".as_slice()]));
+        assert_eq!(subject, scope_digest([b"cert:subject\0CN=a".as_slice()]));
     }
 }

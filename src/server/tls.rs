@@ -18,7 +18,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use arc_swap::ArcSwap;
 use rustls::server::danger::ClientCertVerifier;
-use rustls::server::{ClientHello, ResolvesServerCert, ServerConnection};
+use rustls::server::{ClientHello, NoServerSessionStorage, ResolvesServerCert, ServerConnection};
 use rustls::sign::CertifiedKey;
 use rustls::{ServerConfig, server::WebPkiClientVerifier};
 use tokio_rustls::TlsAcceptor;
@@ -57,7 +57,7 @@ impl Certificate {
         let verifier = client_verifier(files)?;
         Ok(Arc::new(Self {
             files: files.clone(),
-            config: ArcSwap::from(server_config(&keys, verifier)),
+            config: ArcSwap::from(server_config(&keys, verifier, files.client.is_some())),
             keys,
         }))
     }
@@ -89,7 +89,7 @@ impl Certificate {
     pub(crate) fn reload_client_ca(&self) -> Option<Result<(), TlsFileError>> {
         self.files.client.as_ref()?;
         Some(client_verifier(&self.files).map(|verifier| {
-            self.config.store(server_config(&self.keys, verifier));
+            self.config.store(server_config(&self.keys, verifier, true));
         }))
     }
 
@@ -108,13 +108,27 @@ fn client_verifier(files: &ListenerTls) -> Result<Arc<dyn ClientCertVerifier>, T
     }
 }
 
-fn server_config(keys: &Arc<Keys>, verifier: Arc<dyn ClientCertVerifier>) -> Arc<ServerConfig> {
+/// The listener's config; `client_certs`: the verifier asks for them.
+fn server_config(
+    keys: &Arc<Keys>,
+    verifier: Arc<dyn ClientCertVerifier>,
+    client_certs: bool,
+) -> Arc<ServerConfig> {
     let mut config = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .expect("ring supports the default protocol versions")
         .with_client_cert_verifier(verifier)
         .with_cert_resolver(keys.clone());
     config.alpn_protocols = vec![ALPN_H2.to_vec(), ALPN_HTTP1.to_vec()];
+    if client_certs {
+        // A resumed session brings its client certificate back without
+        // verifying it again (rustls keeps the chain in the session), so a
+        // certificate that has expired, or whose CA is no longer trusted
+        // in this config, would keep its identity: every connection with
+        // client certificates makes a full handshake.
+        config.session_storage = Arc::new(NoServerSessionStorage {});
+        config.send_tls13_tickets = 0;
+    }
     Arc::new(config)
 }
 

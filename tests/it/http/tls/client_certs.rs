@@ -13,8 +13,9 @@ use std::path::Path;
 use bytes::Bytes;
 use http::{Request, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
+use rustls::HandshakeKind;
 use rustls::pki_types::ServerName;
-use tokio::io::AsyncReadExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
@@ -323,5 +324,69 @@ async fn a_reload_reads_the_client_ca_again_and_a_broken_one_keeps_the_old() {
         assert_eq!(served(&new, h2, "c").await, Ok(StatusCode::CREATED));
         refused(&pki, &gateway, Some(&old), h2, "UnknownCA").await;
     }
+    gateway.shutdown().await;
+}
+
+/// Two connections in turn from one client config (which keeps the
+/// server's session tickets): how the second handshake went.
+async fn second_handshake(
+    pki: &Pki,
+    gateway: &Gateway,
+    cert: Option<&ClientCert>,
+) -> HandshakeKind {
+    let config = pki.client_config_as(&[b"http/1.1"], cert.map(ClientCert::presented));
+    let mut kinds = Vec::new();
+    for _ in 0..2 {
+        let tcp = TcpStream::connect(gateway.addr).await.unwrap();
+        let name = ServerName::try_from("127.0.0.1").unwrap();
+        let mut tls = TlsConnector::from(config.clone())
+            .connect(name, tcp)
+            .await
+            .unwrap();
+        kinds.push(tls.get_ref().1.handshake_kind().unwrap());
+        // A whole exchange, so any ticket the server sends is read.
+        let request = b"GET /v1/things HTTP/1.1\r\nhost: gw\r\nconnection: close\r\n\r\n";
+        tls.write_all(request).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = tls.read_to_end(&mut answer).await;
+        assert!(answer.starts_with(b"HTTP/1.1 "), "{answer:?}");
+    }
+    assert_eq!(kinds[0], HandshakeKind::Full);
+    kinds[1]
+}
+
+/// A resumed TLS session would bring its client certificate back without
+/// verifying it again (so an expired one, or one of a CA no longer
+/// trusted, would keep its identity): with client certificates every
+/// connection makes a full handshake. The control: the same listener
+/// without them resumes, so the test sees a resumption when there is one.
+#[tokio::test]
+async fn client_certificates_are_verified_on_every_connection() {
+    let (pki, upstream) = (Pki::new(), Upstream::start().await);
+    let ca = ClientCa::new("client-ca");
+    let gateway = mtls_gateway(&pki, &upstream, &ca_file(pki.dir(), "clients", &ca), None).await;
+    let good = ca.issue("payments", "spiffe://test/payments");
+    let kind = second_handshake(&pki, &gateway, Some(&good)).await;
+    assert_eq!(
+        kind,
+        HandshakeKind::Full,
+        "a client-certificate session resumed"
+    );
+    gateway.shutdown().await;
+
+    let server = pki.issue("gateway", "IP:127.0.0.1");
+    let plain = TestConfig::new("memory://", &upstream.url()).top(|t| {
+        let mut tls = toml::Table::new();
+        tls.set("cert", server.cert.to_str().unwrap())
+            .set("key", server.key.to_str().unwrap());
+        t.set("tls", tls);
+    });
+    let gateway = Gateway::start(&plain).await;
+    let kind = second_handshake(&pki, &gateway, None).await;
+    assert_eq!(
+        kind,
+        HandshakeKind::Resumed,
+        "the control: without client certificates a session resumes"
+    );
     gateway.shutdown().await;
 }
