@@ -19,7 +19,9 @@ use crate::problem::{GatewayError, KeyAfter};
 use crate::request::body::{self, Body, Collected, Prefixed};
 use crate::store::{Cas, HeldReason, RecordKey, StoreError, StoredResponse, Token, UnknownOutcome};
 use crate::telemetry::spans;
-use crate::upstream::{ExchangeError, UpstreamError, announce_expiry, read_up_to, recorded};
+use crate::upstream::{
+    ExchangeError, IDEMPOTENCY_EXPIRES, UpstreamError, announce_expiry, read_up_to, recorded,
+};
 
 /// What the upstream answered within `upstream_timeout` (head and body up
 /// to the route's cap), or why it did not.
@@ -126,8 +128,13 @@ impl Gateway {
             }
         };
         let mut parts = parts;
-        if let Some(until) = expires {
-            announce_expiry(&mut parts.headers, until);
+        match expires {
+            Some(until) => announce_expiry(&mut parts.headers, until),
+            // No record was written: no expiry, not even the upstream's.
+            None if route.expires_header => {
+                parts.headers.remove(IDEMPOTENCY_EXPIRES);
+            }
+            None => {}
         }
         Ok(Response::from_parts(parts, body))
     }

@@ -16,7 +16,9 @@ use crate::problem::{GatewayError, KeyAfter};
 use crate::request::body::{self, Body};
 use crate::store::StoreError;
 use crate::telemetry::spans;
-use crate::upstream::{self, ExchangeError, IDEMPOTENCY_ATTEMPT, UpstreamError};
+use crate::upstream::{
+    self, ExchangeError, IDEMPOTENCY_ATTEMPT, IDEMPOTENCY_EXPIRES, UpstreamError,
+};
 
 impl Gateway {
     /// Forward `request` without idempotency: a pass-through.
@@ -93,6 +95,12 @@ impl Gateway {
                 }
             }
         })?;
+        let mut parts = parts;
+        if route.expires_header {
+            // No record, so no expiry: not even the upstream's own header
+            // under the name this route's answers give theirs.
+            parts.headers.remove(IDEMPOTENCY_EXPIRES);
+        }
         Ok(Response::from_parts(parts, body::boxed(incoming)))
     }
 }

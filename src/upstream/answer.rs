@@ -70,14 +70,17 @@ pub fn recorded(
 
 /// The headers that describe a body, not recorded without it: an empty
 /// replay must not claim a length, an encoding, a type or a digest.
-const DESCRIBE_BODY: [HeaderName; 7] = [
+const DESCRIBE_BODY: [HeaderName; 10] = [
     header::CONTENT_LENGTH,
     header::CONTENT_TYPE,
     header::CONTENT_ENCODING,
     header::CONTENT_RANGE,
     header::CONTENT_LANGUAGE,
+    header::CONTENT_DISPOSITION,
     HeaderName::from_static("content-digest"),
     HeaderName::from_static("repr-digest"),
+    HeaderName::from_static("digest"),
+    HeaderName::from_static("content-md5"),
 ];
 
 /// Say that the record is kept until `until`: an HTTP-date, whose whole

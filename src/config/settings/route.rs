@@ -99,7 +99,7 @@ super::rows! { ROUTE = Route {
     RECORD "record" List Toml(r#"["2xx", "3xx", "4xx", "!408", "!409", "!425", "!429"]"#), Applies;
     /// `false`: record the status and headers but not the body (webhook and event routes, whose
     /// sender needs only the status): a replay answers the same status and headers with an empty
-    /// body, without the headers that describe a body (`Content-*`), and an answer of any size is
+    /// body, without the headers that describe one (see [webhooks](../guide/webhooks.md)), and an answer of any size is
     /// recorded, never held for `max_recorded_response`
     RECORD_BODY "record_body" Bool Toml("true"), Applies;
     /// response headers never recorded nor replayed. Setting it replaces this list
