@@ -1,7 +1,8 @@
 //! The delay line measured from outside: round trips through it to an
 //! echo server cost twice the delay (and nothing measurable without one,
 //! the control that shows the measure can tell), bytes arrive in order,
-//! and a new delay in the delay file applies while running.
+//! and a new delay in the delay file applies while running. The bounds
+//! leave room for a busy 2-core machine (CI runs these one at a time).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -82,15 +83,15 @@ fn a_round_trip_costs_twice_the_delay() {
     let to = echo();
     let plain = Line::start(to, &["--delay", "0"]);
     let none = round_trip(plain.1);
-    assert!(none < Duration::from_micros(400), "no delay, yet {none:?}");
+    assert!(none < Duration::from_millis(1), "no delay, yet {none:?}");
     let line = Line::start(to, &["--delay", "1ms"]);
     let rtt = round_trip(line.1);
     assert!(rtt >= Duration::from_millis(2), "{rtt:?}");
-    assert!(rtt < Duration::from_millis(3), "{rtt:?}");
+    assert!(rtt < Duration::from_millis(5), "{rtt:?}");
     let fine = Line::start(to, &["--delay", "250us"]);
     let rtt = round_trip(fine.1);
     assert!(rtt >= Duration::from_micros(500), "{rtt:?}");
-    assert!(rtt < Duration::from_micros(1300), "{rtt:?}");
+    assert!(rtt < Duration::from_micros(2500), "{rtt:?}");
 }
 
 #[test]
@@ -115,7 +116,7 @@ fn the_delay_file_changes_the_delay_while_running() {
         echo(),
         &["--delay", "1ms", "--delay-file", file.to_str().unwrap()],
     );
-    assert!(round_trip(line.1) < Duration::from_millis(3));
+    assert!(round_trip(line.1) < Duration::from_millis(5));
     std::fs::write(&file, "10ms").unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let slow = round_trip(line.1);
