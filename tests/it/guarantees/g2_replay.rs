@@ -107,6 +107,25 @@ fn expires(reply: &crate::support::Reply) -> Option<SystemTime> {
     Some(httpdate::parse_http_date(value).unwrap_or_else(|e| panic!("{value:?}: {e}")))
 }
 
+const ADMIN_TOKEN: &str = "g2-admin-token-0123456789";
+
+/// Until when the store keeps the `api` route's record of `key`, as `keys
+/// show --json` reads it (the admin API, with the test's token).
+async fn store_expiry(s: &Setup, key: &str) -> SystemTime {
+    let url = format!("http://{}/keys", s.gateway.admin);
+    let command = format!(r#"{{"show": {{"route": "api", "key": "{key}", "json": true}}}}"#);
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let headers = [
+        ("authorization", bearer.as_str()),
+        ("content-type", "application/json"),
+    ];
+    let shown = crate::support::send(&s.client, "POST", &url, &headers, command).await;
+    assert_eq!(shown.status, StatusCode::OK, "{}", shown.text());
+    let at = shown.json()["expires_at"].as_str().map(str::to_owned);
+    let at = at.unwrap_or_else(|| panic!("no expires_at: {}", shown.text()));
+    humantime::parse_rfc3339(&at).unwrap_or_else(|e| panic!("{at}: {e}"))
+}
+
 /// The answer that recorded a response, its replays, and the answer that
 /// left a held record each say until when the record is kept: a retention
 /// from the moment it was written, never later than the store keeps it
@@ -114,10 +133,14 @@ fn expires(reply: &crate::support::Reply) -> Option<SystemTime> {
 /// nothing, nor does a route that is told not to.
 async fn keyed_answers_say_until_when_their_record_is_kept(b: Backend) {
     let s = Setup::with(b, |config| {
-        config.route(|r| {
-            r.set("retention", "1h")
-                .set("max_recorded_response", "1KiB");
-        })
+        config
+            .top(|t| {
+                t.set("admin_token", ADMIN_TOKEN);
+            })
+            .route(|r| {
+                r.set("retention", "1h")
+                    .set("max_recorded_response", "1KiB");
+            })
     })
     .await;
     let hour = Duration::from_secs(3600);
@@ -130,6 +153,13 @@ async fn keyed_answers_say_until_when_their_record_is_kept(b: Backend) {
         "{until:?} {before:?}"
     );
     assert!(until <= after + hour, "{until:?} {after:?}");
+    // Never later than the store keeps the record, and within a second of it.
+    let kept = store_expiry(&s, "exp").await;
+    assert!(until <= kept, "announced {until:?}, kept until {kept:?}");
+    assert!(
+        kept < until + Duration::from_secs(2),
+        "announced {until:?}, kept until {kept:?}"
+    );
     let replay = post(&s.client, &s.gateway.url("/v1/payments"), "exp", "{}").await;
     assert!(replay.is_replay());
     assert_eq!(
