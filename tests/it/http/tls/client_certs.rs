@@ -390,3 +390,36 @@ async fn client_certificates_are_verified_on_every_connection() {
     );
     gateway.shutdown().await;
 }
+
+/// A verified certificate without the name a route scopes by (here no URI
+/// SAN for `cert:san-uri`) is refused by that route with `400` naming the
+/// part, never given the anonymous scope; a route that does not read it
+/// serves the caller.
+#[tokio::test]
+async fn a_certificate_without_the_scoping_name_gets_400() {
+    let (pki, upstream) = (Pki::new(), Upstream::start().await);
+    let ca = ClientCa::new("client-ca");
+    let gateway = mtls_gateway(&pki, &upstream, &ca_file(pki.dir(), "clients", &ca), None).await;
+    let nameless = ca.issue("payments", "");
+    for h2 in [false, true] {
+        let key = format!("n-{h2}");
+        let plain = post(&pki, &gateway, Some(&nameless), h2, "/v1/things", &key);
+        assert_eq!(plain.await.unwrap().status, StatusCode::CREATED);
+        let scoped = post(&pki, &gateway, Some(&nameless), h2, "/v2/pay", &key);
+        let scoped = scoped.await.unwrap();
+        assert_eq!(scoped.status, StatusCode::BAD_REQUEST, "{scoped:?}");
+        let problem: serde_json::Value = serde_json::from_str(&scoped.body).unwrap();
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            problem["type"].as_str().unwrap().ends_with("invalid-key")
+                && detail.contains("cert:san-uri"),
+            "{problem}"
+        );
+    }
+    assert_eq!(
+        upstream.total(),
+        2,
+        "only the unscoped route's requests went up"
+    );
+    gateway.shutdown().await;
+}
