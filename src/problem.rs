@@ -324,20 +324,8 @@ impl GatewayError {
     /// Render as `application/problem+json`.
     pub fn to_response(&self, docs_url: Option<&str>) -> Response<Body> {
         let kind = self.kind();
-        let problem = Problem {
-            r#type: format!("urn:idemgate:problem:{}", kind.slug),
-            title: kind.title,
-            status: kind.status.as_u16(),
-            detail: self.detail(),
-        };
-        let body = serde_json::to_vec(&problem).unwrap_or_default();
-        let mut response = Response::new(full(body));
-        *response.status_mut() = kind.status;
+        let mut response = render(kind.status, kind.slug, kind.title, &self.detail());
         let headers = response.headers_mut();
-        headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
         if let Some(after) = kind.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_secs(after)));
         }
@@ -363,12 +351,31 @@ fn retry_secs(d: Duration) -> u64 {
     d.as_millis().div_ceil(1000).max(1) as u64
 }
 
+/// An `application/problem+json` answer (RFC 9457), the one shape of every
+/// problem idemgate sends, the proxy's and the admin listener's:
+/// `urn:idemgate:problem:<slug>`, its title, status and `detail`.
+pub fn render(status: StatusCode, slug: &str, title: &str, detail: &str) -> Response<Body> {
+    let problem = Problem {
+        r#type: format!("urn:idemgate:problem:{slug}"),
+        title,
+        status: status.as_u16(),
+        detail,
+    };
+    let mut response = Response::new(full(serde_json::to_vec(&problem).unwrap_or_default()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    response
+}
+
 #[derive(Serialize)]
-struct Problem {
+struct Problem<'a> {
     r#type: String,
-    title: &'static str,
+    title: &'a str,
     status: u16,
-    detail: String,
+    detail: &'a str,
 }
 
 #[cfg(test)]

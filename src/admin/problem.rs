@@ -4,11 +4,10 @@
 //! (`urn:idemgate:problem:admin-<slug>`), listed in the OpenAPI document
 //! (docs/src/reference/openapi.json, `AdminProblem`).
 
-use http::{HeaderValue, Response, StatusCode, header};
-use serde::Serialize;
+use http::{Response, StatusCode};
 
 use super::keys::KeysError;
-use crate::request::body::{Body, full};
+use crate::request::body::Body;
 
 /// Every kind of problem the admin listener answers with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,29 +102,8 @@ impl AdminProblem {
     /// The answer: `detail` says what was wrong and what to do.
     pub fn to_response(self, detail: impl Into<String>) -> Response<Body> {
         let (status, slug, title) = self.kind();
-        let detail = detail.into();
-        let problem = Problem {
-            r#type: format!("urn:idemgate:problem:{slug}"),
-            title,
-            status: status.as_u16(),
-            detail: detail.trim_end(),
-        };
-        let mut response = Response::new(full(serde_json::to_vec(&problem).unwrap_or_default()));
-        *response.status_mut() = status;
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
-        response
+        crate::problem::render(status, slug, title, detail.into().trim_end())
     }
-}
-
-#[derive(Serialize)]
-struct Problem<'a> {
-    r#type: String,
-    title: &'static str,
-    status: u16,
-    detail: &'a str,
 }
 
 /// The `detail` of a problem+json body, if `body` is one (the CLI shows it
