@@ -2,7 +2,7 @@
 //! exhaustive mapping to an HTTP status, and its RFC 9457
 //! `application/problem+json` rendering (docs/src/design/pipeline.md, step 8).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use http::{HeaderValue, Response, StatusCode, header};
 use serde::Serialize;
@@ -11,6 +11,7 @@ use crate::request::body::{Body, full};
 use crate::request::key::KeyError;
 use crate::request::key_source::KeyPart;
 use crate::store::{HeldReason, StoreError};
+use crate::upstream::announce_expiry;
 
 /// Every way the gateway answers instead of (or after) the upstream.
 #[derive(Debug, thiserror::Error)]
@@ -55,12 +56,16 @@ pub enum GatewayError {
     InFlight {
         /// Time left on its lease.
         retry_after: Duration,
+        /// When its record expires (at the earliest).
+        expires: RecordExpiry,
     },
     /// The key's outcome is unknown and the upstream is being asked.
     #[error("the outcome of a request with this key is being asked about")]
     Inquiring {
         /// Time until the next question.
         retry_after: Duration,
+        /// When its record expires (at the earliest).
+        expires: RecordExpiry,
     },
     /// `concurrent = "wait"`: waited `wait_timeout`, still in flight.
     #[error("waited {waited:?} for a request with this key in flight")]
@@ -69,13 +74,23 @@ pub enum GatewayError {
         waited: Duration,
         /// Time left on the first attempt's lease.
         retry_after: Duration,
+        /// When its record expires (at the earliest).
+        expires: RecordExpiry,
     },
     /// The key was used with a different request.
     #[error("key reused with a different request")]
-    Mismatch,
+    Mismatch {
+        /// When the other request's record expires.
+        expires: RecordExpiry,
+    },
     /// The key is held.
-    #[error("key held: {}", .0.as_str())]
-    Held(HeldReason),
+    #[error("key held: {}", .reason.as_str())]
+    Held {
+        /// Why.
+        reason: HeldReason,
+        /// When the record expires.
+        expires: RecordExpiry,
+    },
     /// A configured budget is spent (buffered bodies, forwards in flight):
     /// nothing was claimed or forwarded.
     #[error("overloaded: {0} is spent")]
@@ -111,6 +126,29 @@ pub enum GatewayError {
     /// A bug: the forward task ended without an answer.
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// When the record a refusal (`409`, `422`, a held key's `502`) is about
+/// expires, as the problem's `expires` member and, where the route
+/// announces expiry (`expires_header`), the `Idempotency-Expires` header:
+/// after it the key may be used again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordExpiry {
+    /// The instant, by the gateway's clock.
+    pub at: SystemTime,
+    /// Whether the header carries it too.
+    pub header: bool,
+}
+
+impl RecordExpiry {
+    /// The record the store answered about expires `expires_in` from now
+    /// (the store's reckoning, rounded down, so this never overstates).
+    pub fn after(expires_in: Duration, header: bool) -> Self {
+        Self {
+            at: SystemTime::now() + expires_in,
+            header,
+        }
+    }
 }
 
 /// What became of the key when an upstream exchange broke and its outcome
@@ -183,39 +221,25 @@ impl GatewayError {
             E::BodyTimeout { .. } => k(S::REQUEST_TIMEOUT, "body-timeout", "Request body too slow"),
             // The lease bounds the wait; most requests finish far sooner, so
             // clients are asked to come back in a second, not at the bound.
-            E::InFlight { retry_after } | E::WaitTimeout { retry_after, .. } => later(
+            E::InFlight { retry_after, .. } | E::WaitTimeout { retry_after, .. } => later(
                 S::CONFLICT,
                 "in-flight",
                 "A request with this key is in progress",
                 (*retry_after).min(IN_FLIGHT_RETRY),
             ),
             // Until the next question: its answer may settle the key.
-            E::Inquiring { retry_after } => later(
+            E::Inquiring { retry_after, .. } => later(
                 S::CONFLICT,
                 "outcome-pending",
                 "The outcome of the request with this key is being resolved",
                 (*retry_after).max(second),
             ),
-            E::Mismatch => k(
+            E::Mismatch { .. } => k(
                 S::UNPROCESSABLE_ENTITY,
                 "key-reused",
                 "Idempotency key reused with a different request",
             ),
-            E::Held(HeldReason::ResponseTooLarge) => k(
-                S::CONFLICT,
-                "response-not-retained",
-                "The response for this key was not retained",
-            ),
-            E::Held(
-                HeldReason::UpstreamFailed
-                | HeldReason::UpstreamTimeout
-                | HeldReason::LeaseLapsed
-                | HeldReason::InquiryGaveUp,
-            ) => k(
-                S::BAD_GATEWAY,
-                "outcome-unknown",
-                "The outcome of the request with this key is unknown",
-            ),
+            E::Held { reason, .. } => held_kind(*reason),
             E::StoreUnavailable(StoreError::Corrupt(_)) => k(
                 S::INTERNAL_SERVER_ERROR,
                 "store-corrupt",
@@ -299,13 +323,13 @@ impl GatewayError {
             E::BodyTooLarge { limit } => format!("The request body exceeds this endpoint's limit of {limit} bytes. Send a smaller body."),
             E::BodyRead(e) => format!("The request body could not be read ({e}). Retry the request."),
             E::BodyTimeout { timeout } => format!("The request body did not arrive within {} seconds, so the request was not forwarded. Retry with the same key.", timeout.as_secs_f64()),
-            E::InFlight { retry_after } => format!("A request with this key is still being processed (its lease runs at most {} more seconds). Retry with the same key shortly to get its result.", retry_secs(*retry_after)),
-            E::WaitTimeout { waited, retry_after } => format!("A request with this key is still being processed: this request waited {:.1} seconds for its answer (the route's wait_timeout), and its lease runs at most {} more seconds. Retry with the same key to get its result.", waited.as_secs_f64(), retry_secs(*retry_after)),
-            E::Mismatch => "This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend exactly the original request.".to_string(),
-            E::Inquiring { retry_after } => format!("The outcome of a previous request with this key is unknown, and idemgate is asking the upstream what happened (next question in at most {} seconds). Retry with the same key then: you will get the upstream's answer as a replay, or your request is forwarded if the upstream never acted on it.", retry_secs(*retry_after)),
-            E::Held(HeldReason::InquiryGaveUp) => "A previous request with this key may or may not have been processed: idemgate asked the upstream for the route's give_up_after and never got an answer that settles it (inquiry_gave_up), so it will not forward the key again. Check the result with the API, ask the operator to release the key, or use a new key.".to_string(),
-            E::Held(HeldReason::ResponseTooLarge) => "The first request with this key was processed, but its response was too large to record, so it cannot be replayed. Look up the result with the API, or use a new key.".to_string(),
-            E::Held(reason) => format!("A previous request with this key may or may not have been processed ({}); idemgate will not forward it again. Check the result with the API, ask the operator to release the key, or use a new key.", reason.as_str()),
+            E::InFlight { retry_after, .. } => format!("A request with this key is still being processed (its lease runs at most {} more seconds). Retry with the same key shortly to get its result.", retry_secs(*retry_after)),
+            E::WaitTimeout { waited, retry_after, .. } => format!("A request with this key is still being processed: this request waited {:.1} seconds for its answer (the route's wait_timeout), and its lease runs at most {} more seconds. Retry with the same key to get its result.", waited.as_secs_f64(), retry_secs(*retry_after)),
+            E::Mismatch { .. } => "This key was already used with a different request (method, path, query or body). Use a new key for a new request, or resend exactly the original request.".to_string(),
+            E::Inquiring { retry_after, .. } => format!("The outcome of a previous request with this key is unknown, and idemgate is asking the upstream what happened (next question in at most {} seconds). Retry with the same key then: you will get the upstream's answer as a replay, or your request is forwarded if the upstream never acted on it.", retry_secs(*retry_after)),
+            E::Held { reason: HeldReason::InquiryGaveUp, .. } => "A previous request with this key may or may not have been processed: idemgate asked the upstream for the route's give_up_after and never got an answer that settles it (inquiry_gave_up), so it will not forward the key again. Check the result with the API, ask the operator to release the key, or use a new key.".to_string(),
+            E::Held { reason: HeldReason::ResponseTooLarge, .. } => "The first request with this key was processed, but its response was too large to record, so it cannot be replayed. Look up the result with the API, or use a new key.".to_string(),
+            E::Held { reason, .. } => format!("A previous request with this key may or may not have been processed ({}); idemgate will not forward it again. Check the result with the API, ask the operator to release the key, or use a new key.", reason.as_str()),
             E::StoreUnavailable(StoreError::Corrupt(_)) => "The stored record for this key cannot be read by this version of idemgate, so the request was not forwarded. The operator should inspect the key (idemgate keys show).".to_string(),
             E::StoreUnavailable(StoreError::NotReplicated(_)) => "The idempotency store's replicas did not acknowledge the claim in time, so this request was not forwarded. Retry with the same key shortly; the operator should check the store's replicas ([store] replicas).".to_string(),
             E::StoreUnavailable(StoreError::LateClaim(_)) => "The idempotency store refused the claim because, by its own clock, it arrived after the instant it had to run by, so this request was not forwarded. Retry with the same key; if every request gets this, the operator should check that the store's clock agrees with the gateway's.".to_string(),
@@ -321,11 +345,34 @@ impl GatewayError {
         }
     }
 
+    /// When the record this answer is about expires, for the answers
+    /// about one.
+    pub fn expires(&self) -> Option<RecordExpiry> {
+        use GatewayError as E;
+        match self {
+            E::InFlight { expires, .. }
+            | E::Inquiring { expires, .. }
+            | E::WaitTimeout { expires, .. }
+            | E::Mismatch { expires }
+            | E::Held { expires, .. } => Some(*expires),
+            _ => None,
+        }
+    }
+
     /// Render as `application/problem+json`.
     pub fn to_response(&self, docs_url: Option<&str>) -> Response<Body> {
         let kind = self.kind();
-        let mut response = render(kind.status, kind.slug, kind.title, &self.detail());
+        let expires = self.expires();
+        let detail = self.detail();
+        let problem = Problem {
+            expires: expires.map(|e| humantime::format_rfc3339_seconds(e.at).to_string()),
+            ..Problem::new(kind.status, kind.slug, kind.title, &detail)
+        };
+        let mut response = problem.to_response();
         let headers = response.headers_mut();
+        if let Some(expires) = expires.filter(|e| e.header) {
+            announce_expiry(headers, expires.at);
+        }
         if let Some(after) = kind.retry_after {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(retry_secs(after)));
         }
@@ -343,6 +390,26 @@ impl GatewayError {
     }
 }
 
+/// A held key's problem type, by why it is held.
+fn held_kind(reason: HeldReason) -> Kind {
+    use StatusCode as S;
+    match reason {
+        HeldReason::ResponseTooLarge => Kind::new(
+            S::CONFLICT,
+            "response-not-retained",
+            "The response for this key was not retained",
+        ),
+        HeldReason::UpstreamFailed
+        | HeldReason::UpstreamTimeout
+        | HeldReason::LeaseLapsed
+        | HeldReason::InquiryGaveUp => Kind::new(
+            S::BAD_GATEWAY,
+            "outcome-unknown",
+            "The outcome of the request with this key is unknown",
+        ),
+    }
+}
+
 /// The `Retry-After` sent with an in-flight `409` (at most).
 const IN_FLIGHT_RETRY: Duration = Duration::from_secs(1);
 
@@ -355,19 +422,7 @@ fn retry_secs(d: Duration) -> u64 {
 /// problem idemgate sends, the proxy's and the admin listener's:
 /// `urn:idemgate:problem:<slug>`, its title, status and `detail`.
 pub fn render(status: StatusCode, slug: &str, title: &str, detail: &str) -> Response<Body> {
-    let problem = Problem {
-        r#type: format!("urn:idemgate:problem:{slug}"),
-        title,
-        status: status.as_u16(),
-        detail,
-    };
-    let mut response = Response::new(full(serde_json::to_vec(&problem).unwrap_or_default()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    response
+    Problem::new(status, slug, title, detail).to_response()
 }
 
 #[derive(Serialize)]
@@ -376,6 +431,32 @@ struct Problem<'a> {
     title: &'a str,
     status: u16,
     detail: &'a str,
+    /// When the record the answer is about expires (RFC 3339, UTC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    expires: Option<String>,
+}
+
+impl<'a> Problem<'a> {
+    fn new(status: StatusCode, slug: &str, title: &'a str, detail: &'a str) -> Self {
+        Self {
+            r#type: format!("urn:idemgate:problem:{slug}"),
+            title,
+            status: status.as_u16(),
+            detail,
+            expires: None,
+        }
+    }
+
+    fn to_response(&self) -> Response<Body> {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = Response::new(full(serde_json::to_vec(self).unwrap_or_default()));
+        *response.status_mut() = status;
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        response
+    }
 }
 
 #[cfg(test)]
@@ -411,6 +492,7 @@ mod tests {
     async fn conflict_carries_retry_after_and_problem_json() {
         let r = GatewayError::InFlight {
             retry_after: Duration::from_millis(1500),
+            expires: RecordExpiry::after(Duration::from_secs(60), false),
         }
         .to_response(Some("https://docs.example/errors"));
         assert_eq!(r.status(), StatusCode::CONFLICT);
@@ -432,18 +514,58 @@ mod tests {
         );
     }
 
+    /// A refusal names its record's expiry in the body, and in the
+    /// header where the route announces it; an answer about no record
+    /// carries neither.
+    #[tokio::test]
+    async fn a_refusal_says_when_its_record_expires() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_796_024_469);
+        for header in [true, false] {
+            let expires = RecordExpiry { at, header };
+            let r = GatewayError::Mismatch { expires }.to_response(None);
+            assert_eq!(
+                r.headers().get("idempotency-expires").is_some(),
+                header,
+                "{r:?}"
+            );
+            if header {
+                assert_eq!(
+                    r.headers()["idempotency-expires"],
+                    "Mon, 30 Nov 2026 07:41:09 GMT"
+                );
+            }
+            let body = r.into_body().collect().await.unwrap().to_bytes();
+            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(v["expires"], "2026-11-30T07:41:09Z");
+        }
+        let r = GatewayError::LeaseLost.to_response(None);
+        assert!(r.headers().get("idempotency-expires").is_none());
+        let body = r.into_body().collect().await.unwrap().to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(v.get("expires").is_none(), "{v}");
+    }
+
     #[test]
     fn statuses_follow_design() {
+        let expires = RecordExpiry::after(Duration::ZERO, true);
         assert_eq!(
-            GatewayError::Mismatch.status(),
+            GatewayError::Mismatch { expires }.status(),
             StatusCode::UNPROCESSABLE_ENTITY
         );
         assert_eq!(
-            GatewayError::Held(HeldReason::LeaseLapsed).status(),
+            GatewayError::Held {
+                reason: HeldReason::LeaseLapsed,
+                expires
+            }
+            .status(),
             StatusCode::BAD_GATEWAY
         );
         assert_eq!(
-            GatewayError::Held(HeldReason::ResponseTooLarge).status(),
+            GatewayError::Held {
+                reason: HeldReason::ResponseTooLarge,
+                expires
+            }
+            .status(),
             StatusCode::CONFLICT
         );
         let e = GatewayError::StoreUnavailable(StoreError::Unavailable("x".into()));

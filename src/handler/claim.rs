@@ -16,7 +16,7 @@ use super::{Answered, Gateway, Outcome, REPLAYED, Routed};
 use crate::clock::Instant;
 use crate::config::{Concurrent, Route, RouteMode};
 use crate::metrics::WakeupLabels;
-use crate::problem::GatewayError;
+use crate::problem::{GatewayError, RecordExpiry};
 use crate::request::body::{self, Body, Reservation};
 use crate::request::fingerprint::Fingerprint;
 use crate::store::{self, Claim, ClaimRequest, RecordKey, StoreError, StoredResponse};
@@ -99,7 +99,8 @@ impl Gateway {
         let signal = self.waiters.register(claim.record_key.wake_id());
         let mut waiting: Option<Waiting> = None;
         let mut claim = claim;
-        let mut retry_after = Duration::ZERO;
+        // The latest in-flight answer: its lease's time left, its record's expiry.
+        let mut in_flight: Option<(Duration, RecordExpiry)> = None;
         loop {
             // Listening before the claim: a wake between its answer and the
             // wait below is kept.
@@ -108,7 +109,10 @@ impl Gateway {
             notified.as_mut().enable();
             claim.after_waiting = waiting.is_some();
             match self.claim_in_task(claim.clone()).await {
-                Err(GatewayError::InFlight { retry_after: left }) => retry_after = left,
+                Err(GatewayError::InFlight {
+                    retry_after,
+                    expires,
+                }) => in_flight = Some((retry_after, expires)),
                 // The store is away while this request waits: the first
                 // attempt may still answer; wait on.
                 Err(GatewayError::StoreUnavailable(error)) if waiting.is_some() => {
@@ -122,11 +126,18 @@ impl Gateway {
                 }
                 other => return other,
             }
+            // Only an in-flight answer (or, once waiting, a store error
+            // after one) comes this far.
+            let (retry_after, expires) = in_flight.ok_or_else(|| {
+                GatewayError::Internal("a wait began without an in-flight answer".into())
+            })?;
             if waiting.is_none() {
-                waiting = Some(
-                    Waiting::start(self, claim.body.len())
-                        .ok_or(GatewayError::InFlight { retry_after })?,
-                );
+                waiting = Some(Waiting::start(self, claim.body.len()).ok_or(
+                    GatewayError::InFlight {
+                        retry_after,
+                        expires,
+                    },
+                )?);
             }
             let cause = tokio::select! {
                 () = &mut notified => "store",
@@ -137,6 +148,7 @@ impl Gateway {
                     return Err(GatewayError::WaitTimeout {
                         waited: started.elapsed(),
                         retry_after,
+                        expires,
                     });
                 }
             };
@@ -204,10 +216,10 @@ impl Gateway {
         }
         match claimed {
             Claim::Replay(stored) => Ok(Answered::new(replay(stored), Outcome::Replayed)),
-            Claim::InFlight { retry_after } => Err(GatewayError::InFlight { retry_after }),
-            Claim::Mismatch => Err(GatewayError::Mismatch),
-            Claim::Held(reason) => Err(GatewayError::Held(reason)),
-            Claim::Inquiring { retry_after } => Err(GatewayError::Inquiring { retry_after }),
+            refused @ (Claim::InFlight { .. }
+            | Claim::Mismatch { .. }
+            | Claim::Held { .. }
+            | Claim::Inquiring { .. }) => Err(refusal(refused, &route)),
             Claim::Claimed { token, takeover } => {
                 // Window (a): the claim has committed, nothing was sent.
                 kill_window!("after-claim");
@@ -308,4 +320,36 @@ fn replay(stored: StoredResponse) -> Response<Body> {
         .headers_mut()
         .insert(REPLAYED, HeaderValue::from_static("true"));
     response
+}
+
+/// A claim the record refused, as the client's answer: with when the
+/// record expires, in the header too where `route` announces expiry.
+fn refusal(claim: Claim, route: &Route) -> GatewayError {
+    let expiry = |expires_in| RecordExpiry::after(expires_in, route.expires_header);
+    match claim {
+        Claim::InFlight {
+            retry_after,
+            expires_in,
+        } => GatewayError::InFlight {
+            retry_after,
+            expires: expiry(expires_in),
+        },
+        Claim::Mismatch { expires_in } => GatewayError::Mismatch {
+            expires: expiry(expires_in),
+        },
+        Claim::Held { reason, expires_in } => GatewayError::Held {
+            reason,
+            expires: expiry(expires_in),
+        },
+        Claim::Inquiring {
+            retry_after,
+            expires_in,
+        } => GatewayError::Inquiring {
+            retry_after,
+            expires: expiry(expires_in),
+        },
+        Claim::Claimed { .. } | Claim::Replay(_) => {
+            GatewayError::Internal("a claim or replay answered as a refusal".into())
+        }
+    }
 }

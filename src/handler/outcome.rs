@@ -122,10 +122,10 @@ impl Outcome {
         match error {
             GatewayError::InFlight { .. } => Self::Conflict,
             GatewayError::WaitTimeout { .. } => Self::WaitTimeout,
-            GatewayError::Mismatch => Self::Mismatch,
+            GatewayError::Mismatch { .. } => Self::Mismatch,
             GatewayError::MissingKey { .. } => Self::MissingKey,
             GatewayError::InvalidKey { .. } => Self::InvalidKey,
-            GatewayError::Held(_) => Self::Held,
+            GatewayError::Held { .. } => Self::Held,
             GatewayError::Inquiring { .. } => Self::Inquiring,
             GatewayError::StoreUnavailable(_) => Self::StoreError,
             GatewayError::Overloaded(_) => Self::Overloaded,

@@ -80,8 +80,8 @@ impl Gateway {
             Claim::Claimed { .. } => Would::Forward,
             Claim::Replay(_) => Would::Replay,
             Claim::InFlight { .. } | Claim::Inquiring { .. } => Would::Conflict,
-            Claim::Mismatch => Would::Mismatch,
-            Claim::Held(_) => Would::Held,
+            Claim::Mismatch { .. } => Would::Mismatch,
+            Claim::Held { .. } => Would::Held,
         };
         report(
             &self.metrics,

@@ -8,8 +8,9 @@ jsonschema_rs, a schemathesis dependency):
 Sends requests that the proxy answers itself (no route, missing key,
 reused key, unreachable upstream), and one `keys show --json` for the
 record it seeded, and validates each body against the document
-(`ProxyProblem`, `RecordInfo`); with a control: a body altered to carry
-the wrong status for its type must not validate.
+(`ProxyProblem`, `RecordInfo`); with controls: a body altered to carry
+the wrong status for its type, or a refusal's without its `expires`, must
+not validate.
 """
 
 import json
@@ -61,6 +62,15 @@ for slug, (status, headers, body) in cases:
     wrong = dict(value, status=418 if status != 418 else 400)
     if problem.is_valid(wrong):
         failures.append(f"control: {slug} with status {wrong['status']} validated")
+    if "expires" in value:
+        # A refusal about a record says when it expires, in the header too;
+        # the control: without the member it must not validate.
+        if not headers.get("Idempotency-Expires"):
+            failures.append(f"{slug}: expires {value['expires']} but no Idempotency-Expires")
+        bare = {k: v for k, v in value.items() if k != "expires"}
+        if problem.is_valid(bare):
+            failures.append(f"control: {slug} without expires validated")
+        print(f"contract: proxy problem {slug} says its record expires {value['expires']}")
 
 status, headers, body = send(
     f"{admin}/keys",

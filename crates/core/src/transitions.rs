@@ -226,6 +226,18 @@ pub fn expired(past_retention: bool, phase: Phase) -> bool {
     past_retention && !phase.lease_live()
 }
 
+/// How long a record is kept from now, `retention_left` being the time
+/// left on its retention: until then, or, held by a live lease, until that
+/// lapses if later ([`expired`]). What a refusal tells the client.
+pub fn kept_for(retention_left: Duration, phase: Phase) -> Duration {
+    match phase {
+        Phase::InFlight {
+            lease_left: Some(lease),
+        } => retention_left.max(lease),
+        _ => retention_left,
+    }
+}
+
 /// Whether the upstream may still be working on the key's request, so
 /// that removing the record would let a retry be forwarded while the first
 /// attempt may still act: a live lease, or an inquiring record inside its

@@ -4,7 +4,8 @@
 //!
 //! It is sound because a completed record never changes: it is only ever
 //! replayed (same fingerprint) or refused (`422`, another fingerprint) until
-//! it expires or an operator deletes it. Each entry lives at most
+//! it expires or an operator deletes it. Only replays come from the cache:
+//! a refusal goes to the store, whose answer says when the record expires. Each entry lives at most
 //! `min([store] replay_cache_ttl, the route's retention)` from when the store
 //! last confirmed it, so the cache can answer for a record that another
 //! process deleted (`idemgate keys delete`), or that just passed its
@@ -86,12 +87,13 @@ impl CachedStore {
             self.cache.remove(request.key);
             return None;
         }
+        // Another request under the key goes to the store, whose `422`
+        // says when the record expires (the entry does not know).
+        if entry.fingerprint != *request.fingerprint {
+            return None;
+        }
         (self.hits)();
-        Some(if entry.fingerprint == *request.fingerprint {
-            Claim::Replay(entry.response)
-        } else {
-            Claim::Mismatch
-        })
+        Some(Claim::Replay(entry.response))
     }
 }
 

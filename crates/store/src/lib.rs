@@ -139,16 +139,30 @@ pub enum Claim {
     InFlight {
         /// Time left on that lease.
         retry_after: Duration,
+        /// Time left before the record expires (as far as the store knows
+        /// now: its completion starts a new retention).
+        expires_in: Duration,
     },
     /// The key was used with a different request.
-    Mismatch,
+    Mismatch {
+        /// Time left before the record (the other request's) expires.
+        expires_in: Duration,
+    },
     /// The outcome is unknown or the response was not retained.
-    Held(HeldReason),
+    Held {
+        /// Why.
+        reason: HeldReason,
+        /// Time left before the record expires.
+        expires_in: Duration,
+    },
     /// The outcome is unknown and the gateway is asking the upstream
     /// (docs/src/guide/status-inquiry.md).
     Inquiring {
         /// Time until the next question (zero: due now).
         retry_after: Duration,
+        /// Time left before the record expires (as far as the store knows
+        /// now: the upstream's answer starts a new retention).
+        expires_in: Duration,
     },
 }
 

@@ -78,8 +78,8 @@ super::rows! { STORE = Store {
     /// restart. See [retention by generations](../design/retention.md)
     STORE_GENERATION "generation" Duration Derived("the longest route `retention`"), Restart;
     /// PostgreSQL, Redis, SQLite: once this instance has replayed a completed record, it answers
-    /// further claims on that key (replay, or `422` for another body) from memory for up to this
-    /// long, never longer than the route's `retention`. `"0s"` turns the cache off. See [the replay
+    /// further replays of that key from memory for up to this long, never longer than the
+    /// route's `retention` (another body's `422` asks the store, which knows the record's expiry). `"0s"` turns the cache off. See [the replay
     /// cache](../design/stores.md#the-replay-cache)
     STORE_REPLAY_CACHE_TTL "replay_cache_ttl" Duration Toml(r#""5s""#), Restart;
     /// PostgreSQL, Redis, SQLite: most bytes (bodies, headers, keys) the replay cache holds;

@@ -190,6 +190,92 @@ async fn keyed_answers_say_until_when_their_record_is_kept(b: Backend) {
     assert_eq!((expires(&first), expires(&replay)), (None, None));
 }
 
+/// A refusal's `expires` member: the instant (RFC 3339) its record is kept
+/// until.
+fn expires_member(reply: &crate::support::Reply) -> SystemTime {
+    let value = reply.json()["expires"].as_str().map(str::to_owned);
+    let value = value.unwrap_or_else(|| panic!("no expires: {}", reply.text()));
+    humantime::parse_rfc3339(&value).unwrap_or_else(|e| panic!("{value}: {e}"))
+}
+
+/// Each refusal about a record — `409` in flight, `422` for another body,
+/// a held key's `409` — says until when the record is kept, in the
+/// problem's `expires` and the `Idempotency-Expires` header alike: about a
+/// retention from when it was written, never later than the store keeps
+/// it. A route that announces no expiry keeps the member, not the header.
+async fn refusals_say_until_when_their_record_is_kept(b: Backend) {
+    let s = Setup::with(b, |config| {
+        config
+            .top(|t| {
+                t.set("admin_token", ADMIN_TOKEN);
+            })
+            .route(|r| {
+                r.set("retention", "1h")
+                    .set("max_recorded_response", "1KiB");
+            })
+    })
+    .await;
+    let hour = Duration::from_secs(3600);
+    let check = async |reply: &crate::support::Reply, key: &str, slug: &str| {
+        assert_eq!(
+            reply.problem_type(),
+            format!("urn:idemgate:problem:{slug}"),
+            "{}",
+            reply.text()
+        );
+        let at = expires_member(reply);
+        assert_eq!(
+            expires(reply),
+            Some(at),
+            "the header names the same instant"
+        );
+        assert!(
+            at + Duration::from_secs(5) > SystemTime::now() + hour,
+            "{slug}: {at:?}"
+        );
+        let kept = store_expiry(&s, key).await;
+        assert!(at <= kept, "{slug}: announced {at:?}, kept until {kept:?}");
+    };
+    let slow = s.gateway.url("/v1/slow/1500");
+    let first = tokio::spawn({
+        let (client, slow) = (s.client.clone(), slow.clone());
+        async move { post(&client, &slow, "r-slow", "{}").await }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let conflict = post(&s.client, &slow, "r-slow", "{}").await;
+    assert_eq!(conflict.status, StatusCode::CONFLICT, "{}", conflict.text());
+    check(&conflict, "r-slow", "in-flight").await;
+    assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
+
+    let url = s.gateway.url("/v1/payments");
+    assert_eq!(
+        post(&s.client, &url, "r-done", "{}").await.status,
+        StatusCode::CREATED
+    );
+    let reused = post(&s.client, &url, "r-done", r#"{"other":1}"#).await;
+    assert_eq!(reused.status, StatusCode::UNPROCESSABLE_ENTITY);
+    check(&reused, "r-done", "key-reused").await;
+
+    let big = s.gateway.url("/v1/big/5000");
+    post(&s.client, &big, "r-big", "{}").await;
+    let held = post(&s.client, &big, "r-big", "{}").await;
+    assert_eq!(held.status, StatusCode::CONFLICT, "{}", held.text());
+    check(&held, "r-big", "response-not-retained").await;
+
+    let quiet = Setup::with(b, |config| {
+        config.route(|r| {
+            r.set("expires_header", false);
+        })
+    })
+    .await;
+    let url = quiet.gateway.url("/v1/payments");
+    post(&quiet.client, &url, "q", "{}").await;
+    let reused = post(&quiet.client, &url, "q", r#"{"other":1}"#).await;
+    assert_eq!(reused.status, StatusCode::UNPROCESSABLE_ENTITY);
+    expires_member(&reused);
+    assert_eq!(expires(&reused), None);
+}
+
 /// `record_body = false`: the record keeps the status and headers only; a
 /// replay answers them with an empty body and without the headers that
 /// describe one, and an answer over `max_recorded_response` is recorded
@@ -225,6 +311,7 @@ async fn a_route_that_records_no_body_replays_status_and_headers(b: Backend) {
 
 per_backend!(
     keyed_answers_say_until_when_their_record_is_kept,
+    refusals_say_until_when_their_record_is_kept,
     a_route_that_records_no_body_replays_status_and_headers,
     replay_is_byte_exact_with_location_and_etag,
     replay_drops_set_cookie_and_date_but_the_original_keeps_them,

@@ -146,19 +146,65 @@ async fn claim_outcomes(b: Backend) {
     let k = key("a");
     let t = token(claim(s, &k, 1).await);
     match claim(s, &k, 1).await {
-        Claim::InFlight { retry_after } => {
+        Claim::InFlight { retry_after, .. } => {
             assert!(retry_after <= LEASE && retry_after > Duration::ZERO)
         }
         other => panic!("expected InFlight, got {other:?}"),
     }
-    assert_eq!(claim(s, &k, 2).await, Claim::Mismatch);
+    assert!(matches!(claim(s, &k, 2).await, Claim::Mismatch { .. }));
     let r = response(&b"\x00\xffbinary\r\n"[..]);
     assert_eq!(
         s.complete(&k, t, &r, RETENTION).await.unwrap(),
         Cas::Applied
     );
     assert_eq!(claim(s, &k, 1).await, Claim::Replay(r));
-    assert_eq!(claim(s, &k, 2).await, Claim::Mismatch);
+    assert!(matches!(claim(s, &k, 2).await, Claim::Mismatch { .. }));
+}
+
+/// `expires_in`, as a claim refused by a record states it: never more
+/// than the retention last given, and no more than a few seconds less.
+pub(super) fn kept_about(claim: &Claim, retention: Duration) {
+    let expires_in = match claim {
+        Claim::InFlight { expires_in, .. }
+        | Claim::Inquiring { expires_in, .. }
+        | Claim::Mismatch { expires_in }
+        | Claim::Held { expires_in, .. } => *expires_in,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert!(
+        expires_in <= retention && expires_in + Duration::from_secs(5) >= retention,
+        "{claim:?}: expected about {retention:?}"
+    );
+}
+
+/// Every refusal says how long its record is kept: the claim's retention
+/// while in flight, the completion's or the hold's after.
+async fn refusals_say_when_the_record_expires(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
+    let k = key("kept");
+    let t = token(claim(s, &k, 1).await);
+    kept_about(&claim(s, &k, 1).await, RETENTION);
+    kept_about(&claim(s, &k, 2).await, RETENTION);
+    let shorter = Duration::from_secs(600);
+    assert_eq!(
+        s.complete(&k, t, &response("done"), shorter).await.unwrap(),
+        Cas::Applied
+    );
+    kept_about(&claim(s, &k, 2).await, shorter);
+    let held = key("kept-held");
+    let t = token(claim(s, &held, 1).await);
+    let hold = Duration::from_secs(900);
+    assert_eq!(
+        s.hold(&held, t, HeldReason::UpstreamTimeout, hold)
+            .await
+            .unwrap(),
+        Cas::Applied
+    );
+    let again = claim(s, &held, 1).await;
+    assert!(matches!(again, Claim::Held { .. }), "{again:?}");
+    kept_about(&again, hold);
+    kept_about(&claim(s, &held, 2).await, hold);
 }
 
 async fn fenced_late_writer_cannot_overwrite(b: Backend) {
@@ -212,9 +258,21 @@ async fn lapsed_lease_is_held_under_hold(b: Backend) {
     let k = key("lapse");
     let t = token(claim_with(s, &k, 1, Duration::from_millis(200), UnknownOutcome::Hold).await);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(claim(s, &k, 1).await, Claim::Held(HeldReason::LeaseLapsed));
-    assert_eq!(claim(s, &k, 1).await, Claim::Held(HeldReason::LeaseLapsed));
-    assert_eq!(claim(s, &k, 2).await, Claim::Mismatch);
+    assert!(matches!(
+        claim(s, &k, 1).await,
+        Claim::Held {
+            reason: HeldReason::LeaseLapsed,
+            ..
+        }
+    ));
+    assert!(matches!(
+        claim(s, &k, 1).await,
+        Claim::Held {
+            reason: HeldReason::LeaseLapsed,
+            ..
+        }
+    ));
+    assert!(matches!(claim(s, &k, 2).await, Claim::Mismatch { .. }));
     // The attempt that lapsed may still deliver the real answer.
     assert_eq!(s.renew(&k, t, LEASE).await.unwrap(), Cas::Fenced);
     assert_eq!(
@@ -271,11 +329,14 @@ async fn hold_blocks_until_retention(b: Backend) {
             .unwrap(),
         Cas::Applied
     );
-    assert_eq!(
+    assert!(matches!(
         claim(s, &k, 1).await,
-        Claim::Held(HeldReason::ResponseTooLarge)
-    );
-    assert_eq!(claim(s, &k, 3).await, Claim::Mismatch);
+        Claim::Held {
+            reason: HeldReason::ResponseTooLarge,
+            ..
+        }
+    ));
+    assert!(matches!(claim(s, &k, 3).await, Claim::Mismatch { .. }));
     assert_eq!(
         s.release(&k, t).await.unwrap(),
         Cas::Fenced,
@@ -426,7 +487,7 @@ async fn records_hold_across_generation_boundaries(b: Backend) {
 
     f.sweep_across().await;
     assert_eq!(claim(s, &done, 1).await, Claim::Replay(response("done")));
-    assert_eq!(claim(s, &done, 2).await, Claim::Mismatch);
+    assert!(matches!(claim(s, &done, 2).await, Claim::Mismatch { .. }));
     assert!(matches!(claim(s, &open, 1).await, Claim::InFlight { .. }));
     let fresh_token = token(claim(s, &fresh, 1).await);
     tokio::time::sleep(brief * 2).await;
@@ -462,7 +523,7 @@ async fn records_hold_across_generation_boundaries(b: Backend) {
         );
     }
     assert_eq!(claim(s, &fresh, 1).await, Claim::Replay(response("fresh")));
-    assert_eq!(claim(s, &short, 1).await, Claim::Mismatch);
+    assert!(matches!(claim(s, &short, 1).await, Claim::Mismatch { .. }));
 }
 
 async fn a_live_lease_outlives_retention(b: Backend) {
@@ -693,10 +754,13 @@ async fn abandon_removes_only_the_attempts_unforwarded_record(b: Backend) {
     let lapsed = key("ab-lapsed");
     token(claim_as(s, &lapsed, 1, 31, short, hold).await);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(
+    assert!(matches!(
         claim(s, &lapsed, 1).await,
-        Claim::Held(HeldReason::LeaseLapsed)
-    );
+        Claim::Held {
+            reason: HeldReason::LeaseLapsed,
+            ..
+        }
+    ));
     assert_eq!(s.abandon(&lapsed, 31).await.unwrap(), Cas::Applied);
     token(claim(s, &lapsed, 1).await);
 
@@ -714,10 +778,13 @@ async fn abandon_removes_only_the_attempts_unforwarded_record(b: Backend) {
         .await
         .unwrap();
     assert_eq!(s.abandon(&held, 41).await.unwrap(), Cas::Fenced);
-    assert_eq!(
+    assert!(matches!(
         claim(s, &held, 1).await,
-        Claim::Held(HeldReason::UpstreamTimeout)
-    );
+        Claim::Held {
+            reason: HeldReason::UpstreamTimeout,
+            ..
+        }
+    ));
 
     // Taken over by another attempt: the first one's abandon is fenced.
     let release = UnknownOutcome::Release;
@@ -735,6 +802,7 @@ async fn abandon_removes_only_the_attempts_unforwarded_record(b: Backend) {
 per_backend!(
     only [postgres, redis, redis_cluster, sqlite, memory, front]:
     claim_outcomes,
+    refusals_say_when_the_record_expires,
     fenced_late_writer_cannot_overwrite,
     lapsed_lease_is_held_under_hold,
     renew_extends_the_lease,

@@ -87,7 +87,7 @@ async fn a_broken_exchange_turns_the_key_inquiring(b: Backend) {
         Cas::Applied
     );
     match claim_with(s, &k, 1, LEASE, INQUIRE).await {
-        Claim::Inquiring { retry_after } => {
+        Claim::Inquiring { retry_after, .. } => {
             assert!(
                 retry_after <= next && retry_after > Duration::from_secs(3),
                 "{retry_after:?}"
@@ -95,7 +95,7 @@ async fn a_broken_exchange_turns_the_key_inquiring(b: Backend) {
         }
         other => panic!("expected Inquiring, got {other:?}"),
     }
-    assert_eq!(claim(s, &k, 2).await, Claim::Mismatch);
+    assert!(matches!(claim(s, &k, 2).await, Claim::Mismatch { .. }));
     // Not the attempt's to renew any more; not due, so nobody takes it.
     assert_eq!(s.renew(&k, t, LEASE).await.unwrap(), Cas::Fenced);
     assert!(
@@ -151,7 +151,7 @@ async fn a_due_question_has_one_taker_and_only_it_settles(b: Backend) {
             .is_empty()
     );
     match claim_with(s, &k, 1, LEASE, INQUIRE).await {
-        Claim::Inquiring { retry_after } => assert!(retry_after > Duration::from_secs(10)),
+        Claim::Inquiring { retry_after, .. } => assert!(retry_after > Duration::from_secs(10)),
         other => panic!("expected Inquiring, got {other:?}"),
     }
     // Unanswered: asked again at once (for the test), counted.
@@ -214,10 +214,13 @@ async fn an_answer_releases_or_holds_the_key(b: Backend) {
                 .hold(&q.key, q.token, HeldReason::InquiryGaveUp, RETENTION)
                 .await;
             assert_eq!(held.unwrap(), Cas::Applied);
-            assert_eq!(
+            assert!(matches!(
                 claim(s, &q.key, 1).await,
-                Claim::Held(HeldReason::InquiryGaveUp)
-            );
+                Claim::Held {
+                    reason: HeldReason::InquiryGaveUp,
+                    ..
+                }
+            ));
             assert!(
                 s.take_inquiries(&routes, ASKING, 10)
                     .await
@@ -242,12 +245,13 @@ async fn a_lapsed_lease_turns_inquiring(b: Backend) {
     other.route = "other".into();
     token(claim_with(s, &other, 1, short, UnknownOutcome::Hold).await);
     tokio::time::sleep(Duration::from_millis(400)).await;
-    assert_eq!(
+    assert!(matches!(
         claim_with(s, &k, 1, LEASE, INQUIRE).await,
         Claim::Inquiring {
-            retry_after: Duration::ZERO
+            retry_after: Duration::ZERO,
+            ..
         }
-    );
+    ));
     // The lapsed attempt may still deliver the real answer.
     let real = response("late but real");
     assert_eq!(
@@ -315,7 +319,7 @@ async fn a_claim_over_a_lapsed_lease_leaves_the_question_after_away(b: Backend) 
     tokio::time::sleep(Duration::from_millis(400)).await;
     for k in [&stalled, &found] {
         match claim_after(s, k, LEASE, after).await {
-            Claim::Inquiring { retry_after } => assert!(
+            Claim::Inquiring { retry_after, .. } => assert!(
                 retry_after > Duration::from_millis(900) && retry_after <= after,
                 "{}: due in {retry_after:?}, not `after` past the lapse",
                 k.key
@@ -432,7 +436,13 @@ async fn a_route_that_stopped_inquiring_settles_its_keys_by_its_policy(b: Backen
         // Due, and no inquirer asks (the route no longer inquires): a
         // lapsed lease, by the route's policy now.
         match (policy, claim_with(s, &k, 1, LEASE, policy).await) {
-            (UnknownOutcome::Hold, Claim::Held(HeldReason::LeaseLapsed)) => {}
+            (
+                UnknownOutcome::Hold,
+                Claim::Held {
+                    reason: HeldReason::LeaseLapsed,
+                    ..
+                },
+            ) => {}
             (
                 UnknownOutcome::Release,
                 Claim::Claimed {

@@ -204,8 +204,8 @@ async fn grow(conn: &mut sqlx::PgConnection) {
 /// grown to 200,000 rows without new statistics, then 50 claims; their
 /// sequential and index scans of the table. `seq_scans_allowed`: the
 /// functions' `enable_seqscan = off` (migration 0009, and the claim and
-/// batch of 0013 that the gateway calls now, which carry it in their
-/// definitions) reset first.
+/// batch of 0013 and 0015's batch that the gateway calls now, which carry
+/// it in their definitions) reset first.
 async fn claim_scans(seq_scans_allowed: bool) -> (i64, i64) {
     let (_storage, store, mut conn) = fresh_store().await;
     if seq_scans_allowed {
@@ -217,6 +217,9 @@ async fn claim_scans(seq_scans_allowed: bool) -> (i64, i64) {
             "ALTER FUNCTION idemgate_batch(TEXT[], TEXT[], BYTEA[], TEXT[], BYTEA[], BIGINT[],
                  BIGINT[], BOOLEAN[], BIGINT[], BIGINT[], SMALLINT[], BYTEA[], BYTEA[], TEXT[],
                  BIGINT[]) SET enable_seqscan = off",
+            "ALTER FUNCTION idemgate_batch_expiry(TEXT[], TEXT[], BYTEA[], TEXT[], BYTEA[],
+                 BIGINT[], BIGINT[], BOOLEAN[], BIGINT[], BIGINT[], SMALLINT[], BYTEA[], BYTEA[],
+                 TEXT[], BIGINT[]) SET enable_seqscan = off",
         ];
         for statement in migration
             .split(';')

@@ -157,7 +157,7 @@ async fn a_hold_committed_during_expiry_reuse_stays_held() {
     )
     .await;
     assert!(
-        matches!(outcome, Claim::Held(_)),
+        matches!(outcome, Claim::Held { .. }),
         "a held key was claimed again: {outcome:?}"
     );
 }

@@ -46,6 +46,9 @@ pub(super) struct Waiting {
     pub fingerprint: Fingerprint,
     /// When its marker would end (ms since the epoch): its lease's end.
     pub until_ms: i64,
+    /// When its record expires at the earliest (ms since the epoch); none
+    /// when the front cannot tell (a takeover).
+    pub expires_ms: Option<i64>,
 }
 
 impl Waiting {
@@ -56,6 +59,7 @@ impl Waiting {
             token,
             fingerprint: &self.fingerprint,
             until_ms: self.until_ms,
+            expires_ms: self.expires_ms,
         }
     }
 }
@@ -169,6 +173,7 @@ impl Marks {
         for waiting in self.state().waiting.values_mut() {
             if waiting.key == *key {
                 waiting.until_ms -= by_ms;
+                waiting.expires_ms = waiting.expires_ms.map(|at| at - by_ms);
             }
         }
         writing

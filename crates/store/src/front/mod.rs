@@ -204,31 +204,54 @@ impl FrontStore {
         }
     }
 
-    /// The front's answer to `request`, if it has one it may give.
+    /// The front's answer to `request`, if it has one it may give. A
+    /// refusal needs the record's expiry: an entry of an older version,
+    /// which lacks it, is left to PostgreSQL.
     fn answer(&self, entry: FrontEntry, request: &ClaimRequest<'_>) -> Option<Claim> {
         let counts = &self.inner.health.counts;
-        let (fingerprint, claim, counter) = match entry {
+        let (fingerprint, expires_in, claim, counter) = match entry {
             FrontEntry::Completed {
                 fingerprint,
                 response,
-            } => (fingerprint, Claim::Replay(response), &counts.replays),
+                expires_in,
+            } => (
+                fingerprint,
+                expires_in,
+                Some(Claim::Replay(response)),
+                &counts.replays,
+            ),
             FrontEntry::Held {
                 fingerprint,
                 reason,
-            } => (fingerprint, Claim::Held(reason), &counts.held),
-            FrontEntry::InFlight { fingerprint, left } => {
+                expires_in,
+            } => {
+                let claim = expires_in.map(|expires_in| Claim::Held { reason, expires_in });
+                (fingerprint, expires_in, claim, &counts.held)
+            }
+            FrontEntry::InFlight {
+                fingerprint,
+                left,
+                expires_in,
+            } => {
                 if self.inner.wait_routes.contains(&request.key.route) {
                     return None;
                 }
-                let claim = Claim::InFlight { retry_after: left };
-                (fingerprint, claim, &counts.conflicts)
+                let claim = expires_in.map(|expires_in| Claim::InFlight {
+                    retry_after: left,
+                    expires_in,
+                });
+                (fingerprint, expires_in, claim, &counts.conflicts)
             }
         };
         // Another request under the key: `422`, whatever its state.
         if fingerprint[..] != request.fingerprint[..] {
+            let claim = Claim::Mismatch {
+                expires_in: expires_in?,
+            };
             bump(&counts.mismatches);
-            return Some(Claim::Mismatch);
+            return Some(claim);
         }
+        let claim = claim?;
         bump(counter);
         Some(claim)
     }
@@ -341,12 +364,19 @@ impl Store for FrontStore {
         let claim = self.inner.truth.claim(request).await?;
         if health.usable() {
             match &claim {
-                Claim::Claimed { token, .. } => {
+                Claim::Claimed { token, takeover } => {
                     // Never past PostgreSQL's lease, which began after `started`.
                     let waiting = Waiting {
                         key: request.key.clone(),
                         fingerprint: *request.fingerprint,
                         until_ms: started.saturating_add(millis(request.lease)),
+                        // A new record's retention (or its lease, if
+                        // longer) began after `started` too; a taken-over
+                        // one keeps its own, which the front does not know:
+                        // its refusals are left to PostgreSQL.
+                        expires_ms: (!takeover).then(|| {
+                            started.saturating_add(millis(request.retention.max(request.lease)))
+                        }),
                     };
                     // Off the request's path, and only if it is still
                     // unsettled after `mark_after` ([`marks`]); a full
@@ -355,8 +385,8 @@ impl Store for FrontStore {
                         self.inner.mark(&[w.mark(*token)]).await;
                     }
                 }
-                Claim::Replay(_) | Claim::Held(_) => self.repair(request.key),
-                Claim::InFlight { .. } | Claim::Mismatch | Claim::Inquiring { .. } => {}
+                Claim::Replay(_) | Claim::Held { .. } => self.repair(request.key),
+                Claim::InFlight { .. } | Claim::Mismatch { .. } | Claim::Inquiring { .. } => {}
             }
         }
         Ok(claim)

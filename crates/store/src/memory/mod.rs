@@ -161,6 +161,14 @@ impl Record {
         next
     }
 
+    /// Time left at `now` before it expires ([`transitions::kept_for`]).
+    fn expires_in(&self, now: Instant) -> Duration {
+        transitions::kept_for(
+            self.expires_at.saturating_duration_since(now),
+            self.phase(now),
+        )
+    }
+
     /// Gone for every purpose ([`transitions::expired`]).
     fn expired(&self, now: Instant) -> bool {
         transitions::expired(self.expires_at <= now, self.phase(now))
@@ -315,14 +323,21 @@ mod tests {
             assert_eq!(
                 claim(&store, &key, unknown).await,
                 Claim::InFlight {
-                    retry_after: Duration::from_secs(1)
+                    retry_after: Duration::from_secs(1),
+                    expires_in: Duration::from_secs(3600 - 29),
                 }
             );
             tokio::time::advance(Duration::from_secs(1)).await;
             let lapsed = claim(&store, &key, unknown).await;
             match unknown {
                 UnknownOutcome::Hold => {
-                    assert_eq!(lapsed, Claim::Held(HeldReason::LeaseLapsed));
+                    assert_eq!(
+                        lapsed,
+                        Claim::Held {
+                            reason: HeldReason::LeaseLapsed,
+                            expires_in: Duration::from_secs(3600 - 30),
+                        }
+                    );
                 }
                 UnknownOutcome::Release => {
                     assert!(

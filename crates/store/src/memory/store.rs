@@ -39,13 +39,25 @@ impl Store for MemoryStore {
                     takeover: false,
                 }
             }
-            ClaimStep::Mismatch => Claim::Mismatch,
+            ClaimStep::Mismatch => Claim::Mismatch {
+                expires_in: live
+                    .expect("a mismatch is decided on a record")
+                    .expires_in(now),
+            },
             ClaimStep::Replay => match live.map(|r| &r.state) {
                 Some(State::Completed(response)) => Claim::Replay(response.clone()),
                 _ => unreachable!("a replay is decided on a completed record"),
             },
-            ClaimStep::Held(reason) => Claim::Held(reason),
-            ClaimStep::InFlight(retry_after) => Claim::InFlight { retry_after },
+            ClaimStep::Held(reason) => Claim::Held {
+                reason,
+                expires_in: live.expect("held is decided on a record").expires_in(now),
+            },
+            ClaimStep::InFlight(retry_after) => Claim::InFlight {
+                retry_after,
+                expires_in: live
+                    .expect("in flight is decided on a record")
+                    .expires_in(now),
+            },
             ClaimStep::TakeOver => {
                 let token = inner.next_token();
                 let entry = inner.records.get_mut(req.key).expect("read above");
@@ -65,18 +77,31 @@ impl Store for MemoryStore {
                 let entry = inner.records.get_mut(req.key).expect("read above");
                 entry.state = State::Held(HeldReason::LeaseLapsed);
                 entry.updated_at = now;
+                let expires_in = entry.expires_in(now);
                 drop(inner);
                 self.announce(req.key);
-                Claim::Held(HeldReason::LeaseLapsed)
+                Claim::Held {
+                    reason: HeldReason::LeaseLapsed,
+                    expires_in,
+                }
             }
-            ClaimStep::Inquiring(retry_after) => Claim::Inquiring { retry_after },
+            ClaimStep::Inquiring(retry_after) => Claim::Inquiring {
+                retry_after,
+                expires_in: live
+                    .expect("inquiring is decided on a record")
+                    .expires_in(now),
+            },
             ClaimStep::InquireLapsed => {
                 let entry = inner.records.get_mut(req.key).expect("read above");
                 let retry_after = entry.inquire_lapsed(now, req.inquire_after, req.retention);
                 entry.updated_at = now;
+                let expires_in = entry.expires_in(now);
                 drop(inner);
                 self.announce(req.key);
-                Claim::Inquiring { retry_after }
+                Claim::Inquiring {
+                    retry_after,
+                    expires_in,
+                }
             }
         })
     }

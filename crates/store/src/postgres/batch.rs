@@ -1,7 +1,8 @@
 //! Batched claims and completions on PostgreSQL: every claim or completion
 //! that arrives while earlier ones are being committed joins the next
-//! batch, and a batch is one call of `idemgate_batch`
-//! (migrations/0003_batches.sql): one round trip and one commit, however
+//! batch, and a batch is one call of `idemgate_batch_expiry`
+//! (migrations/0003_batches.sql, now 0015's, which also says when a record
+//! that refuses a claim expires): one round trip and one commit, however
 //! many keys it carries. Two commits per new key are the floor for an
 //! opaque upstream; nothing says each commit must carry one key.
 //!
@@ -334,7 +335,7 @@ fn release_lapsed(on_unknown: UnknownOutcome) -> Option<bool> {
     }
 }
 
-/// One call of `idemgate_batch` for `batch`, in its order.
+/// One call of `idemgate_batch_expiry` for `batch`, in its order.
 async fn call(pool: &PgPool, timeout: Duration, batch: &[Job]) -> Result<Vec<BatchRow>, RunError> {
     if timeout.is_zero() {
         // Its callers have stopped waiting: nothing is sent.
@@ -410,8 +411,8 @@ async fn call(pool: &PgPool, timeout: Duration, batch: &[Job]) -> Result<Vec<Bat
     }
     pool.run(timeout, async |conn| {
         sqlx::query_as(
-            "SELECT * FROM idemgate_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14,
-                                          $15)",
+            "SELECT * FROM idemgate_batch_expiry($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12,
+                                                 $13, $14, $15)",
         )
         .bind(&kinds)
         .bind(&routes)
@@ -464,9 +465,15 @@ pub(super) struct ClaimRow {
     o_status: Option<i16>,
     o_headers: Option<Vec<u8>>,
     o_body: Option<Vec<u8>>,
+    o_expires_ms: Option<i64>,
 }
 
-/// The claim's outcome, from the row `idemgate_claim` returns.
+/// A count of ms from a row as a duration (none or negative: zero).
+fn ms(value: Option<i64>) -> Duration {
+    Duration::from_millis(value.unwrap_or(0).max(0) as u64)
+}
+
+/// The claim's outcome, from the row `idemgate_batch_expiry` returns.
 pub(super) fn claim_from_row(row: ClaimRow) -> Result<Claim, StoreError> {
     let corrupt = |what: &str| StoreError::Corrupt(format!("claim returned {what}"));
     Ok(match row.o_outcome.as_str() {
@@ -489,18 +496,24 @@ pub(super) fn claim_from_row(row: ClaimRow) -> Result<Claim, StoreError> {
             })
         }
         "in_flight" => Claim::InFlight {
-            retry_after: Duration::from_millis(row.o_lease_ms.unwrap_or(0).max(0) as u64),
+            retry_after: ms(row.o_lease_ms),
+            expires_in: ms(row.o_expires_ms),
         },
         "inquiring" => Claim::Inquiring {
-            retry_after: Duration::from_millis(row.o_lease_ms.unwrap_or(0).max(0) as u64),
+            retry_after: ms(row.o_lease_ms),
+            expires_in: ms(row.o_expires_ms),
         },
-        "mismatch" => Claim::Mismatch,
-        "held" => Claim::Held(
-            row.o_held_reason
+        "mismatch" => Claim::Mismatch {
+            expires_in: ms(row.o_expires_ms),
+        },
+        "held" => Claim::Held {
+            reason: row
+                .o_held_reason
                 .as_deref()
                 .and_then(HeldReason::parse)
                 .ok_or_else(|| corrupt("an unknown held reason"))?,
-        ),
+            expires_in: ms(row.o_expires_ms),
+        },
         other => return Err(corrupt(&format!("outcome {other:?}"))),
     })
 }

@@ -17,7 +17,8 @@ use crate::{
 impl Store for PgStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         // idemgate_claim (migrations/0013_lapsed_question.sql) implements
-        // transitions::claim; idemgate_batch calls it per claim.
+        // transitions::claim; idemgate_batch calls it per claim, and
+        // idemgate_batch_expiry (0015) calls that batch.
         let op = batch::Op::Claim {
             key: req.key.clone(),
             fingerprint: *req.fingerprint,

@@ -47,6 +47,9 @@ pub(crate) enum FrontEntry {
         fingerprint: Vec<u8>,
         /// Time left on the marker.
         left: Duration,
+        /// Time left before the record expires at the earliest (none: a
+        /// marker of an older version, which did not say).
+        expires_in: Option<Duration>,
     },
     /// A recorded response.
     Completed {
@@ -54,6 +57,9 @@ pub(crate) enum FrontEntry {
         fingerprint: Vec<u8>,
         /// The response.
         response: StoredResponse,
+        /// Time left before the entry ends with the record's retention
+        /// (none: an entry of an older version, which did not say).
+        expires_in: Option<Duration>,
     },
     /// The key is held.
     Held {
@@ -61,6 +67,9 @@ pub(crate) enum FrontEntry {
         fingerprint: Vec<u8>,
         /// Why.
         reason: HeldReason,
+        /// Time left before the entry ends with the record's retention
+        /// (none: an entry of an older version, which did not say).
+        expires_in: Option<Duration>,
     },
 }
 
@@ -76,9 +85,13 @@ pub(crate) enum Settled<'a> {
 /// Most bytes of responses one [`PUBLISH`] script carries.
 const PUBLISH_BYTES: usize = 1024 * 1024;
 
-/// The fields a claim reads from an entry (one `HMGET`): every kind's,
-/// and `end`, when an in-flight marker ends (ms since the epoch).
-const READ_FIELDS: [&str; 7] = ["kind", "fp", "status", "headers", "body", "reason", "end"];
+/// The fields a claim reads from an entry (one `HMGET`): every kind's;
+/// `end`, when the entry ends (ms since the epoch: an in-flight marker's
+/// lease, a settled record's retention); and `exp`, when a marked
+/// attempt's record expires at the earliest.
+const READ_FIELDS: [&str; 8] = [
+    "kind", "fp", "status", "headers", "body", "reason", "end", "exp",
+];
 
 /// Test builds only: KEYS = entry, fence; ARGV = ms. The entry's `end` and
 /// TTL that far into the past, the entry deleted if that ends it (the
@@ -90,16 +103,18 @@ static AGE: LazyLock<Script> = LazyLock::new(|| {
         super::scripts::AGE_TTL,
         r#"
 local by = tonumber(ARGV[1])
-local done_at = tonumber(redis.call('HGET', KEYS[1], 'end') or '')
-if done_at then redis.call('HSET', KEYS[1], 'end', done_at - by) end
+for _, field in ipairs({'end', 'exp'}) do
+  local at = tonumber(redis.call('HGET', KEYS[1], field) or '')
+  if at then redis.call('HSET', KEYS[1], field, at - by) end
+end
 age_ttl(KEYS[1], by)
 return 1
 "#
     ))
 });
 
-/// KEYS = entry and fence of each record; ARGV = token, fingerprint, end
-/// (ms since the epoch) of each. A claimed attempt's marker, unless the
+/// KEYS = entry and fence of each record; ARGV = token, fingerprint, end,
+/// record expiry (ms since the epoch) of each. A claimed attempt's marker, unless the
 /// fence covers it or an entry of this attempt or a newer one is there.
 /// Returns how many were written.
 static MARK: LazyLock<Script> = LazyLock::new(|| {
@@ -107,13 +122,13 @@ static MARK: LazyLock<Script> = LazyLock::new(|| {
         r#"
 local n = 0
 for i = 1, #KEYS / 2 do
-  local entry, fence, a = KEYS[2 * i - 1], KEYS[2 * i], 3 * (i - 1)
+  local entry, fence, a = KEYS[2 * i - 1], KEYS[2 * i], 4 * (i - 1)
   local t = tonumber(ARGV[a + 1])
   local cur = tonumber(redis.call('HGET', entry, 'token') or '0')
   if cur < t and tonumber(redis.call('GET', fence) or '0') < t then
     redis.call('DEL', entry)
     redis.call('HSET', entry, 'kind', 'in_flight', 'token', ARGV[a + 1], 'fp', ARGV[a + 2],
-               'end', ARGV[a + 3])
+               'end', ARGV[a + 3], 'exp', ARGV[a + 4])
     redis.call('PEXPIREAT', entry, ARGV[a + 3])
     n = n + 1
   end
@@ -153,7 +168,7 @@ for i = 1, #KEYS / 2 do
       redis.call('DEL', entry)
       redis.call('HSET', entry, 'kind', ARGV[a + 2], 'token', ARGV[a + 1], 'fp', fp,
                  'status', ARGV[a + 4], 'headers', ARGV[a + 5], 'body', ARGV[a + 6],
-                 'reason', ARGV[a + 7])
+                 'reason', ARGV[a + 7], 'end', ARGV[a + 8])
       redis.call('PEXPIREAT', entry, ARGV[a + 8])
       n = n + 1
     end
@@ -231,6 +246,10 @@ pub(crate) struct Mark<'a> {
     pub fingerprint: &'a [u8],
     /// When the marker ends (ms since the epoch): never after the lease.
     pub until_ms: i64,
+    /// When the record expires at the earliest (ms since the epoch): the
+    /// claim's start plus the route's retention; none: unknown (the
+    /// front's refusals under it are left to PostgreSQL).
+    pub expires_ms: Option<i64>,
 }
 
 /// A settled record to show ([`RedisStore::front_publish`]).
@@ -299,33 +318,39 @@ impl RedisStore {
                     .await
             })
             .await?;
-        let [kind, fp, status, headers, body, reason, end]: [Option<Vec<u8>>; 7] = fields
+        let [kind, fp, status, headers, body, reason, end, exp]: [Option<Vec<u8>>; 8] = fields
             .try_into()
             .map_err(|_| corrupt("an HMGET reply of the wrong length"))?;
         let Some(kind) = kind else {
             return Ok(None);
         };
         let fingerprint = fp.ok_or_else(|| corrupt("a front entry with no fingerprint"))?;
-        let number = |field: Option<Vec<u8>>| -> Option<i64> {
-            std::str::from_utf8(&field?).ok()?.parse().ok()
+        let number = |field: Option<&Vec<u8>>| -> Option<i64> {
+            std::str::from_utf8(field?).ok()?.parse().ok()
+        };
+        // Time left until an instant; none for an entry without it (one
+        // written by an older version).
+        let left_until = |at: Option<&Vec<u8>>| {
+            number(at).map(|at| Duration::from_millis(at.saturating_sub(now_ms).max(0) as u64))
         };
         Ok(Some(match &kind[..] {
             b"in_flight" => {
                 // (A marker without its end, written by an older version,
                 // is left to PostgreSQL.)
-                let left = number(end).map_or(0, |end| end.saturating_sub(now_ms));
+                let left = number(end.as_ref()).map_or(0, |end| end.saturating_sub(now_ms));
                 if left <= 0 {
                     return Ok(None);
                 }
                 FrontEntry::InFlight {
                     fingerprint,
                     left: Duration::from_millis(left as u64),
+                    expires_in: left_until(exp.as_ref()),
                 }
             }
             b"completed" => FrontEntry::Completed {
                 fingerprint,
                 response: StoredResponse {
-                    status: number(status)
+                    status: number(status.as_ref())
                         .and_then(|s| u16::try_from(s).ok())
                         .and_then(|s| StatusCode::from_u16(s).ok())
                         .ok_or_else(|| corrupt("a bad status"))?,
@@ -333,12 +358,14 @@ impl RedisStore {
                         .ok_or_else(|| corrupt("undecodable headers"))?,
                     body: Bytes::from(body.unwrap_or_default()),
                 },
+                expires_in: left_until(end.as_ref()),
             },
             b"held" => FrontEntry::Held {
                 fingerprint,
                 reason: reason
                     .and_then(|r| HeldReason::parse(std::str::from_utf8(&r).ok()?))
                     .ok_or_else(|| corrupt("an unknown held reason"))?,
+                expires_in: left_until(end.as_ref()),
             },
             other => {
                 return Err(corrupt(&format!(
@@ -387,7 +414,11 @@ impl RedisStore {
                 .key(fence)
                 .arg(mark.token)
                 .arg(mark.fingerprint)
-                .arg(mark.until_ms);
+                .arg(mark.until_ms)
+                .arg(
+                    mark.expires_ms
+                        .map_or_else(String::new, |at| at.to_string()),
+                );
         }
         let invocation = &invocation;
         self.bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })

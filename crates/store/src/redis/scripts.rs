@@ -37,7 +37,8 @@ end\n";
 /// (`transitions::claim_write_limit`: its caller has given up, and the
 /// lost-claims worker may have stopped looking for its record).
 /// Implements `transitions::claim` (the record expires by its TTL,
-/// which a live lease extends: `transitions::expired`). On a route that
+/// which a live lease extends: `transitions::expired`). Every answer that
+/// is no claim nor replay ends with the record's TTL (ms): when it expires. On a route that
 /// inquires, a new record is entered in the due questions at its lease's
 /// end, so the inquirer finds it if its gateway dies.
 pub(super) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
@@ -55,13 +56,13 @@ if not r[2] then
   if ARGV[4] == '2' then redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), KEYS[1]) end
   return {'claimed', token}
 end
-if r[1] ~= ARGV[1] then return {'mismatch'} end
+if r[1] ~= ARGV[1] then return {'mismatch', 0, redis.call('PTTL', KEYS[1])} end
 if r[2] == 'completed' then return {'replay', tonumber(r[3]), tonumber(r[6]), r[7], r[8]} end
-if r[2] == 'held' then return {'held', tonumber(r[3]), r[5]} end
+if r[2] == 'held' then return {'held', tonumber(r[3]), r[5], redis.call('PTTL', KEYS[1])} end
 local left = tonumber(r[4]) - now
 -- A due inquiry on a route that no longer inquires is a lapsed lease.
-if r[2] == 'inquiring' and (left > 0 or ARGV[4] == '2') then return {'inquiring', tonumber(r[3]), math.max(left, 0)} end
-if left > 0 then return {'in_flight', tonumber(r[3]), left} end
+if r[2] == 'inquiring' and (left > 0 or ARGV[4] == '2') then return {'inquiring', tonumber(r[3]), math.max(left, 0), redis.call('PTTL', KEYS[1])} end
+if left > 0 then return {'in_flight', tonumber(r[3]), left, redis.call('PTTL', KEYS[1])} end
 if ARGV[4] == '2' then
   -- Reckoned from the lapse, due `after` past it: until then the lapsed
   -- attempt's own answer (same token) may settle the key.
@@ -72,7 +73,7 @@ if ARGV[4] == '2' then
   redis.call('ZADD', KEYS[3], due, KEYS[1])
   inquiring(KEYS[4], KEYS[1])
   announce()
-  return {'inquiring', tonumber(r[3]), due - now}
+  return {'inquiring', tonumber(r[3]), due - now, redis.call('PTTL', KEYS[1])}
 end
 redis.call('ZREM', KEYS[3], KEYS[1])
 redis.call('ZREM', KEYS[4], KEYS[1])
@@ -86,7 +87,7 @@ end
 redis.call('HSET', KEYS[1], 'state', 'held', 'held_reason', 'lease_lapsed', 'updated_at', now)
 redis.call('HDEL', KEYS[1], 'lease_until')
 if r[2] == 'in_flight' then announce() end
-return {'held', tonumber(r[3]), 'lease_lapsed'}
+return {'held', tonumber(r[3]), 'lease_lapsed', redis.call('PTTL', KEYS[1])}
 "#
     ))
 });

@@ -40,7 +40,9 @@ fn claim_outcome(reply: &[Value], limit: Duration) -> Result<Claim, StoreError> 
             token: int(reply.get(1)).ok_or_else(|| corrupt("no token"))?,
             takeover: outcome == b"takeover",
         },
-        b"mismatch" => Claim::Mismatch,
+        b"mismatch" => Claim::Mismatch {
+            expires_in: ms_left(reply.get(2)),
+        },
         b"replay" => Claim::Replay(StoredResponse {
             status: int(reply.get(2))
                 .and_then(|s| u16::try_from(s).ok())
@@ -50,16 +52,19 @@ fn claim_outcome(reply: &[Value], limit: Duration) -> Result<Claim, StoreError> 
                 .ok_or_else(|| corrupt("undecodable headers"))?,
             body: Bytes::from(bytes(reply.get(4)).unwrap_or_default()),
         }),
-        b"held" => Claim::Held(
-            bytes(reply.get(2))
+        b"held" => Claim::Held {
+            reason: bytes(reply.get(2))
                 .and_then(|r| HeldReason::parse(std::str::from_utf8(&r).ok()?))
                 .ok_or_else(|| corrupt("an unknown held reason"))?,
-        ),
+            expires_in: ms_left(reply.get(3)),
+        },
         b"in_flight" => Claim::InFlight {
-            retry_after: Duration::from_millis(int(reply.get(2)).unwrap_or(0).max(0) as u64),
+            retry_after: ms_left(reply.get(2)),
+            expires_in: ms_left(reply.get(3)),
         },
         b"inquiring" => Claim::Inquiring {
-            retry_after: Duration::from_millis(int(reply.get(2)).unwrap_or(0).max(0) as u64),
+            retry_after: ms_left(reply.get(2)),
+            expires_in: ms_left(reply.get(3)),
         },
         b"late" => {
             // Its caller gives up after [store] timeout, well before the
@@ -95,6 +100,12 @@ pub(crate) fn offset_millis(d: Duration) -> u64 {
 
 pub(crate) fn corrupt(what: &str) -> StoreError {
     StoreError::Corrupt(format!("redis script returned {what}"))
+}
+
+/// A script's count of ms (a time left) as a duration; a negative one
+/// (a TTL Redis reports as none) as zero.
+fn ms_left(v: Option<&Value>) -> Duration {
+    Duration::from_millis(int(v).unwrap_or(0).max(0) as u64)
 }
 
 pub(super) fn int(v: Option<&Value>) -> Option<i64> {

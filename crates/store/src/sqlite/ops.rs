@@ -48,25 +48,54 @@ pub(super) fn claim_step(
     Ok(transitions::claim(found, on_unknown))
 }
 
-/// The answer of a claim that writes nothing; `None` for the steps that write.
+/// The answer of a claim that writes nothing at `now`; `None` for the
+/// steps that write.
 pub(super) fn read_only_answer(
     step: ClaimStep,
     row: Option<Row>,
+    now: i64,
 ) -> Result<Option<Claim>, StoreError> {
+    // Every answer that is no claim is decided on a record.
+    let expires_in = |row: &Option<Row>| -> Result<Duration, StoreError> {
+        let head = &row
+            .as_ref()
+            .ok_or_else(|| corrupt("an answer decided on no record"))?
+            .head;
+        Ok(transitions::kept_for(
+            expires_in(head.expires_at, now),
+            head.phase(now)?,
+        ))
+    };
     Ok(Some(match step {
-        ClaimStep::Mismatch => Claim::Mismatch,
+        ClaimStep::Mismatch => Claim::Mismatch {
+            expires_in: expires_in(&row)?,
+        },
         ClaimStep::Replay => Claim::Replay(
             row.ok_or_else(|| corrupt("a replay decided on no record"))?
                 .response()?,
         ),
-        ClaimStep::Held(reason) => Claim::Held(reason),
-        ClaimStep::InFlight(retry_after) => Claim::InFlight { retry_after },
-        ClaimStep::Inquiring(retry_after) => Claim::Inquiring { retry_after },
+        ClaimStep::Held(reason) => Claim::Held {
+            reason,
+            expires_in: expires_in(&row)?,
+        },
+        ClaimStep::InFlight(retry_after) => Claim::InFlight {
+            retry_after,
+            expires_in: expires_in(&row)?,
+        },
+        ClaimStep::Inquiring(retry_after) => Claim::Inquiring {
+            retry_after,
+            expires_in: expires_in(&row)?,
+        },
         ClaimStep::Insert
         | ClaimStep::TakeOver
         | ClaimStep::HoldLapsed
         | ClaimStep::InquireLapsed => return Ok(None),
     }))
+}
+
+/// Time left at `now` before `expires_at` (both µs since the epoch).
+fn expires_in(expires_at: i64, now: i64) -> Duration {
+    Duration::from_micros(u64::try_from(expires_at.saturating_sub(now)).unwrap_or(0))
 }
 
 /// Which records leave `in_flight` for good when an operation removes them.
@@ -317,12 +346,13 @@ async fn claim_for_writing(
             let lapsed = Lapsed {
                 hold: step == ClaimStep::HoldLapsed,
                 at: lapsed_at,
+                expires_at: row.as_ref().map_or(now, |r| r.head.expires_at),
             };
             settle_lapsed(conn, claim, lapsed, context, now).await?
         }
         // The record changed since the first read: answer as it is now.
         step => Reply::Claim(
-            read_only_answer(step, row)?.ok_or_else(|| corrupt("no claim step"))?,
+            read_only_answer(step, row, now)?.ok_or_else(|| corrupt("no claim step"))?,
             false,
         ),
     })
@@ -333,6 +363,8 @@ async fn claim_for_writing(
 struct Lapsed {
     hold: bool,
     at: i64,
+    /// When the record expired before the claim (µs since the epoch).
+    expires_at: i64,
 }
 
 /// A claim found the lease lapsed (or a due inquiry nobody asks about):
@@ -356,10 +388,16 @@ async fn settle_lapsed(
             |q| q.bind(now),
         )
         .await?;
-        Claim::Held(HeldReason::LeaseLapsed)
+        Claim::Held {
+            reason: HeldReason::LeaseLapsed,
+            expires_in: expires_in(lapsed.expires_at, now),
+        }
     } else {
         let lapsed_for = Duration::from_micros(u64::try_from(now - lapsed.at).unwrap_or(0));
         let next = transitions::lapsed_question_in(lapsed_for, claim.inquire_after);
+        let expires_at = lapsed
+            .expires_at
+            .max(now.saturating_add(micros(claim.retention)));
         at_key(
             conn,
             "UPDATE idemgate_records SET state = 'inquiring', lease_until = ?4,
@@ -368,13 +406,16 @@ async fn settle_lapsed(
             key,
             |q| {
                 q.bind(now.saturating_add(micros(next)))
-                    .bind(now.saturating_add(micros(claim.retention)))
+                    .bind(expires_at)
                     .bind(now)
                     .bind(lapsed.at.min(now))
             },
         )
         .await?;
-        Claim::Inquiring { retry_after: next }
+        Claim::Inquiring {
+            retry_after: next,
+            expires_in: expires_in(expires_at, now),
+        }
     };
     context.announce(conn, key, now).await?;
     Ok(Reply::Claim(answer, true))

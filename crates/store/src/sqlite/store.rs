@@ -13,13 +13,9 @@ impl Store for SqliteStore {
         let row = self
             .read(async |conn| read_row(conn, req.key).await)
             .await?;
-        let step = claim_step(
-            row.as_ref(),
-            req.fingerprint,
-            req.on_unknown_outcome,
-            now_us(),
-        )?;
-        if let Some(answer) = read_only_answer(step, row)? {
+        let now = now_us();
+        let step = claim_step(row.as_ref(), req.fingerprint, req.on_unknown_outcome, now)?;
+        if let Some(answer) = read_only_answer(step, row, now)? {
             return Ok(answer);
         }
         let claim = ClaimOp {

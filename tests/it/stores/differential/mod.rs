@@ -323,14 +323,26 @@ impl Run<'_> {
                 Claim::Claimed { token, takeover },
             ) if a == takeover => return self.issued(key, *r, *token),
             (Answer::Replay(n), Claim::Replay(stored)) => *stored == response(*n),
-            (Answer::InFlight(left), Claim::InFlight { retry_after }) => {
-                self.within(*left, *retry_after)
+            (
+                Answer::InFlight(left, kept),
+                Claim::InFlight {
+                    retry_after,
+                    expires_in,
+                },
+            ) => self.within(*left, *retry_after) && self.within(*kept, *expires_in),
+            (
+                Answer::Inquiring(left, kept),
+                Claim::Inquiring {
+                    retry_after,
+                    expires_in,
+                },
+            ) => self.within(*left, *retry_after) && self.within(*kept, *expires_in),
+            (Answer::Mismatch(kept), Claim::Mismatch { expires_in }) => {
+                self.within(*kept, *expires_in)
             }
-            (Answer::Inquiring(left), Claim::Inquiring { retry_after }) => {
-                self.within(*left, *retry_after)
+            (Answer::Held(a, kept), Claim::Held { reason, expires_in }) => {
+                a == reason && self.within(*kept, *expires_in)
             }
-            (Answer::Mismatch, Claim::Mismatch) => true,
-            (Answer::Held(a), Claim::Held(b)) => a == b,
             _ => false,
         };
         if agrees {

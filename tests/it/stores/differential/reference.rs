@@ -78,10 +78,13 @@ pub enum Answer {
         takeover: bool,
     },
     Replay(u8),
-    InFlight(Duration),
-    Mismatch,
-    Held(HeldReason),
-    Inquiring(Duration),
+    /// Time left on the lease; the time the record is kept.
+    InFlight(Duration, Duration),
+    /// The time the record is kept (this and below).
+    Mismatch(Duration),
+    Held(HeldReason, Duration),
+    /// Time until the question; the time the record is kept.
+    Inquiring(Duration, Duration),
     Cas(Cas),
     /// A removal (clear, delete): whether the record went.
     Removed(bool),
@@ -140,6 +143,13 @@ impl Reference {
         }
     }
 
+    /// How long the record under `key` is kept from now
+    /// (`transitions::kept_for`).
+    fn kept_for(&self, key: Key) -> Duration {
+        let r = &self.records[&key];
+        transitions::kept_for(r.expires_at.saturating_sub(self.now), r.phase(self.now))
+    }
+
     /// A new record under `key`.
     fn write_new(&mut self, key: Key, record: Record) {
         self.expired.remove(&key);
@@ -181,14 +191,14 @@ impl Reference {
                     takeover: false,
                 }
             }
-            ClaimStep::Mismatch => Answer::Mismatch,
+            ClaimStep::Mismatch => Answer::Mismatch(self.kept_for(key)),
             ClaimStep::Replay => match self.records[&key].state {
                 State::Completed(response) => Answer::Replay(response),
                 ref other => unreachable!("replay of {other:?}"),
             },
-            ClaimStep::Held(reason) => Answer::Held(reason),
-            ClaimStep::InFlight(left) => Answer::InFlight(left),
-            ClaimStep::Inquiring(left) => Answer::Inquiring(left),
+            ClaimStep::Held(reason) => Answer::Held(reason, self.kept_for(key)),
+            ClaimStep::InFlight(left) => Answer::InFlight(left, self.kept_for(key)),
+            ClaimStep::Inquiring(left) => Answer::Inquiring(left, self.kept_for(key)),
             ClaimStep::TakeOver => {
                 let token = self.next_token();
                 let r = self.records.get_mut(&key).expect("found");
@@ -206,7 +216,7 @@ impl Reference {
             ClaimStep::HoldLapsed => {
                 let r = self.records.get_mut(&key).expect("found");
                 r.state = State::Held(HeldReason::LeaseLapsed);
-                Answer::Held(HeldReason::LeaseLapsed)
+                Answer::Held(HeldReason::LeaseLapsed, self.kept_for(key))
             }
             ClaimStep::InquireLapsed => {
                 let r = self.records.get_mut(&key).expect("found");
@@ -220,7 +230,7 @@ impl Reference {
                     since: lease_until,
                 };
                 r.expires_at = r.expires_at.max(now + retention);
-                Answer::Inquiring(next)
+                Answer::Inquiring(next, self.kept_for(key))
             }
         }
     }
