@@ -141,11 +141,13 @@ pub struct RecordExpiry {
 }
 
 impl RecordExpiry {
-    /// The record the store answered about expires `expires_in` from now
-    /// (the store's reckoning, rounded down, so this never overstates).
-    pub fn after(expires_in: Duration, header: bool) -> Self {
+    /// The record the store answered about expires `expires_in` after
+    /// `asked`, the instant (by this host's clock) before the claim was
+    /// sent: the store reckoned the time left later than that, and rounded
+    /// it down, so this never overstates however long the answer took.
+    pub fn after(asked: SystemTime, expires_in: Duration, header: bool) -> Self {
         Self {
-            at: SystemTime::now() + expires_in,
+            at: asked + expires_in,
             header,
         }
     }
@@ -492,7 +494,7 @@ mod tests {
     async fn conflict_carries_retry_after_and_problem_json() {
         let r = GatewayError::InFlight {
             retry_after: Duration::from_millis(1500),
-            expires: RecordExpiry::after(Duration::from_secs(60), false),
+            expires: RecordExpiry::after(SystemTime::now(), Duration::from_secs(60), false),
         }
         .to_response(Some("https://docs.example/errors"));
         assert_eq!(r.status(), StatusCode::CONFLICT);
@@ -547,7 +549,7 @@ mod tests {
 
     #[test]
     fn statuses_follow_design() {
-        let expires = RecordExpiry::after(Duration::ZERO, true);
+        let expires = RecordExpiry::after(SystemTime::now(), Duration::ZERO, true);
         assert_eq!(
             GatewayError::Mismatch { expires }.status(),
             StatusCode::UNPROCESSABLE_ENTITY

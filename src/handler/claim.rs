@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -172,8 +172,10 @@ impl Gateway {
             after_waiting,
         } = claim;
         let attempt = store::new_attempt_id();
-        // The lease begins when the claim commits, after this instant.
+        // The lease begins when the claim commits, after this instant; the
+        // store reckons a refusing record's time left after it too.
         let claim_sent = Instant::now();
+        let asked = SystemTime::now();
         let claimed = self
             .store
             .claim(&ClaimRequest {
@@ -219,7 +221,7 @@ impl Gateway {
             refused @ (Claim::InFlight { .. }
             | Claim::Mismatch { .. }
             | Claim::Held { .. }
-            | Claim::Inquiring { .. }) => Err(refusal(refused, &route)),
+            | Claim::Inquiring { .. }) => Err(refusal(refused, &route, asked)),
             Claim::Claimed { token, takeover } => {
                 // Window (a): the claim has committed, nothing was sent.
                 kill_window!("after-claim");
@@ -323,9 +325,10 @@ fn replay(stored: StoredResponse) -> Response<Body> {
 }
 
 /// A claim the record refused, as the client's answer: with when the
-/// record expires, in the header too where `route` announces expiry.
-fn refusal(claim: Claim, route: &Route) -> GatewayError {
-    let expiry = |expires_in| RecordExpiry::after(expires_in, route.expires_header);
+/// record expires (reckoned from `asked`, when the claim was sent), in the
+/// header too where `route` announces expiry.
+fn refusal(claim: Claim, route: &Route, asked: SystemTime) -> GatewayError {
+    let expiry = |expires_in| RecordExpiry::after(asked, expires_in, route.expires_header);
     match claim {
         Claim::InFlight {
             retry_after,

@@ -5,7 +5,9 @@
 //! It is sound because a completed record never changes: it is only ever
 //! replayed (same fingerprint) or refused (`422`, another fingerprint) until
 //! it expires or an operator deletes it. Only replays come from the cache:
-//! a refusal goes to the store, whose answer says when the record expires. Each entry lives at most
+//! another body goes to the store, whose `422` says when the record
+//! expires, and any answer but a replay or a `422` drops the key's entry
+//! (the record was deleted elsewhere and the key claimed anew). Each entry lives at most
 //! `min([store] replay_cache_ttl, the route's retention)` from when the store
 //! last confirmed it, so the cache can answer for a record that another
 //! process deleted (`idemgate keys delete`), or that just passed its
@@ -104,6 +106,12 @@ impl Store for CachedStore {
             return Ok(claim);
         }
         let claim = self.inner.claim(request).await?;
+        if !matches!(claim, Claim::Replay(_) | Claim::Mismatch { .. }) {
+            // The store has moved on from the cached record (deleted
+            // elsewhere, the key claimed anew): its replays come from the
+            // store again. (A 422 is the record still there.)
+            self.cache.remove(request.key);
+        }
         if let Claim::Replay(response) = &claim {
             // A replay means the record's fingerprint is this request's.
             let life = self.ttl.min(request.retention);

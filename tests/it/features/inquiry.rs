@@ -71,6 +71,7 @@ async fn an_upstream_that_acted_then_reset_is_replayed(b: Backend) {
             "urn:idemgate:problem:outcome-pending"
         );
         assert!(pending.header("retry-after").is_some());
+        assert!(pending.json()["expires"].is_string(), "{}", pending.text());
         assert!(
             pending.text().contains("asking the upstream"),
             "{}",
@@ -144,6 +145,7 @@ async fn an_inquiry_gives_up_and_holds_the_key(b: Backend) {
     let held = settled(&c, &url, "lost").await;
     assert_eq!(held.status, StatusCode::BAD_GATEWAY);
     assert_eq!(held.problem_type(), "urn:idemgate:problem:outcome-unknown");
+    assert!(held.json()["expires"].is_string(), "{}", held.text());
     assert!(held.text().contains("inquiry_gave_up"), "{}", held.text());
     assert!(upstream.lookups("lost") >= 1);
     assert_eq!(inquiries(&gateway, "gave_up").await, 1.0);

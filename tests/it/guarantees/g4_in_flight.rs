@@ -104,6 +104,13 @@ async fn a_duplicate_still_in_flight_at_wait_timeout_gets_409(b: Backend) {
     assert_eq!(duplicate.problem_type(), "urn:idemgate:problem:in-flight");
     assert!(duplicate.header("retry-after").is_some());
     assert!(duplicate.text().contains("waited"), "{}", duplicate.text());
+    // It says when the first attempt's record expires, as any 409 does.
+    assert!(
+        duplicate.json()["expires"].is_string(),
+        "{}",
+        duplicate.text()
+    );
+    assert!(duplicate.header("idempotency-expires").is_some());
     assert_eq!(first.await.unwrap().status, StatusCode::CREATED);
     let metrics = s.gateway.metrics().await;
     assert_eq!(

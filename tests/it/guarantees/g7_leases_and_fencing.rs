@@ -145,6 +145,7 @@ async fn upstream_reset_and_timeout_hold_the_key(b: Backend) {
         let retry = post(&s.client, &s.gateway.url(path), key, "{}").await;
         assert_eq!(retry.status, StatusCode::BAD_GATEWAY, "{key}");
         assert_eq!(retry.problem_type(), "urn:idemgate:problem:outcome-unknown");
+        assert!(retry.json()["expires"].is_string(), "{}", retry.text());
         assert_eq!(
             s.upstream.count(key),
             1,

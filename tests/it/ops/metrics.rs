@@ -30,6 +30,7 @@ async fn counters_move_as_requests_flow() {
     post(c, &url, "m1", "{}").await;
     post(c, &url, "m1", "{}").await;
     post(c, &url, "m1", "{\"other\":1}").await;
+    post(c, &url, "m1", "{}").await;
     send(c, "POST", &url, &[], "{}").await;
     send(c, "GET", &url, &[], "").await;
     let slow = gateway.url("/v1/slow/600");
@@ -54,30 +55,31 @@ async fn counters_move_as_requests_flow() {
 
     let after = gateway.metrics().await;
     assert_eq!(requests(&after, "forwarded"), 2.0, "{after}");
-    assert_eq!(requests(&after, "replayed"), 1.0);
+    assert_eq!(requests(&after, "replayed"), 2.0);
     assert_eq!(requests(&after, "mismatch"), 1.0);
     assert_eq!(requests(&after, "missing_key"), 1.0);
     assert_eq!(requests(&after, "passthrough"), 1.0);
     assert_eq!(requests(&after, "conflict"), 1.0);
     assert_eq!(sample(&after, "idemgate_forwards_in_flight"), 0.0);
-    // Five claims: m1's replay put its record in the replay cache, so the
-    // 422 for m1's other body came from memory; four reached the store.
+    // Six claims, five of them reaching the store: the replay cache
+    // answers m1's second replay, not its 422 (the store says when the
+    // record expires).
     assert_eq!(
         sample(
             &after,
             "idemgate_store_duration_seconds_count{op=\"claim\",result=\"ok\"}"
         ),
-        4.0
+        5.0
     );
     assert_eq!(sample(&after, "idemgate_replay_cache_hits_total"), 1.0);
-    // PostgreSQL sends claims and completions in batches: the four claims
-    // and two completions went in at most six.
+    // PostgreSQL sends claims and completions in batches: the five claims
+    // and two completions went in at most seven.
     assert_eq!(
         sample(&after, "idemgate_store_batched_operations_total"),
-        6.0
+        7.0
     );
     let batches = sample(&after, "idemgate_store_batches_total");
-    assert!((1.0..=6.0).contains(&batches), "{after}");
+    assert!((1.0..=7.0).contains(&batches), "{after}");
     assert_eq!(sample(&after, "idemgate_store_batch_splits_total"), 0.0);
     assert_eq!(
         sample(

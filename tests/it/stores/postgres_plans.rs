@@ -220,6 +220,7 @@ async fn claim_scans(seq_scans_allowed: bool) -> (i64, i64) {
             "ALTER FUNCTION idemgate_batch_expiry(TEXT[], TEXT[], BYTEA[], TEXT[], BYTEA[],
                  BIGINT[], BIGINT[], BOOLEAN[], BIGINT[], BIGINT[], SMALLINT[], BYTEA[], BYTEA[],
                  TEXT[], BIGINT[]) SET enable_seqscan = off",
+            "ALTER FUNCTION idemgate_kept_ms(TEXT, BYTEA, TEXT, BIGINT) SET enable_seqscan = off",
         ];
         for statement in migration
             .split(';')

@@ -137,8 +137,30 @@ async fn a_zero_ttl_turns_the_cache_off(b: Backend) {
     assert_eq!(hits(&s.gateway).await, 0.0);
 }
 
+/// A record deleted elsewhere and its key claimed anew by another body:
+/// the claim drops the cached record, so the first body gets the new
+/// record's `422`, never the old replay.
+async fn a_key_claimed_anew_drops_its_cached_record(b: Backend) {
+    let s = setup(b, "1h", |_| {}).await;
+    let url = s.gateway.url("/v1/payments");
+    post(&s.client, &url, "c4", r#"{"amount":1}"#).await;
+    assert!(
+        post(&s.client, &url, "c4", r#"{"amount":1}"#)
+            .await
+            .is_replay()
+    );
+    wipe_records(&s.store).await;
+    let other = post(&s.client, &url, "c4", r#"{"amount":2}"#).await;
+    assert_eq!(other.status, StatusCode::CREATED);
+    assert!(!other.is_replay());
+    let first = post(&s.client, &url, "c4", r#"{"amount":1}"#).await;
+    assert_eq!(first.status, StatusCode::UNPROCESSABLE_ENTITY, "{first:?}");
+    assert_eq!(hits(&s.gateway).await, 0.0);
+}
+
 // The memory store has no replay cache.
 per_backend!(only [postgres, redis, sqlite]:
+    a_key_claimed_anew_drops_its_cached_record,
     a_replayed_record_is_answered_from_memory_until_the_ttl,
     a_cached_record_never_outlives_its_retention,
     a_zero_ttl_turns_the_cache_off,

@@ -1,8 +1,8 @@
 //! Batched claims and completions on PostgreSQL: every claim or completion
 //! that arrives while earlier ones are being committed joins the next
 //! batch, and a batch is one call of `idemgate_batch_expiry`
-//! (migrations/0003_batches.sql, now 0015's, which also says when a record
-//! that refuses a claim expires): one round trip and one commit, however
+//! (migrations/0003_batches.sql; 0015's also says when a record that
+//! refuses a claim expires): one round trip and one commit, however
 //! many keys it carries. Two commits per new key are the floor for an
 //! opaque upstream; nothing says each commit must carry one key.
 //!

@@ -438,7 +438,8 @@ async fn read_truths(
     let rows: Vec<TruthRow> = sqlx::query_as(
         r#"SELECT r.route, r.scope, r.key, r.state, r.token, r.fingerprint, r.held_reason,
                   r.status, r.headers, r.body,
-                  (EXTRACT(EPOCH FROM r.expires_at) * 1000)::int8 AS expires_ms
+                  -- Rounded down: the front says when the record expires.
+                  FLOOR(EXTRACT(EPOCH FROM r.expires_at) * 1000)::int8 AS expires_ms
              FROM idemgate_records r
              JOIN unnest($1::text[], $2::bytea[], $3::text[]) AS k(route, scope, key)
                ON r.route = k.route AND r.scope = k.scope AND r.key = k.key
