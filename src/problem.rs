@@ -108,6 +108,8 @@ pub enum GatewayError {
         detail: String,
         /// What became of the key.
         key: KeyAfter,
+        /// When its record expires, if the key is held or inquiring.
+        expires: Option<RecordExpiry>,
     },
     /// The upstream did not answer in time; the outcome is unknown.
     #[error("upstream timed out after {timeout:?}")]
@@ -116,6 +118,8 @@ pub enum GatewayError {
         timeout: Duration,
         /// What became of the key.
         key: KeyAfter,
+        /// When its record expires, if the key is held or inquiring.
+        expires: Option<RecordExpiry>,
     },
     /// The attempt's lease lapsed and another attempt owns the key now.
     #[error("lease lost before the response could be recorded")]
@@ -339,8 +343,8 @@ impl GatewayError {
             E::Overloaded(what) => format!("The gateway's {what} is spent, so this request was not claimed or forwarded. Retry with the same key shortly."),
             E::StoreUnavailable(_) => "The idempotency store cannot be reached, so this request was not forwarded. Retry with the same key shortly.".to_string(),
             E::UpstreamUnreachable(e) => format!("The upstream could not be reached ({e}); the request was not sent and the key was released. Retry with the same key."),
-            E::UpstreamFailed { detail, key } => format!("The upstream exchange failed ({detail}). {}", unknown(*key)),
-            E::UpstreamTimeout { timeout, key } => format!("The upstream did not answer within {}s. {}", timeout.as_secs_f64(), unknown(*key)),
+            E::UpstreamFailed { detail, key, .. } => format!("The upstream exchange failed ({detail}). {}", unknown(*key)),
+            E::UpstreamTimeout { timeout, key, .. } => format!("The upstream did not answer within {}s. {}", timeout.as_secs_f64(), unknown(*key)),
             E::LeaseLost => "This attempt took longer than its lease and another attempt now owns the key; its response was not recorded and is not sent. Retry with the same key to get the key's current state.".to_string(),
             E::RecordFailed(_) => "The upstream answered, but the answer could not be recorded, so it is not sent. Retry with the same key: you will get the result once the key settles.".to_string(),
             E::Internal(_) => "idemgate failed unexpectedly. Retry with the same key; if it persists, contact the operator.".to_string(),
@@ -357,6 +361,7 @@ impl GatewayError {
             | E::WaitTimeout { expires, .. }
             | E::Mismatch { expires }
             | E::Held { expires, .. } => Some(*expires),
+            E::UpstreamFailed { expires, .. } | E::UpstreamTimeout { expires, .. } => *expires,
             _ => None,
         }
     }
@@ -475,6 +480,7 @@ mod tests {
             GatewayError::UpstreamTimeout {
                 timeout: Duration::from_secs(1),
                 key,
+                expires: None,
             }
             .detail()
         };

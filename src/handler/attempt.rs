@@ -5,7 +5,7 @@
 //! has acted, so the record is worth waiting for.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
@@ -15,7 +15,7 @@ use super::{Gateway, Routed};
 use crate::clock::Instant;
 use crate::config::{Route, RouteMode};
 use crate::metrics::Metrics;
-use crate::problem::{GatewayError, KeyAfter};
+use crate::problem::{GatewayError, KeyAfter, RecordExpiry};
 use crate::request::body::{self, Body, Collected, Prefixed};
 use crate::store::{Cas, HeldReason, RecordKey, StoreError, StoredResponse, Token, UnknownOutcome};
 use crate::telemetry::spans;
@@ -62,12 +62,13 @@ impl Gateway {
         let _in_flight = InFlightGuard::new(&self.metrics);
         let (parts, collected) = match self.exchange(route, request).await {
             Err(ExchangeError::TimedOut) => {
-                let after = self
+                let (after, expires) = self
                     .settle_unknown(route, key, token, HeldReason::UpstreamTimeout)
                     .await?;
                 return Err(GatewayError::UpstreamTimeout {
                     timeout: route.upstream_timeout,
                     key: after,
+                    expires,
                 });
             }
             Err(ExchangeError::Upstream(UpstreamError::NotSent(detail))) => {
@@ -78,10 +79,14 @@ impl Gateway {
                 return Err(GatewayError::UpstreamUnreachable(detail));
             }
             Err(ExchangeError::Upstream(UpstreamError::Failed(detail))) => {
-                let after = self
+                let (after, expires) = self
                     .settle_unknown(route, key, token, HeldReason::UpstreamFailed)
                     .await?;
-                return Err(GatewayError::UpstreamFailed { detail, key: after });
+                return Err(GatewayError::UpstreamFailed {
+                    detail,
+                    key: after,
+                    expires,
+                });
             }
             Ok(done) => done,
         };
@@ -190,15 +195,17 @@ impl Gateway {
     }
 
     /// The outcome is unknown: hold the key, release it or inquire, per
-    /// route. (A
-    /// shadow route forwards a retry whatever its key's state.)
+    /// route; with when the record it leaves (held or inquiring) expires.
+    /// (A shadow route forwards a retry whatever its key's state.)
     async fn settle_unknown(
         &self,
         route: &Route,
         key: &RecordKey,
         token: Token,
         reason: HeldReason,
-    ) -> Result<KeyAfter, GatewayError> {
+    ) -> Result<(KeyAfter, Option<RecordExpiry>), GatewayError> {
+        // Both writes keep the record at least a retention from after now.
+        let written_from = SystemTime::now();
         let (written, after) = match route.on_unknown_outcome {
             UnknownOutcome::Hold => (
                 self.persist(route, || {
@@ -230,10 +237,13 @@ impl Gateway {
             Cas::Applied => after,
             Cas::Fenced => KeyAfter::Superseded,
         };
-        Ok(match route.mode {
+        let after = match route.mode {
             RouteMode::Shadow => KeyAfter::Observed,
             RouteMode::Enforce => after,
-        })
+        };
+        let expires = matches!(after, KeyAfter::Held | KeyAfter::Inquiring)
+            .then(|| RecordExpiry::after(written_from, route.retention, route.expires_header));
+        Ok((after, expires))
     }
 
     /// Run a post-forward store write, retrying store errors with backoff

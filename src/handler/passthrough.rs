@@ -84,6 +84,7 @@ impl Gateway {
             ExchangeError::TimedOut => GatewayError::UpstreamTimeout {
                 timeout: route.upstream_timeout,
                 key: KeyAfter::Unkeyed,
+                expires: None,
             },
             ExchangeError::Upstream(UpstreamError::NotSent(detail)) => {
                 GatewayError::UpstreamUnreachable(detail)
@@ -92,6 +93,7 @@ impl Gateway {
                 GatewayError::UpstreamFailed {
                     detail,
                     key: KeyAfter::Unkeyed,
+                    expires: None,
                 }
             }
         })?;

@@ -133,13 +133,16 @@ async fn upstream_reset_and_timeout_hold_the_key(b: Backend) {
         timeout.problem_type(),
         "urn:idemgate:problem:upstream-timeout"
     );
-    // Each detail says what a retry gets, and the retries below get it.
+    // Each detail says what a retry gets, and the retries below get it;
+    // each says until when the held record is kept, as its retries do.
     for answer in [&reset, &timeout] {
         let detail = answer.json()["detail"]
             .as_str()
             .unwrap_or_default()
             .to_string();
         assert!(detail.contains("502 outcome-unknown"), "{detail}");
+        assert!(answer.json()["expires"].is_string(), "{}", answer.text());
+        assert!(answer.header("idempotency-expires").is_some());
     }
     for (path, key) in [("/v1/reset", "r1"), ("/v1/hang", "t1")] {
         let retry = post(&s.client, &s.gateway.url(path), key, "{}").await;
@@ -166,6 +169,9 @@ async fn release_policy_lets_the_retry_through_after_reset_and_timeout(b: Backen
     .await;
     let reset = post(&s.client, &s.gateway.url("/v1/reset"), "r2", "{}").await;
     assert_eq!(reset.status, StatusCode::BAD_GATEWAY);
+    // A released key leaves no record: no expiry.
+    assert!(reset.json().get("expires").is_none(), "{}", reset.text());
+    assert!(reset.header("idempotency-expires").is_none());
     assert_eq!(
         post(&s.client, &s.gateway.url("/v1/reset"), "r2", "{}")
             .await
