@@ -194,6 +194,8 @@ fn store_comparisons(running: &StoreConfig, next: &StoreConfig) -> Vec<(&'static
         generation,
         replay_cache_ttl,
         replay_cache_size,
+        encryption_keys,
+        compress,
     } skip {
         // Taken from the routes: follows them on a reload; compared below.
         wait_routes,

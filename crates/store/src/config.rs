@@ -11,6 +11,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use super::redact_url;
+use crate::seal::Keyring;
 
 /// Where records are kept.
 #[derive(Debug, Clone)]
@@ -63,6 +64,12 @@ pub struct StoreConfig {
     pub wait_routes: WaitRoutes,
     /// PostgreSQL only: a Redis front (`[store.front]`, crates/store/src/front/).
     pub front: Option<FrontConfig>,
+    /// The keys recorded responses are sealed with (`[store]
+    /// encryption_keys`, crates/store/src/seal/); none: stored as they are.
+    pub encryption_keys: Option<Arc<Keyring>>,
+    /// With `encryption_keys`: compress each response (zstd) before
+    /// sealing it, where that saves bytes.
+    pub compress: bool,
 }
 
 /// The routes whose settled records are announced to waiters. A store
@@ -271,6 +278,8 @@ impl StoreConfig {
             replay_cache_size: 0,
             wait_routes: WaitRoutes::default(),
             front: None,
+            encryption_keys: None,
+            compress: true,
         }
     }
 }

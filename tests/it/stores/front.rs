@@ -70,6 +70,8 @@ async fn open_marking(
         replay_cache_ttl: Duration::ZERO,
         replay_cache_size: 0,
         wait_routes: idemgate::store::WaitRoutes::default(),
+        encryption_keys: None,
+        compress: true,
         front: Some(FrontConfig {
             url: redis.to_string(),
             timeout,

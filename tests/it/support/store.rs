@@ -268,6 +268,8 @@ impl TestStore {
             replay_cache_ttl: Duration::ZERO,
             replay_cache_size: 0,
             wait_routes: idemgate::store::WaitRoutes::default(),
+            encryption_keys: None,
+            compress: true,
             front: (self.backend == Backend::Front).then(|| FrontConfig {
                 url: redis_url(),
                 timeout: Duration::from_secs(5),
