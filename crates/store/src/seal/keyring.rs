@@ -89,7 +89,7 @@ pub enum KeyringError {
     },
     /// The material is not 32 bytes.
     #[error(
-        "entry {position} (key id {id:?}): the key is {bytes} bytes, not {KEY_BYTES}; make one with `openssl rand -base64 32`"
+        "entry {position} (key id {id:?}): the key is {bytes} bytes, not {KEY_BYTES} (none: is its variable set?); make one with `openssl rand -base64 32`"
     )]
     Length {
         /// 0-based index in the list.
