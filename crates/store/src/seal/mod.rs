@@ -5,6 +5,8 @@
 //! have, so none of them changes.
 
 mod envelope;
+#[cfg(any(test, feature = "test-hooks"))]
+pub mod fixture;
 mod keyring;
 mod store;
 
