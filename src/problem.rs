@@ -300,6 +300,7 @@ impl GatewayError {
             E::StoreUnavailable(StoreError::Corrupt(_)) => "The stored record for this key cannot be read by this version of idemgate, so the request was not forwarded. The operator should inspect the key (idemgate keys show).".to_string(),
             E::StoreUnavailable(StoreError::Sealed(OpenError::UnknownKey(id))) => format!("The response recorded for this key was sealed with encryption key {id:?}, which this gateway is not configured with, so it cannot be replayed and the request was not forwarded. Do not use a new key for the same operation: the operator should put key {id:?} back in [store] encryption_keys."),
             E::StoreUnavailable(StoreError::Sealed(OpenError::Unauthentic(_))) => "The response recorded for this key does not authenticate (it was sealed for another record, or altered in the store), so it is not replayed and the request was not forwarded. The operator should inspect the key (idemgate keys show) and the store's integrity.".to_string(),
+            E::StoreUnavailable(StoreError::Sealed(OpenError::Plain)) => "The response recorded for this key is not sealed, and this gateway replays sealed records only ([store] accept_plain_records = false), so it is not replayed and the request was not forwarded. The operator should inspect the key (idemgate keys show) and the store's integrity.".to_string(),
             E::StoreUnavailable(StoreError::NotReplicated(_)) => "The idempotency store's replicas did not acknowledge the claim in time, so this request was not forwarded. Retry with the same key shortly; the operator should check the store's replicas ([store] replicas).".to_string(),
             E::StoreUnavailable(StoreError::LateClaim(_)) => "The idempotency store refused the claim because, by its own clock, it arrived after the instant it had to run by, so this request was not forwarded. Retry with the same key; if every request gets this, the operator should check that the store's clock agrees with the gateway's.".to_string(),
             E::StoreUnavailable(StoreError::Full(_)) => "The gateway's in-memory idempotency store is full, so this request was not forwarded. Retry with the same key later; the operator should raise [store] max_records or use PostgreSQL.".to_string(),
@@ -352,7 +353,7 @@ fn store_kind(error: &StoreError) -> Kind {
             "record-key-unknown",
             "Recorded response sealed with a key the gateway does not have",
         ),
-        StoreError::Sealed(OpenError::Unauthentic(_)) => Kind::new(
+        StoreError::Sealed(OpenError::Unauthentic(_) | OpenError::Plain) => Kind::new(
             S::INTERNAL_SERVER_ERROR,
             "record-unauthentic",
             "Recorded response failed its integrity check",
@@ -485,6 +486,7 @@ mod tests {
         for (error, slug) in [
             (OpenError::UnknownKey("k1".into()), "record-key-unknown"),
             (OpenError::Unauthentic("k1".into()), "record-unauthentic"),
+            (OpenError::Plain, "record-unauthentic"),
         ] {
             let e = GatewayError::StoreUnavailable(StoreError::Sealed(error));
             assert_eq!(e.kind().slug, slug);

@@ -128,6 +128,8 @@ pub const DEFAULT_REPLAY_CACHE_TTL: Duration = S::STORE_REPLAY_CACHE_TTL.duratio
 pub const DEFAULT_REPLAY_CACHE_SIZE: u64 = S::STORE_REPLAY_CACHE_SIZE.size();
 /// `[store] compress`: sealed responses are compressed where that saves bytes.
 pub const DEFAULT_STORE_COMPRESS: bool = S::STORE_COMPRESS.flag();
+/// `[store] accept_plain_records`: records stored before keys were set replay.
+pub const DEFAULT_ACCEPT_PLAIN_RECORDS: bool = S::STORE_ACCEPT_PLAIN_RECORDS.flag();
 
 // ---------------------------------------------------------------------------
 // Routes (and `[defaults]`).

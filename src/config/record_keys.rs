@@ -80,6 +80,15 @@ mod tests {
     }
 
     #[test]
+    fn refusing_plain_records_needs_keys() {
+        let strict = "accept_plain_records = false";
+        let no_keys = format!("[store]\nurl = \"memory://\"\n{strict}\n{MINIMAL}");
+        assert!(error(&no_keys).contains("store.accept_plain_records"));
+        let keys = with_keys(&format!("[\"k1:{K1}\"]\n{strict}"));
+        assert!(!parse(&keys).unwrap().store.accept_plain_records);
+    }
+
+    #[test]
     fn the_parsed_config_never_prints_a_key() {
         let c = parse(&with_keys(&format!("[\"k1:{K1}\"]"))).unwrap();
         let shown = format!("{c:?}");

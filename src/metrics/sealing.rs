@@ -21,7 +21,7 @@ pub struct KeyIdLabels {
 /// Why a sealed record did not open, and the key id it names.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UnopenedLabels {
-    /// `unknown_key` or `unauthentic`.
+    /// `unknown_key`, `unauthentic` or `plain`.
     pub reason: &'static str,
     /// The key id the record names.
     pub key_id: String,
@@ -46,7 +46,7 @@ impl SealingMetrics {
         );
         registry.register(
             "sealed_unopened",
-            "Replays refused because the recorded response did not open: unknown_key (its key id is not configured) or unauthentic (sealed for another record, or altered)",
+            "Replays refused because the recorded response did not open: unknown_key (its key id is not configured), unauthentic (sealed for another record, or altered) or plain (not sealed, and accept_plain_records = false)",
             self.unopened.clone(),
         );
     }

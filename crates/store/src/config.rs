@@ -70,6 +70,10 @@ pub struct StoreConfig {
     /// With `encryption_keys`: compress each response (zstd) before
     /// sealing it, where that saves bytes.
     pub compress: bool,
+    /// With `encryption_keys`: replay records stored before keys were set
+    /// (plain); `false` refuses them, so a response planted in the store
+    /// unsealed is never replayed.
+    pub accept_plain_records: bool,
 }
 
 /// The routes whose settled records are announced to waiters. A store
@@ -155,6 +159,12 @@ impl StoreConfig {
         };
         if self.max_records == 0 {
             return fail("max_records", "must be at least 1");
+        }
+        if !self.accept_plain_records && self.encryption_keys.is_none() {
+            return fail(
+                "accept_plain_records",
+                "= false needs encryption_keys: without keys every record is plain",
+            );
         }
         if self.sweep_batch == 0 {
             return fail("sweep_batch", "must be at least 1");
@@ -280,6 +290,7 @@ impl StoreConfig {
             front: None,
             encryption_keys: None,
             compress: true,
+            accept_plain_records: true,
         }
     }
 }

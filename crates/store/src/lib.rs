@@ -392,12 +392,15 @@ pub fn with_sealing(
     config: &StoreConfig,
     on_open: seal::OnOpen,
 ) -> Arc<dyn Store> {
-    Arc::new(seal::SealedStore::new(
-        store,
-        config.encryption_keys.clone(),
-        config.compress,
-        on_open,
-    ))
+    Arc::new(
+        seal::SealedStore::new(
+            store,
+            config.encryption_keys.clone(),
+            config.compress,
+            on_open,
+        )
+        .refusing_plain(!config.accept_plain_records),
+    )
 }
 
 /// A store URL fit for logs and errors: the password replaced by `***`.

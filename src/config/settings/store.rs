@@ -99,6 +99,13 @@ super::rows! { STORE = Store {
     /// half). `false` keeps each sealed record's size independent of how compressible its content
     /// is. See [protecting stored responses](../operations/protecting-stored-responses.md#cost)
     STORE_COMPRESS "compress" Bool Toml("true"), Restart;
+    /// with `encryption_keys`: replay records stored before keys were set, as they are. Set `false`
+    /// once those have expired (a `retention` after keys were set): a record that is not sealed is
+    /// then answered `500 record-unauthentic`, so a response written into the store by someone who
+    /// can write to it but has no key is never replayed. `false` without `encryption_keys` is a
+    /// config error. See [protecting stored
+    /// responses](../operations/protecting-stored-responses.md#threat-model)
+    STORE_ACCEPT_PLAIN_RECORDS "accept_plain_records" Bool Toml("true"), Restart;
 }}
 
 super::rows! { FRONT = Front {

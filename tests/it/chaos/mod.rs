@@ -802,6 +802,7 @@ async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
         wait_routes: idemgate::store::WaitRoutes::default(),
         encryption_keys: None,
         compress: true,
+        accept_plain_records: true,
         front: None,
     };
     let store = idemgate::store::open(&config)

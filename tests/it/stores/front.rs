@@ -72,6 +72,7 @@ async fn open_marking(
         wait_routes: idemgate::store::WaitRoutes::default(),
         encryption_keys: None,
         compress: true,
+        accept_plain_records: true,
         front: Some(FrontConfig {
             url: redis.to_string(),
             timeout,

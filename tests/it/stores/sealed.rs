@@ -210,8 +210,8 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
 
 /// A sealed record keeps no byte of the response in the store and replays
 /// byte-identical; a plain one, recorded before keys were set, still
-/// replays as it was, and its marker is where the reader looks (the
-/// negative control).
+/// replays as it was (unless plain records are refused), and its marker
+/// is where the reader looks (the negative control).
 async fn the_store_never_sees_the_response(b: Backend) {
     let storage = TestStore::new(b).await;
     let backend = storage.open().await;
@@ -229,6 +229,20 @@ async fn the_store_never_sees_the_response(b: Backend) {
         *opened.lock().unwrap(),
         [Ok(Some("k1".to_string())), Ok(None)]
     );
+    // Once plain records are refused, the plain one is never replayed.
+    let inner: Arc<dyn Store> = backend.clone();
+    let strict = SealedStore::new(
+        inner,
+        Some(keyring(&[("k1", K1)])),
+        true,
+        Box::new(|_, _| {}),
+    )
+    .refusing_plain(true);
+    assert_eq!(replay(&strict, &secret).await.unwrap(), payment(MARKER));
+    match replay(&strict, &plain).await {
+        Err(StoreError::Sealed(OpenError::Plain)) => {}
+        other => panic!("a plain record must be refused, got {other:?}"),
+    }
     if let Some(raw) = raw_bytes(&storage).await {
         assert!(contains(&raw, PLAIN_MARKER), "the reader finds nothing");
         assert!(

@@ -270,6 +270,7 @@ impl TestStore {
             wait_routes: idemgate::store::WaitRoutes::default(),
             encryption_keys: None,
             compress: true,
+            accept_plain_records: true,
             front: (self.backend == Backend::Front).then(|| FrontConfig {
                 url: redis_url(),
                 timeout: Duration::from_secs(5),

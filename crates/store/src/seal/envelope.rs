@@ -60,21 +60,29 @@ pub enum OpenError {
         "the recorded response does not open under key id {0:?}: it was sealed for another record, altered, or under other material"
     )]
     Unauthentic(String),
+    /// It is not sealed, and `[store] accept_plain_records = false`.
+    #[error(
+        "the recorded response is not sealed, and [store] accept_plain_records = false refuses plain records"
+    )]
+    Plain,
 }
 
 impl OpenError {
-    /// The key id the record names.
+    /// The key id the record names (`plain`: none).
     pub fn key_id(&self) -> &str {
         match self {
             OpenError::UnknownKey(id) | OpenError::Unauthentic(id) => id,
+            OpenError::Plain => "plain",
         }
     }
 
-    /// A short name for metrics and logs: `unknown_key` or `unauthentic`.
+    /// A short name for metrics and logs: `unknown_key`, `unauthentic` or
+    /// `plain`.
     pub fn reason(&self) -> &'static str {
         match self {
             OpenError::UnknownKey(_) => "unknown_key",
             OpenError::Unauthentic(_) => "unauthentic",
+            OpenError::Plain => "plain",
         }
     }
 }

@@ -28,6 +28,7 @@ pub struct SealedStore {
     inner: Arc<dyn Store>,
     keys: Option<Arc<Keyring>>,
     compress: bool,
+    accept_plain: bool,
     on_open: OnOpen,
 }
 
@@ -36,6 +37,7 @@ impl std::fmt::Debug for SealedStore {
         f.debug_struct("SealedStore")
             .field("keys", &self.keys)
             .field("compress", &self.compress)
+            .field("accept_plain", &self.accept_plain)
             .finish_non_exhaustive()
     }
 }
@@ -43,7 +45,8 @@ impl std::fmt::Debug for SealedStore {
 impl SealedStore {
     /// Seal `inner`'s records under `keys` (the first seals, every one
     /// opens; none: records stay plain); `compress`: zstd before sealing
-    /// where it saves bytes.
+    /// where it saves bytes. Plain records are replayed, unless keys are
+    /// set and [`SealedStore::refusing_plain`] says otherwise.
     pub fn new(
         inner: Arc<dyn Store>,
         keys: Option<Arc<Keyring>>,
@@ -54,8 +57,18 @@ impl SealedStore {
             inner,
             keys,
             compress,
+            accept_plain: true,
             on_open,
         }
+    }
+
+    /// Refuse plain records when keys are set (`[store]
+    /// accept_plain_records = false`): a response planted unsealed in the
+    /// store is never replayed. Without keys every record is plain, and
+    /// replayed.
+    pub fn refusing_plain(mut self, refuse: bool) -> Self {
+        self.accept_plain = !refuse || self.keys.is_none();
+        self
     }
 }
 
@@ -66,6 +79,7 @@ impl Store for SealedStore {
             Claim::Replay(stored) => {
                 let sealed_with = envelope::sealed_with(&stored).map(str::to_string);
                 let opened = match (&self.keys, &sealed_with) {
+                    (_, None) if !self.accept_plain => Err(OpenError::Plain),
                     (Some(keys), _) => envelope::open(keys, request.key, stored),
                     (None, Some(id)) => Err(OpenError::UnknownKey(id.clone())),
                     (None, None) => Ok(stored),
