@@ -1,5 +1,5 @@
 //! Wiring one gateway together: open the store, wrap its request path
-//! (metrics, replay cache), start the admin listener and the sweeper, and
+//! (metrics, sealing, replay cache), start the admin listener and the sweeper, and
 //! serve the proxy until shutdown.
 
 use std::future::Future;
@@ -84,12 +84,7 @@ pub async fn run_with(
     let records: Arc<dyn StoreAdmin> = backend.clone();
     let waiters = Waiters::new();
     let relay = start_relay(backend.clone(), waiters.clone());
-    let path: Arc<dyn Store> = Arc::new(InstrumentedStore::new(backend, metrics.clone()));
-    let hits = metrics.replay_cache_hits.clone();
-    let on_hit: store::OnHit = Box::new(move || {
-        hits.inc();
-    });
-    let path = store::with_replay_cache(path, &config.store, on_hit);
+    let path = request_path(backend, &config, &metrics);
     let sweeper = tokio::spawn(sweep_forever(
         records.clone(),
         metrics.clone(),
@@ -155,6 +150,27 @@ pub async fn run_with(
     }
     tracing::info!("idemgate stopped");
     Ok(())
+}
+
+/// The store's request path, wrapped: measured, sealed, then cached. Sealed
+/// below the cache: the store sees sealed bytes only, the cache holds
+/// opened responses in this process's memory.
+fn request_path(
+    backend: Arc<dyn Backend>,
+    config: &Config,
+    metrics: &Arc<Metrics>,
+) -> Arc<dyn Store> {
+    let path: Arc<dyn Store> = Arc::new(InstrumentedStore::new(backend, metrics.clone()));
+    let hits = metrics.replay_cache_hits.clone();
+    let on_hit: store::OnHit = Box::new(move || {
+        hits.inc();
+    });
+    let opened = metrics.clone();
+    let on_open: store::seal::OnOpen = Box::new(move |key, result| {
+        opened.sealing.opened(key, result);
+    });
+    let path = store::with_sealing(path, &config.store, on_open);
+    store::with_replay_cache(path, &config.store, on_hit)
 }
 
 /// The serving threads (`server_threads`), each with the store's

@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::request::body::{Body, full};
 use crate::request::key::KeyError;
 use crate::request::key_source::KeyPart;
+use crate::store::seal::OpenError;
 use crate::store::{HeldReason, StoreError};
 use crate::upstream::announce_expiry;
 
@@ -246,21 +247,11 @@ impl GatewayError {
                 "Idempotency key reused with a different request",
             ),
             E::Held { reason, .. } => held_kind(*reason),
-            E::StoreUnavailable(StoreError::Corrupt(_)) => k(
-                S::INTERNAL_SERVER_ERROR,
-                "store-corrupt",
-                "Idempotency record unreadable",
-            ),
+            E::StoreUnavailable(error) => store_kind(error),
             E::Overloaded(_) => later(
                 S::SERVICE_UNAVAILABLE,
                 "overloaded",
                 "Gateway overloaded",
-                second,
-            ),
-            E::StoreUnavailable(_) => later(
-                S::SERVICE_UNAVAILABLE,
-                "store-unavailable",
-                "Idempotency store unavailable",
                 second,
             ),
             E::UpstreamUnreachable(_) => k(
@@ -337,6 +328,9 @@ impl GatewayError {
             E::Held { reason: HeldReason::ResponseTooLarge, .. } => "The first request with this key was processed, but its response was too large to record, so it cannot be replayed. Look up the result with the API, or use a new key.".to_string(),
             E::Held { reason, .. } => format!("A previous request with this key may or may not have been processed ({}); idemgate will not forward it again. Check the result with the API, ask the operator to release the key, or use a new key.", reason.as_str()),
             E::StoreUnavailable(StoreError::Corrupt(_)) => "The stored record for this key cannot be read by this version of idemgate, so the request was not forwarded. The operator should inspect the key (idemgate keys show).".to_string(),
+            E::StoreUnavailable(StoreError::Sealed(OpenError::UnknownKey(id))) => format!("The response recorded for this key was sealed with encryption key {id:?}, which this gateway is not configured with, so it cannot be replayed and the request was not forwarded. Do not use a new key for the same operation: the operator should put key {id:?} back in [store] encryption_keys."),
+            E::StoreUnavailable(StoreError::Sealed(OpenError::Unauthentic(_))) => "The response recorded for this key does not authenticate (it was sealed for another record, or altered in the store), so it is not replayed and the request was not forwarded. The operator should inspect the key (idemgate keys show) and the store's integrity.".to_string(),
+            E::StoreUnavailable(StoreError::Sealed(OpenError::Plain)) => "The response recorded for this key is not sealed, and this gateway replays sealed records only ([store] accept_plain_records = false), so it is not replayed and the request was not forwarded. The operator should inspect the key (idemgate keys show) and the store's integrity.".to_string(),
             E::StoreUnavailable(StoreError::NotReplicated(_)) => "The idempotency store's replicas did not acknowledge the claim in time, so this request was not forwarded. Retry with the same key shortly; the operator should check the store's replicas ([store] replicas).".to_string(),
             E::StoreUnavailable(StoreError::LateClaim(_)) => "The idempotency store refused the claim because, by its own clock, it arrived after the instant it had to run by, so this request was not forwarded. Retry with the same key; if every request gets this, the operator should check that the store's clock agrees with the gateway's.".to_string(),
             E::StoreUnavailable(StoreError::Full(_)) => "The gateway's in-memory idempotency store is full, so this request was not forwarded. Retry with the same key later; the operator should raise [store] max_records or use PostgreSQL.".to_string(),
@@ -413,6 +407,36 @@ fn held_kind(reason: HeldReason) -> Kind {
             S::BAD_GATEWAY,
             "outcome-unknown",
             "The outcome of the request with this key is unknown",
+        ),
+    }
+}
+
+/// The problem of a store failure: an unreadable or unopened record is a
+/// `500` of its own (never retried by `Retry-After`); anything else is the
+/// store being unavailable.
+fn store_kind(error: &StoreError) -> Kind {
+    use StatusCode as S;
+    match error {
+        StoreError::Corrupt(_) => Kind::new(
+            S::INTERNAL_SERVER_ERROR,
+            "store-corrupt",
+            "Idempotency record unreadable",
+        ),
+        StoreError::Sealed(OpenError::UnknownKey(_)) => Kind::new(
+            S::INTERNAL_SERVER_ERROR,
+            "record-key-unknown",
+            "Recorded response sealed with a key the gateway does not have",
+        ),
+        StoreError::Sealed(OpenError::Unauthentic(_) | OpenError::Plain) => Kind::new(
+            S::INTERNAL_SERVER_ERROR,
+            "record-unauthentic",
+            "Recorded response failed its integrity check",
+        ),
+        _ => Kind::later(
+            S::SERVICE_UNAVAILABLE,
+            "store-unavailable",
+            "Idempotency store unavailable",
+            Duration::from_secs(1),
         ),
     }
 }
@@ -583,5 +607,21 @@ mod tests {
             GatewayError::BodyTooLarge { limit: 1 }.status(),
             StatusCode::PAYLOAD_TOO_LARGE
         );
+    }
+
+    /// A sealed record that does not open is a 500 of its own type, never
+    /// retried by `Retry-After` and never the generic store outage.
+    #[test]
+    fn unopened_records_have_problems_of_their_own() {
+        for (error, slug) in [
+            (OpenError::UnknownKey("k1".into()), "record-key-unknown"),
+            (OpenError::Unauthentic("k1".into()), "record-unauthentic"),
+            (OpenError::Plain, "record-unauthentic"),
+        ] {
+            let e = GatewayError::StoreUnavailable(StoreError::Sealed(error));
+            assert_eq!(e.kind().slug, slug);
+            assert_eq!(e.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            assert!(e.to_response(None).headers().get("retry-after").is_none());
+        }
     }
 }

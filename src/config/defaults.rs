@@ -126,6 +126,10 @@ pub const DEFAULT_SWEEP_BATCH: usize = S::STORE_SWEEP_BATCH.integer() as usize;
 pub const DEFAULT_REPLAY_CACHE_TTL: Duration = S::STORE_REPLAY_CACHE_TTL.duration();
 /// `store.replay_cache_size`: most bytes the replay cache holds (64 MiB).
 pub const DEFAULT_REPLAY_CACHE_SIZE: u64 = S::STORE_REPLAY_CACHE_SIZE.size();
+/// `[store] compress`: sealed responses are compressed where that saves bytes.
+pub const DEFAULT_STORE_COMPRESS: bool = S::STORE_COMPRESS.flag();
+/// `[store] accept_plain_records`: records stored before keys were set replay.
+pub const DEFAULT_ACCEPT_PLAIN_RECORDS: bool = S::STORE_ACCEPT_PLAIN_RECORDS.flag();
 
 // ---------------------------------------------------------------------------
 // Routes (and `[defaults]`).

@@ -45,7 +45,9 @@ pub(super) fn expand_env(s: &str, env: &dyn Fn(&str) -> Option<String>) -> Resul
         } else if let Some(body) = after.strip_prefix('{') {
             let end = body
                 .find('}')
-                .ok_or_else(|| format!("unterminated `${{` in {s:?}"))?;
+                // Named by its key, never shown: the value may be a secret
+                // (`admin_token`, `encryption_keys`) written in the file.
+                .ok_or_else(|| "unterminated `${` (a `}` is missing)".to_string())?;
             out.push_str(&lookup(&body[..end], env)?);
             rest = &body[end + 1..];
         } else {
@@ -123,6 +125,13 @@ mod tests {
         let err = expand_env("${A-B}", &no_env).unwrap_err();
         assert!(err.contains("not a variable reference"), "{err}");
         assert!(expand_env("${}", &no_env).is_err());
+    }
+
+    #[test]
+    fn a_broken_reference_never_shows_the_value() {
+        let err = expand_env("k1:c2VjcmV0LWtleS1tYXRlcmlhbA==${X", &no_env).unwrap_err();
+        assert!(err.contains("unterminated"), "{err}");
+        assert!(!err.contains("c2VjcmV0"), "{err}");
     }
 
     #[test]

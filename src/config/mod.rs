@@ -21,6 +21,7 @@ pub mod defaults;
 mod env;
 mod inquiry;
 mod raw;
+mod record_keys;
 mod reload;
 mod route;
 mod secret;

@@ -64,6 +64,9 @@ pub(super) struct RawStore {
     pub(super) generation: Option<String>,
     pub(super) replay_cache_ttl: Option<String>,
     pub(super) replay_cache_size: Option<String>,
+    pub(super) encryption_keys: Option<super::record_keys::RawKeys>,
+    pub(super) compress: Option<bool>,
+    pub(super) accept_plain_records: Option<bool>,
     pub(super) front: Option<RawFront>,
 }
 

@@ -194,6 +194,9 @@ fn store_comparisons(running: &StoreConfig, next: &StoreConfig) -> Vec<(&'static
         generation,
         replay_cache_ttl,
         replay_cache_size,
+        encryption_keys,
+        compress,
+        accept_plain_records,
     } skip {
         // Taken from the routes: follows them on a reload; compared below.
         wait_routes,

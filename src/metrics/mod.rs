@@ -20,9 +20,11 @@ use crate::store::{StoreAdmin, StoreError};
 mod inquiries;
 mod reloads;
 mod scraped;
+mod sealing;
 
 pub use inquiries::{InquiryLabels, InquiryMetrics};
 pub use reloads::{ReloadLabels, ReloadMetrics};
+pub use sealing::{KeyIdLabels, SealingMetrics, UnopenedLabels};
 
 pub use scraped::{FrontMetrics, ScrapedCounter, StoreFigures};
 
@@ -129,6 +131,8 @@ pub struct Metrics {
     pub inquiries: InquiryMetrics,
     /// Configuration reloads.
     pub reloads: ReloadMetrics,
+    /// Sealed records (`[store] encryption_keys`).
+    pub sealing: SealingMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -235,6 +239,8 @@ impl Metrics {
         inquiries.register(&mut registry);
         let reloads = ReloadMetrics::default();
         reloads.register(&mut registry);
+        let sealing = SealingMetrics::default();
+        sealing.register(&mut registry);
         Self {
             registry,
             requests,
@@ -253,6 +259,7 @@ impl Metrics {
             front,
             inquiries,
             reloads,
+            sealing,
         }
     }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use super::redact_url;
+use crate::seal::Keyring;
 
 /// Where records are kept.
 #[derive(Debug, Clone)]
@@ -63,6 +64,16 @@ pub struct StoreConfig {
     pub wait_routes: WaitRoutes,
     /// PostgreSQL only: a Redis front (`[store.front]`, crates/store/src/front/).
     pub front: Option<FrontConfig>,
+    /// The keys recorded responses are sealed with (`[store]
+    /// encryption_keys`, crates/store/src/seal/); none: stored as they are.
+    pub encryption_keys: Option<Arc<Keyring>>,
+    /// With `encryption_keys`: compress each response (zstd) before
+    /// sealing it, where that saves bytes.
+    pub compress: bool,
+    /// With `encryption_keys`: replay records stored before keys were set
+    /// (plain); `false` refuses them, so a response planted in the store
+    /// unsealed is never replayed.
+    pub accept_plain_records: bool,
 }
 
 /// The routes whose settled records are announced to waiters. A store
@@ -148,6 +159,12 @@ impl StoreConfig {
         };
         if self.max_records == 0 {
             return fail("max_records", "must be at least 1");
+        }
+        if !self.accept_plain_records && self.encryption_keys.is_none() {
+            return fail(
+                "accept_plain_records",
+                "= false needs encryption_keys: without keys every record is plain",
+            );
         }
         if self.sweep_batch == 0 {
             return fail("sweep_batch", "must be at least 1");
@@ -271,6 +288,9 @@ impl StoreConfig {
             replay_cache_size: 0,
             wait_routes: WaitRoutes::default(),
             front: None,
+            encryption_keys: None,
+            compress: true,
+            accept_plain_records: true,
         }
     }
 }

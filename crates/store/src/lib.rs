@@ -36,6 +36,7 @@ pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 pub mod runtime;
+pub mod seal;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 mod stats;
@@ -186,6 +187,11 @@ pub enum StoreError {
     /// The store answered with something idemgate cannot read.
     #[error("store returned an unreadable record: {0}")]
     Corrupt(String),
+    /// A sealed response did not open ([`seal`]): its key is no longer
+    /// configured, or it was not sealed for this record. Never an outage:
+    /// the request is answered with a problem, never forwarded.
+    #[error(transparent)]
+    Sealed(seal::OpenError),
     /// Applying migrations failed.
     #[error("store migration failed: {0}")]
     Migration(String),
@@ -387,6 +393,28 @@ pub fn with_replay_cache(
         config.replay_cache_size,
         on_hit,
     ))
+}
+
+/// Put the sealing wrapper ([`seal::SealedStore`]) over the request path:
+/// below the replay cache ([`with_replay_cache`]), so the cache holds
+/// opened responses in memory and the store only sealed ones. Without
+/// `[store] encryption_keys` it records plain responses and still refuses
+/// a sealed one (keys removed) rather than replay its envelope. `on_open`
+/// is called on every replay.
+pub fn with_sealing(
+    store: Arc<dyn Store>,
+    config: &StoreConfig,
+    on_open: seal::OnOpen,
+) -> Arc<dyn Store> {
+    Arc::new(
+        seal::SealedStore::new(
+            store,
+            config.encryption_keys.clone(),
+            config.compress,
+            on_open,
+        )
+        .refusing_plain(!config.accept_plain_records),
+    )
 }
 
 /// A store URL fit for logs and errors: the password replaced by `***`.

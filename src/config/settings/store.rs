@@ -1,7 +1,7 @@
 //! The settings of the `[store]` and `[store.front]` tables. Rows of the
 //! settings table (`super`); a reload applies none of them.
 
-use super::DefaultValue::{Derived, Required, Toml};
+use super::DefaultValue::{Derived, Required, Toml, Unset};
 use super::{Kind, Reload, Section, Setting};
 
 super::rows! { STORE = Store {
@@ -85,6 +85,27 @@ super::rows! { STORE = Store {
     /// PostgreSQL, Redis, SQLite: most bytes (bodies, headers, keys) the replay cache holds;
     /// least-used records leave first. `"0B"` turns the cache off
     STORE_REPLAY_CACHE_SIZE "replay_cache_size" Size Toml(r#""64MiB""#), Restart;
+    /// seal every recorded response (status, headers, body) with AES-256-GCM before the store sees
+    /// it: each entry `"<id>:<base64 of 32 bytes>"` (`openssl rand -base64 32`), normally from the
+    /// environment (`"k2:${IDEMGATE_RECORD_KEY}"`). The first seals new records; every one opens
+    /// the records sealed under its id, so a [rotation](../operations/protecting-stored-responses.md#rotating-keys)
+    /// adds the new key, then puts it first, and keeps the old one until its records have expired.
+    /// A record whose key id is not listed, or that was not sealed for its key, is answered `500`
+    /// (never forwarded). Records stored before keys were set stay readable. Never printed. See
+    /// [protecting stored responses](../operations/protecting-stored-responses.md)
+    STORE_ENCRYPTION_KEYS "encryption_keys" List Unset("unset: responses are stored as they are"), Restart;
+    /// with `encryption_keys`: compress each recorded response with zstd before sealing it, when it
+    /// has at least 128 bytes and compressing saves some (a 2 KiB JSON payment object shrinks to about
+    /// half). `false` keeps each sealed record's size independent of how compressible its content
+    /// is. See [protecting stored responses](../operations/protecting-stored-responses.md#cost)
+    STORE_COMPRESS "compress" Bool Toml("true"), Restart;
+    /// with `encryption_keys`: replay records stored before keys were set, as they are. Set `false`
+    /// once those have expired (a `retention` after keys were set): a record that is not sealed is
+    /// then answered `500 record-unauthentic`, so a response written into the store by someone who
+    /// can write to it but has no key is never replayed. `false` without `encryption_keys` is a
+    /// config error. See [protecting stored
+    /// responses](../operations/protecting-stored-responses.md#threat-model)
+    STORE_ACCEPT_PLAIN_RECORDS "accept_plain_records" Bool Toml("true"), Restart;
 }}
 
 super::rows! { FRONT = Front {

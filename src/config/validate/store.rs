@@ -3,11 +3,12 @@
 //! store module knows which settings a store can work with).
 
 use crate::config::defaults::{
-    DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_FRONT_MARK_AFTER, DEFAULT_FRONT_TIMEOUT,
-    DEFAULT_REPLAY_CACHE_SIZE, DEFAULT_REPLAY_CACHE_TTL, DEFAULT_REPLICA_TIMEOUT,
-    DEFAULT_RETENTION, DEFAULT_STORE_CLUSTER, DEFAULT_STORE_MAX_RECORDS, DEFAULT_STORE_MIGRATE,
-    DEFAULT_STORE_POOL_SIZE, DEFAULT_STORE_PREFIX, DEFAULT_STORE_REPLICAS, DEFAULT_STORE_TIMEOUT,
-    DEFAULT_STORE_URL, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, MAX_FRONT_MARK_AFTER,
+    DEFAULT_ACCEPT_PLAIN_RECORDS, DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_FRONT_MARK_AFTER,
+    DEFAULT_FRONT_TIMEOUT, DEFAULT_REPLAY_CACHE_SIZE, DEFAULT_REPLAY_CACHE_TTL,
+    DEFAULT_REPLICA_TIMEOUT, DEFAULT_RETENTION, DEFAULT_STORE_CLUSTER, DEFAULT_STORE_COMPRESS,
+    DEFAULT_STORE_MAX_RECORDS, DEFAULT_STORE_MIGRATE, DEFAULT_STORE_POOL_SIZE,
+    DEFAULT_STORE_PREFIX, DEFAULT_STORE_REPLICAS, DEFAULT_STORE_TIMEOUT, DEFAULT_STORE_URL,
+    DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, MAX_FRONT_MARK_AFTER,
 };
 use crate::config::settings as S;
 use std::time::Duration;
@@ -65,6 +66,11 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
         // Filled in once the routes are known.
         wait_routes: crate::store::WaitRoutes::default(),
         front: raw.front.map(front).transpose()?,
+        encryption_keys: crate::config::record_keys::encryption_keys(raw.encryption_keys)?,
+        compress: raw.compress.unwrap_or(DEFAULT_STORE_COMPRESS),
+        accept_plain_records: raw
+            .accept_plain_records
+            .unwrap_or(DEFAULT_ACCEPT_PLAIN_RECORDS),
     };
     store
         .validate()

@@ -800,6 +800,9 @@ async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
         replay_cache_ttl: Duration::ZERO,
         replay_cache_size: 0,
         wait_routes: idemgate::store::WaitRoutes::default(),
+        encryption_keys: None,
+        compress: true,
+        accept_plain_records: true,
         front: None,
     };
     let store = idemgate::store::open(&config)

@@ -377,7 +377,8 @@ async fn live_names() -> BTreeSet<String> {
 /// Every name the gateway's registry ([`Metrics`]) can write. A family
 /// with no label set yet is not written at all, not even its `# TYPE`, and
 /// some get one only on a rare event (a lost claim, a fenced renewal, a
-/// shadow route, a Redis front, a status inquiry): here each labelled
+/// shadow route, a Redis front, a status inquiry, a sealed replay or one
+/// that did not open): here each labelled
 /// family is given one.
 fn registry_names() -> BTreeSet<String> {
     let m = Metrics::new();
@@ -406,6 +407,14 @@ fn registry_names() -> BTreeSet<String> {
         .inc();
     m.front.scrape(&FrontStats::default());
     m.inquiries.count("api", "gave_up");
+    let record = idemgate::store::RecordKey {
+        route: "api".into(),
+        scope: Vec::new(),
+        key: "k".into(),
+    };
+    m.sealing.opened(&record, Ok(Some("k1")));
+    let unknown = idemgate::store::seal::OpenError::UnknownKey("k0".into());
+    m.sealing.opened(&record, Err(&unknown));
     exported_names(&m.encode())
 }
 

@@ -71,6 +71,9 @@ async fn open_marking(
         replay_cache_ttl: Duration::ZERO,
         replay_cache_size: 0,
         wait_routes: idemgate::store::WaitRoutes::default(),
+        encryption_keys: None,
+        compress: true,
+        accept_plain_records: true,
         front: Some(FrontConfig {
             url: redis.to_string(),
             timeout,

@@ -5,8 +5,9 @@
 //! Redis (`front`); the Redis store on a Redis Cluster (with replicas,
 //! failed over), its lost records reported, its eviction warning, its claims that arrive late, its replicas (`WAIT`) and Sentinel, its
 //! status questions moved out of an earlier release's one due set; PostgreSQL's batched claims, races, generations,
-//! sweep plan, upgrade in place and failover to a standby; and the replay
-//! cache in front of the shared stores. The guarantees on every store are
+//! sweep plan, upgrade in place and failover to a standby; the replay
+//! cache in front of the shared stores; and sealed records on every store
+//! (`sealed`: no response byte in the store, rotation, copies refused). The guarantees on every store are
 //! in `guarantees/`.
 
 mod conformance;
@@ -28,4 +29,5 @@ mod redis_late_claims;
 mod redis_replicas;
 mod redis_sentinel;
 mod replay_cache;
+mod sealed;
 mod sqlite;

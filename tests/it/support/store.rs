@@ -268,6 +268,9 @@ impl TestStore {
             replay_cache_ttl: Duration::ZERO,
             replay_cache_size: 0,
             wait_routes: idemgate::store::WaitRoutes::default(),
+            encryption_keys: None,
+            compress: true,
+            accept_plain_records: true,
             front: (self.backend == Backend::Front).then(|| FrontConfig {
                 url: redis_url(),
                 timeout: Duration::from_secs(5),
