@@ -236,18 +236,54 @@ impl Config {
         text: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let mut value: toml::Value =
-            toml::from_str(text).map_err(|e| ConfigError::Syntax(e.to_string()))?;
+        let mut value: toml::Value = toml::from_str(text).map_err(|e| syntax(text, &e))?;
         env::expand_value(&mut value, "", env)?;
         let raw: raw::RawConfig = serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
+            let message = e.into_inner().to_string();
             ConfigError::Shape {
+                message: if holds_secret(&path) {
+                    unquoted(&message)
+                } else {
+                    message
+                },
                 path,
-                message: e.into_inner().to_string(),
             }
         })?;
         validate::validate(raw)
     }
+}
+
+/// A syntax error by line and column, without the line itself (it may
+/// hold a secret written in the file).
+fn syntax(text: &str, error: &toml::de::Error) -> ConfigError {
+    let Some(span) = error.span() else {
+        return ConfigError::Syntax(error.message().to_string());
+    };
+    let before = &text[..span.start.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |at| at + 1) + 1;
+    ConfigError::Syntax(format!("line {line}, column {column}: {}", error.message()))
+}
+
+/// Whether a setting's value may hold a secret (a token, a record key, a
+/// password in a URL, an inquiry's `Authorization` header): its shape
+/// errors never quote it.
+fn holds_secret(path: &str) -> bool {
+    path.contains("token")
+        || path.contains("encryption_keys")
+        || path.contains("headers")
+        || path.ends_with("url")
+}
+
+/// A shape error without the value it quotes: what was expected only.
+fn unquoted(message: &str) -> String {
+    let expected = message
+        .split_once(", expected ")
+        .map_or(String::new(), |(_, expected)| {
+            format!(" (expected {expected})")
+        });
+    format!("the value does not fit{expected}; it is not shown, as this setting may hold a secret")
 }
 
 /// What the tests of every config file share: the smallest valid file and
@@ -291,5 +327,30 @@ pub(crate) mod tests {
             err.to_string().contains("/nonexistent/gateway.toml"),
             "{err}"
         );
+    }
+
+    /// A secret given in the wrong shape, or on a line with a syntax
+    /// error, never appears in the error: it reaches logs, `check` output
+    /// and a reload's answer. (The control: a setting that holds no secret
+    /// still quotes its value, which helps.)
+    #[test]
+    fn errors_never_quote_a_secret() {
+        let key = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+        let secret = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
+        let env = |name: &str| (name == "KEY").then(|| key.to_string());
+        let shapes = [
+            format!("[store]\nencryption_keys = \"{key}\"\n{MINIMAL}"),
+            format!("[store]\nencryption_keys = \"${{KEY}}\"\n{MINIMAL}"),
+            format!("admin_token = [\"{key}\"]\n{MINIMAL}"),
+            format!("[store]\nurl = [\"postgres://u:{secret}@h/db\"]\n{MINIMAL}"),
+            format!("[store]\nencryption_keys = [\"{key}\" \"x\"]\n{MINIMAL}"),
+        ];
+        for text in &shapes {
+            let err = Config::parse_with_env(text, &env).unwrap_err().to_string();
+            assert!(!err.contains(secret), "{err}");
+            assert!(err.contains("line") || err.contains("not shown"), "{err}");
+        }
+        let err = error(&format!("[store]\nmigrate = \"{secret}\"\n{MINIMAL}"));
+        assert!(err.contains(secret), "{err}");
     }
 }

@@ -115,7 +115,9 @@ impl Gateway {
                 }) => in_flight = Some((retry_after, expires)),
                 // The store is away while this request waits: the first
                 // attempt may still answer; wait on.
-                Err(GatewayError::StoreUnavailable(error)) if waiting.is_some() => {
+                Err(GatewayError::StoreUnavailable(error))
+                    if waiting.is_some() && error.is_transient() =>
+                {
                     tracing::debug!(%error, "store error while waiting; waiting on");
                 }
                 Ok(answered) if answered.outcome == Outcome::Replayed && waiting.is_some() => {

@@ -13,6 +13,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 
 use crate::config::Route;
 use crate::store::StoredResponse;
+use crate::store::seal::SEALED_HEADER;
 
 use super::strip_hop_by_hop;
 
@@ -34,7 +35,7 @@ pub fn to_client(parts: &mut http::response::Parts) {
 pub const IDEMPOTENCY_EXPIRES: HeaderName = HeaderName::from_static("idempotency-expires");
 
 /// What a route records of an answer: its status, its headers minus the
-/// route's `replay_headers` deny list and with `expires` announced, and its
+/// route's `replay_headers` deny list and the seal's mark, with `expires` announced, and its
 /// body, unless the route records none (`record_body = false`: then
 /// neither the body nor the headers that describe one, [`DESCRIBE_BODY`]).
 pub fn recorded(
@@ -48,6 +49,8 @@ pub fn recorded(
     for name in &route.replay_headers_deny {
         kept.remove(name);
     }
+    // The seal's own mark: an upstream's would make its record unreadable.
+    kept.remove(SEALED_HEADER);
     if let Some(until) = expires {
         announce_expiry(&mut kept, until);
     }

@@ -220,6 +220,14 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whether the store may answer otherwise if asked again (an outage):
+    /// not a record it cannot read or open, which stays as it is.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Self::Unavailable(_) | Self::NotReplicated(_))
+    }
+}
+
 /// The request path of a record store shared by every gateway instance:
 /// the claim and the transitions of a claimed attempt. Wrappers (metrics,
 /// the replay cache) implement this trait only.

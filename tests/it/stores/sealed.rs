@@ -223,7 +223,7 @@ async fn the_store_never_sees_the_response(b: Backend) {
     assert_eq!(replay(&store, &plain).await.unwrap(), payment(PLAIN_MARKER));
     // What the store itself answers is the sealed form.
     let stored = replay(backend.as_ref(), &secret).await.unwrap();
-    assert_eq!(sealed_with(&stored), Some("k1"));
+    assert_eq!(sealed_with(&stored).as_deref(), Some("k1"));
     assert!(!contains(&stored.body, MARKER));
     assert_eq!(
         *opened.lock().unwrap(),
@@ -274,7 +274,7 @@ async fn rotation_missing_keys_and_copies(b: Backend) {
     let second = key("second");
     record(&rotated, &second, &payment("two")).await;
     let stored = replay(backend.as_ref(), &second).await.unwrap();
-    assert_eq!(sealed_with(&stored), Some("k2"));
+    assert_eq!(sealed_with(&stored).as_deref(), Some("k2"));
 
     let (dropped, opened) = sealed(&backend, keyring(&[("k2", K2)]));
     assert_eq!(replay(&dropped, &second).await.unwrap(), payment("two"));

@@ -120,13 +120,43 @@ pub fn seal(
     }
 }
 
-/// The key id a stored response was sealed under; `None`: it is plain
-/// (recorded before keys were configured).
-pub fn sealed_with(stored: &StoredResponse) -> Option<&str> {
-    if stored.headers.len() != 1 {
-        return None;
+/// How a stored response is marked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Marking {
+    /// No seal: recorded before keys were configured.
+    Plain,
+    /// Sealed under this key id.
+    Sealed(String),
+    /// The seal's header, but not as idemgate writes it (beside other
+    /// headers, or an id no keyring accepts): altered in the store, so
+    /// never read as plain nor its id trusted (a metric label, a detail).
+    Malformed,
+}
+
+/// The key id shown for a [`Marking::Malformed`] record.
+pub(super) const MALFORMED_ID: &str = "invalid";
+
+/// How `stored` is marked: any response with the seal's header is sealed,
+/// and one with anything else beside it is malformed.
+pub(super) fn marking(stored: &StoredResponse) -> Marking {
+    let Some(value) = stored.headers.get(SEALED_HEADER) else {
+        return Marking::Plain;
+    };
+    match value.to_str() {
+        Ok(id) if stored.headers.len() == 1 && super::keyring::valid_id(id) => {
+            Marking::Sealed(id.to_string())
+        }
+        _ => Marking::Malformed,
     }
-    stored.headers.get(SEALED_HEADER)?.to_str().ok()
+}
+
+/// The key id a stored response was sealed under; `None`: it is plain,
+/// or malformed ([`marking`]).
+pub fn sealed_with(stored: &StoredResponse) -> Option<String> {
+    match marking(stored) {
+        Marking::Sealed(id) => Some(id),
+        Marking::Plain | Marking::Malformed => None,
+    }
 }
 
 /// Open what [`seal`] made for the record `key`; a plain response is
@@ -136,9 +166,12 @@ pub fn open(
     key: &RecordKey,
     stored: StoredResponse,
 ) -> Result<StoredResponse, OpenError> {
-    let Some(id) = sealed_with(&stored) else {
-        return Ok(stored);
+    let id = match marking(&stored) {
+        Marking::Plain => return Ok(stored),
+        Marking::Malformed => return Err(OpenError::Unauthentic(MALFORMED_ID.into())),
+        Marking::Sealed(id) => id,
     };
+    let id = id.as_str();
     let seal_key = keys
         .opening(id)
         .ok_or_else(|| OpenError::UnknownKey(id.to_string()))?;
@@ -321,7 +354,7 @@ mod tests {
             for compress in [true, false] {
                 let plain = response(body);
                 let sealed = seal(&ring, &record("a"), &plain, compress);
-                assert_eq!(sealed_with(&sealed), Some("k1"));
+                assert_eq!(sealed_with(&sealed).as_deref(), Some("k1"));
                 let raw = format!("{:?}", sealed.body);
                 assert!(!raw.contains("MARKER") && !raw.contains("x-multi"));
                 assert_eq!(open(&ring, &record("a"), sealed).unwrap(), plain);
@@ -365,6 +398,31 @@ mod tests {
         let a = seal(&ring, &record("a"), &response("x"), true);
         let b = seal(&ring, &record("a"), &response("x"), true);
         assert_ne!(a.body, b.body);
+        // Past the version and salt too: each record has its own key.
+        assert_ne!(a.body[1 + SALT_LEN..], b.body[1 + SALT_LEN..]);
+    }
+
+    /// A seal's header that idemgate did not write as it stands — beside
+    /// another header, or with an id no keyring takes — is never read as
+    /// plain, and its id is never trusted.
+    #[test]
+    fn a_malformed_seal_is_unauthentic_never_plain() {
+        let ring = keys(&[("k1", 1)]);
+        let sealed = seal(&ring, &record("a"), &response("x"), true);
+        let invalid = Err(OpenError::Unauthentic(MALFORMED_ID.into()));
+        let mut beside = sealed.clone();
+        beside
+            .headers
+            .insert("x-extra", HeaderValue::from_static("1"));
+        assert_eq!(marking(&beside), Marking::Malformed);
+        assert_eq!(open(&ring, &record("a"), beside), invalid);
+        for id in ["", "k 1", "k1\u{7f}", &"k".repeat(200)] {
+            let mut odd = sealed.clone();
+            if let Ok(value) = HeaderValue::from_str(id) {
+                odd.headers.insert(SEALED_HEADER, value);
+                assert_eq!(open(&ring, &record("a"), odd), invalid, "{id:?}");
+            }
+        }
     }
 
     #[test]
@@ -385,7 +443,7 @@ mod tests {
             response("x")
         );
         let resealed = seal(&rotated, &record("a"), &response("x"), true);
-        assert_eq!(sealed_with(&resealed), Some("k2"));
+        assert_eq!(sealed_with(&resealed).as_deref(), Some("k2"));
         let dropped = keys(&[("k2", 2)]);
         assert_eq!(
             open(&dropped, &record("a"), sealed),

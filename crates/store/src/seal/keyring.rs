@@ -191,7 +191,7 @@ impl SealKey {
 }
 
 /// A key id as stored beside each record: letters, digits, `-`, `_`, `.`.
-fn valid_id(id: &str) -> bool {
+pub(super) fn valid_id(id: &str) -> bool {
     (1..=MAX_ID_LEN).contains(&id.len())
         && id
             .bytes()

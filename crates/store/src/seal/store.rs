@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::envelope::{self, OpenError};
+use super::envelope::{self, Marking, OpenError};
 use super::keyring::Keyring;
 use crate::{
     AttemptId, Cas, Claim, ClaimRequest, HeldReason, RecordKey, Store, StoreError, StoredResponse,
@@ -77,12 +77,19 @@ impl Store for SealedStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
         match self.inner.claim(request).await? {
             Claim::Replay(stored) => {
-                let sealed_with = envelope::sealed_with(&stored).map(str::to_string);
-                let opened = match (&self.keys, &sealed_with) {
-                    (_, None) if !self.accept_plain => Err(OpenError::Plain),
+                let marking = envelope::marking(&stored);
+                let sealed_with = match &marking {
+                    Marking::Sealed(id) => Some(id.clone()),
+                    Marking::Plain | Marking::Malformed => None,
+                };
+                let opened = match (&self.keys, marking) {
+                    (_, Marking::Malformed) => {
+                        Err(OpenError::Unauthentic(envelope::MALFORMED_ID.into()))
+                    }
+                    (_, Marking::Plain) if !self.accept_plain => Err(OpenError::Plain),
                     (Some(keys), _) => envelope::open(keys, request.key, stored),
-                    (None, Some(id)) => Err(OpenError::UnknownKey(id.clone())),
-                    (None, None) => Ok(stored),
+                    (None, Marking::Sealed(id)) => Err(OpenError::UnknownKey(id)),
+                    (None, Marking::Plain) => Ok(stored),
                 };
                 match opened {
                     Ok(response) => {
