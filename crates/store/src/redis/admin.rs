@@ -14,8 +14,8 @@ use super::store::{bytes, corrupt, int};
 use crate::info::from_epoch_millis;
 use crate::waiters::{self, Waiters};
 use crate::{
-    InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin, StoreError,
-    Swept,
+    EraseStep, Erased, InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState,
+    StoreAdmin, StoreError, Swept,
 };
 
 /// Keep the `limit` least recently changed records, oldest first.
@@ -82,6 +82,16 @@ impl RedisStore {
 impl StoreAdmin for RedisStore {
     async fn relay_wakeups(&self, waiters: Arc<Waiters>) {
         waiters::relay(|| self.listen(&waiters)).await;
+    }
+
+    async fn erase(&self, _step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+        // Finding a scope's records needs an index of them (Redis has none
+        // of its own); until the store keeps one, refuse rather than scan.
+        Err(StoreError::Unavailable(
+            "keys erase is not available on the Redis store yet: it keeps no index of \
+             records by scope, and erasure never scans every record"
+                .into(),
+        ))
     }
 
     async fn take_inquiries(
