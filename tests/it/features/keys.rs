@@ -338,11 +338,10 @@ async fn keys_erase_forgets_one_tenant_on_every_route(backend: Backend) {
     assert!(!neither.status.success());
 }
 
-// Redis keeps no index of records by scope yet: it refuses to erase.
 mod erasure {
     use super::keys_erase_forgets_one_tenant_on_every_route;
     crate::support::per_backend!(
-        only [postgres, sqlite, memory, front]:
+        only [postgres, redis, redis_cluster, sqlite, memory, front]:
         keys_erase_forgets_one_tenant_on_every_route,
     );
 }

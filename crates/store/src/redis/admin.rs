@@ -84,14 +84,8 @@ impl StoreAdmin for RedisStore {
         waiters::relay(|| self.listen(&waiters)).await;
     }
 
-    async fn erase(&self, _step: &EraseStep<'_>) -> Result<Erased, StoreError> {
-        // Finding a scope's records needs an index of them (Redis has none
-        // of its own); until the store keeps one, refuse rather than scan.
-        Err(StoreError::Unavailable(
-            "keys erase is not available on the Redis store yet: it keeps no index of \
-             records by scope, and erasure never scans every record"
-                .into(),
-        ))
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+        self.erase_buckets(step).await
     }
 
     async fn take_inquiries(
