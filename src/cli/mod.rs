@@ -64,7 +64,7 @@ pub enum Command {
     Migrate,
     /// Delete expired records once and exit (the server also sweeps in the background).
     Sweep,
-    /// Key administration: inspect, list, release and delete records in the
+    /// Key administration: inspect, list, release, delete and erase records in the
     /// store the config names (SQLite, PostgreSQL or Redis directly; a
     /// memory:// store through the running gateway's admin listener). Exit
     /// status 3: no record for that key.
