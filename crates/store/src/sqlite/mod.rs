@@ -56,6 +56,8 @@ use super::{
 };
 use crate::waiters::{Waiters, WakeId};
 
+pub use self::ops::ERASE;
+
 /// How often each process's relay reads the announcements of other
 /// processes (only while some route waits).
 pub const WAKE_POLL: Duration = Duration::from_millis(50);

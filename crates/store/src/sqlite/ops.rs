@@ -341,8 +341,9 @@ async fn erase(
 }
 
 /// [`erase`]'s statement: `?1` route, `?2` scope, `?3` force, `?4` now
-/// (µs), `?5` limit. Public to the crate for the test that reads its plan.
-pub(super) const ERASE: &str = "DELETE FROM idemgate_records
+/// (µs), `?5` limit. Public for the test that reads its plan
+/// (tests/it/stores/sqlite.rs).
+pub const ERASE: &str = "DELETE FROM idemgate_records
   WHERE rowid IN (SELECT rowid FROM idemgate_records
                    WHERE route = ?1 AND scope = ?2
                      AND (?3 OR lease_until <= ?4 OR state IN ('completed', 'held')
