@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::request::key_source::{self, KeyOfValuesError};
-use crate::store::{RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreError};
+use crate::store::{EraseStep, RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreError};
 
 /// A key administration command, as `POST /keys` carries it (JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,6 +28,8 @@ pub enum KeyCommand {
     Release(KeyTarget),
     /// Forget a key in any state (a recorded response too).
     Delete(KeyTarget),
+    /// Forget every record of one scope, on every route that reads one.
+    Erase(EraseTarget),
 }
 
 impl KeyCommand {
@@ -37,7 +39,7 @@ impl KeyCommand {
         match self {
             Self::Show(t) => t.json,
             Self::List(q) => q.json,
-            Self::Release(_) | Self::Delete(_) => false,
+            Self::Release(_) | Self::Delete(_) | Self::Erase(_) => false,
         }
     }
 }
@@ -65,6 +67,26 @@ pub struct KeyTarget {
     #[serde(default)]
     pub json: bool,
     /// release/delete: also remove an in-flight key whose lease is live.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// Which scope to erase: its values, as `scope` of [`KeyTarget`] (the
+/// digest computed per route, as the gateway computes it), or its digest
+/// as `keys show` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EraseTarget {
+    /// The scope: one value per `scope_from` part, in order; one value
+    /// travels as a string.
+    #[serde(default, with = "one_or_many", skip_serializing_if = "Vec::is_empty")]
+    pub scope: Vec<String>,
+    /// Or the scope's SHA-256 digest: 64 hex digits, `sha256:` before
+    /// them allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope_digest: Option<String>,
+    /// Also remove records the upstream may still be working on (a live
+    /// lease, an inquiry inside its route's `after`).
     #[serde(default)]
     pub force: bool,
 }
@@ -168,6 +190,15 @@ pub enum KeysError {
         /// When the first question is due.
         due: String,
     },
+    /// `erase` given neither or both of the scope's values and its digest.
+    #[error("give the scope's values (--scope) or its digest (--scope-digest), one of the two")]
+    EraseTarget,
+    /// `--scope-digest` that is not 64 hex digits.
+    #[error("{0:?} is not a scope digest: 64 hex digits, as `keys show` prints after sha256:")]
+    BadDigest(String),
+    /// `erase` whose scope no configured route reads.
+    #[error("no route reads its scope from {0} part(s): {1}")]
+    NoScopedRoute(usize, String),
     /// `release` on a completed record.
     #[error(
         "key {0:?} has a recorded response, which release leaves alone; use `keys delete` to forget it"
@@ -248,6 +279,7 @@ pub async fn execute(
             }
             Err(why_not(records.inspect(&key).await?, key, Removal::Release))
         }
+        KeyCommand::Erase(target) => erase(config, records, path, &target).await,
         KeyCommand::Delete(target) => {
             let key = record_key(config, &target)?;
             let deleted = records.delete(&key, target.force).await;
@@ -260,6 +292,132 @@ pub async fn execute(
             }
         }
     }
+}
+
+/// How many records one erasure step removes: each step is one bounded
+/// statement (or script), and its keys are forgotten by the replay cache.
+const ERASE_STEP: usize = 1000;
+
+/// The routes an erasure applies to, each with the scope's digest as that
+/// route computes it (route, digest).
+type Scopes = Vec<(String, Vec<u8>)>;
+
+/// The [`Scopes`] of an erasure, and the scoped routes it does not apply
+/// to (they read their scope from another number of parts).
+fn erase_scopes(config: &Config, target: &EraseTarget) -> Result<(Scopes, Vec<String>), KeysError> {
+    let digest = match (&target.scope_digest, target.scope.is_empty()) {
+        (Some(hex), true) => Some(parse_digest(hex)?),
+        (None, false) => None,
+        _ => return Err(KeysError::EraseTarget),
+    };
+    let (mut scopes, mut skipped) = (Vec::new(), Vec::new());
+    for route in config.routes.iter().filter(|r| !r.scope_from.is_empty()) {
+        match &digest {
+            Some(digest) => scopes.push((route.name.clone(), digest.clone())),
+            None if route.scope_from.len() == target.scope.len() => {
+                let scope = key_source::scope_of_values(&route.scope_from, &target.scope)?;
+                scopes.push((route.name.clone(), scope));
+            }
+            None => skipped.push(route.name.clone()),
+        }
+    }
+    if scopes.is_empty() {
+        let what = if skipped.is_empty() {
+            "no route has scope_from or scope_header".to_string()
+        } else {
+            format!(
+                "the scoped routes ({}) read another number",
+                skipped.join(", ")
+            )
+        };
+        return Err(KeysError::NoScopedRoute(target.scope.len(), what));
+    }
+    Ok((scopes, skipped))
+}
+
+/// A scope digest as `keys show` prints it (`sha256:` and 64 hex digits),
+/// or the digits alone.
+fn parse_digest(text: &str) -> Result<Vec<u8>, KeysError> {
+    let digits = text.trim();
+    let digits = digits.strip_prefix("sha256:").unwrap_or(digits);
+    match hex::decode(digits) {
+        Ok(digest) if digest.len() == 32 => Ok(digest),
+        _ => Err(KeysError::BadDigest(text.to_string())),
+    }
+}
+
+/// `keys erase`: every record of the scope on every route that reads it,
+/// step by step, each removed key forgotten by the replay cache; a
+/// sentence per route.
+async fn erase(
+    config: &Config,
+    records: &dyn StoreAdmin,
+    path: &dyn Store,
+    target: &EraseTarget,
+) -> Result<String, KeysError> {
+    let (scopes, skipped) = erase_scopes(config, target)?;
+    let mut out = String::new();
+    let (mut removed, mut left) = (0_u64, 0_u64);
+    for (route, scope) in scopes {
+        let mut key = RecordKey {
+            route,
+            scope,
+            key: String::new(),
+        };
+        let mut here = 0_u64;
+        loop {
+            let step = records
+                .erase(&EraseStep {
+                    route: &key.route,
+                    scope: &key.scope,
+                    force: target.force,
+                    limit: ERASE_STEP,
+                })
+                .await?;
+            for removed in &step.keys {
+                key.key.clone_from(removed);
+                path.forget(&key);
+            }
+            here += step.keys.len() as u64;
+            if !step.more(ERASE_STEP) {
+                left += step.left;
+                let _ = write!(
+                    out,
+                    "route {:?}: removed {here} record{}",
+                    key.route,
+                    plural(here)
+                );
+                if step.left > 0 {
+                    let _ = write!(out, ", left {} (in flight or claimed meanwhile)", step.left);
+                }
+                out.push('\n');
+                break;
+            }
+        }
+        removed += here;
+    }
+    for route in skipped {
+        let _ = writeln!(
+            out,
+            "route {route:?}: skipped, it reads its scope from another number of parts"
+        );
+    }
+    let _ = write!(out, "erased: {removed} record{} removed", plural(removed));
+    if left > 0 && target.force {
+        let _ = write!(out, "; {left} left: claimed while the erasure ran");
+    } else if left > 0 {
+        let _ = write!(
+            out,
+            "; {left} left: the upstream may still be working on them (a live lease, or an \
+             inquiry inside its route's after); wait, or add --force"
+        );
+    }
+    out.push('\n');
+    Ok(out)
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }
 
 /// Which removal failed.
@@ -504,6 +662,38 @@ mod tests {
             why_not(None, key(), Removal::Delete),
             KeysError::NotFound { .. }
         ));
+    }
+
+    #[test]
+    fn an_erasure_names_its_scope_by_values_or_by_digest() {
+        let hex = "ab".repeat(32);
+        assert_eq!(
+            parse_digest(&format!("sha256:{hex}")).unwrap(),
+            vec![0xab; 32]
+        );
+        assert_eq!(parse_digest(&hex).unwrap(), vec![0xab; 32]);
+        for bad in ["sha256:abc", "", &"zz".repeat(32), &"ab".repeat(33)] {
+            assert!(
+                matches!(parse_digest(bad), Err(KeysError::BadDigest(_))),
+                "{bad}"
+            );
+        }
+        let erase: KeyCommand =
+            serde_json::from_str(r#"{"erase": {"scope": "Bearer a", "force": true}}"#).unwrap();
+        assert_eq!(
+            erase,
+            KeyCommand::Erase(EraseTarget {
+                scope: vec!["Bearer a".into()],
+                scope_digest: None,
+                force: true,
+            })
+        );
+        assert!(!erase.wants_json());
+        assert!(
+            serde_json::from_str::<KeyCommand>(r#"{"erase": {"route": "r", "scope": "a"}}"#)
+                .is_err(),
+            "erasure applies to every route"
+        );
     }
 
     #[test]

@@ -255,7 +255,7 @@ async fn keys(request: Request<RequestBody>, admin: &Admin) -> Response<Body> {
         Err(error) => {
             return AdminProblem::BadCommand.to_response(format!(
                 "Not a keys command ({error}): send one JSON object with one member, \
-                 show, list, release or delete (GET /openapi.json, schema KeyCommand)."
+                 show, list, release, delete or erase (GET /openapi.json, schema KeyCommand)."
             ));
         }
     };

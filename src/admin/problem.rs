@@ -89,9 +89,13 @@ impl AdminProblem {
         use KeysError as E;
         match error {
             E::NotFound { .. } | E::Absent(_) => Self::NoRecord,
-            E::NoRoute(_) | E::NoScope(_) | E::InvalidKey(_) | E::KeyParts { .. } => {
-                Self::BadTarget
-            }
+            E::NoRoute(_)
+            | E::NoScope(_)
+            | E::InvalidKey(_)
+            | E::KeyParts { .. }
+            | E::EraseTarget
+            | E::BadDigest(_)
+            | E::NoScopedRoute(..) => Self::BadTarget,
             E::LiveLease { .. } | E::InsideAfter { .. } | E::Completed(_) | E::Changed { .. } => {
                 Self::Conflict
             }

@@ -12,7 +12,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 
 use super::{KeyArgs, KeysCommand};
-use crate::admin::keys::{self as key_admin, KeyCommand, KeyTarget, KeysError, ListQuery};
+use crate::admin::keys::{
+    self as key_admin, EraseTarget, KeyCommand, KeyTarget, KeysError, ListQuery,
+};
 use crate::config::{AdminToken, Config};
 use crate::request::body::{self, Body};
 use crate::store::{self, Store, StoreAdmin};
@@ -42,6 +44,11 @@ pub fn command(args: KeysCommand) -> KeyCommand {
         }),
         KeysCommand::Release(a) => KeyCommand::Release(target(a)),
         KeysCommand::Delete(a) => KeyCommand::Delete(target(a)),
+        KeysCommand::Erase(a) => KeyCommand::Erase(EraseTarget {
+            scope: a.scope,
+            scope_digest: a.scope_digest,
+            force: a.force,
+        }),
     }
 }
 

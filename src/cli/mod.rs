@@ -64,7 +64,7 @@ pub enum Command {
     Migrate,
     /// Delete expired records once and exit (the server also sweeps in the background).
     Sweep,
-    /// Key administration: inspect, list, release and delete records in the
+    /// Key administration: inspect, list, release, delete and erase records in the
     /// store the config names (SQLite, PostgreSQL or Redis directly; a
     /// memory:// store through the running gateway's admin listener). Exit
     /// status 3: no record for that key.
@@ -119,6 +119,39 @@ pub enum KeysCommand {
     /// A live lease, or an inquiring key inside its route's `after`, is
     /// refused without --force, as by `release`.
     Delete(KeyArgs),
+    /// Forget every record of one scope (a tenant's: an erasure request),
+    /// on every route that reads a scope, in any state; prints how many
+    /// records each route lost.
+    ///
+    /// The scope's values give each route's digest as the gateway computes
+    /// it (routes reading their scope from another number of parts are
+    /// skipped); a digest (as `keys show` prints it) is taken as it is on
+    /// every scoped route. Records the upstream may still be working on (a
+    /// live lease, an inquiring key inside its route's `after`) are left,
+    /// and counted, without --force.
+    Erase(EraseArgs),
+}
+
+/// Which scope to erase.
+#[derive(Debug, Args)]
+pub struct EraseArgs {
+    /// The scope's value (e.g. the `Authorization` value), or one
+    /// `--scope` per `scope_from` part, in order.
+    #[arg(
+        long,
+        required_unless_present = "scope_digest",
+        conflicts_with = "scope_digest"
+    )]
+    pub scope: Vec<String>,
+    /// The scope's digest, as `keys show` prints it (`sha256:` and 64 hex
+    /// digits, or the digits alone).
+    #[arg(long, value_name = "HEX")]
+    pub scope_digest: Option<String>,
+    /// Also remove records the upstream may still be working on: the next
+    /// request with such a key will be forwarded while the first may still
+    /// act.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `--state`.

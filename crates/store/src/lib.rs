@@ -23,6 +23,7 @@
 mod batch_queue;
 mod cache;
 mod config;
+mod erased;
 #[cfg(feature = "front")]
 pub mod front;
 mod headers;
@@ -56,6 +57,7 @@ pub use cache::OnHit;
 pub use config::{FrontConfig, InvalidStoreSetting, StoreConfig, WaitRoutes};
 // The record's vocabulary and its rules live in the core crate; the store
 // speaks it, and re-exports it for the backends and their users.
+pub use erased::{EraseStep, Erased};
 pub use headers::{decode_headers, encode_headers};
 pub use idemgate_core::{
     AttemptId, Cas, Fingerprint, HeldReason, RecordKey, RecordState, Token, UnknownOutcome,
@@ -315,6 +317,14 @@ pub trait StoreAdmin: Send + Sync + 'static {
     /// Remove a record in any state; one the upstream may still be working
     /// on only with `force` ([`transitions::deletable`]).
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError>;
+    /// One step of erasure (`keys erase`): remove up to `step.limit`
+    /// records (on a Redis Cluster, per bucket) of `step.route` whose
+    /// scope digest is `step.scope`, found
+    /// through an index on the route and scope, never a scan of the store;
+    /// one the upstream may still be working on only with `step.force`
+    /// ([`transitions::deletable`], as `delete`). Call again while
+    /// [`Erased::more`]; the last step counts what is left.
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError>;
     /// One step of retention: delete up to `batch` expired records, or
     /// (PostgreSQL) retire the previous generation once the current one is
     /// `[store] generation` old (crates/store/src/postgres/generations.rs).

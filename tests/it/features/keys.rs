@@ -26,30 +26,28 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-/// The admin token of these tests' gateways (at least 16 characters).
-const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+/// `idemgate keys …` on a running gateway's configuration file.
+struct Cli {
+    path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
 
-async fn keys_commands_fix_a_held_key(backend: Backend) {
-    let s = Setup::with(backend, |config| {
-        config
-            .top(|t| {
-                t.set("admin_token", ADMIN_TOKEN);
-            })
-            .route(|r| {
-                r.set("scope_header", "Authorization");
-            })
-    })
-    .await;
-    let (upstream, gateway, c) = (&s.upstream, &s.gateway, &s.client);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.toml");
-    // The CLI reads the same file; for memory:// it goes through this admin listener.
-    let cli_config = s.config.clone().top(|t| {
-        t.set("admin_listen", gateway.admin.to_string());
-    });
-    std::fs::write(&path, cli_config.to_string()).unwrap();
-    let run = |args: &[&str]| {
-        let path = path.clone();
+impl Cli {
+    /// The CLI reads the gateway's file; for memory:// it goes through
+    /// the gateway's admin listener.
+    fn of(s: &Setup) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gateway.toml");
+        let cli_config = s.config.clone().top(|t| {
+            t.set("admin_listen", s.gateway.admin.to_string());
+        });
+        std::fs::write(&path, cli_config.to_string()).unwrap();
+        Self { path, _dir: dir }
+    }
+
+    /// `idemgate keys ARGS…`, off the runtime's threads.
+    fn run(&self, args: &[&str]) -> impl Future<Output = Output> + use<> {
+        let path = self.path.clone();
         let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
         async move {
             tokio::task::spawn_blocking(move || {
@@ -58,7 +56,28 @@ async fn keys_commands_fix_a_held_key(backend: Backend) {
             .await
             .unwrap()
         }
-    };
+    }
+}
+
+/// The admin token of these tests' gateways (at least 16 characters).
+const ADMIN_TOKEN: &str = "test-admin-token-0123456789";
+
+/// The admin token set, and the `api` route scoped by `Authorization`.
+fn scoped_by_authorization(config: TestConfig) -> TestConfig {
+    config
+        .top(|t| {
+            t.set("admin_token", ADMIN_TOKEN);
+        })
+        .route(|r| {
+            r.set("scope_header", "Authorization");
+        })
+}
+
+async fn keys_commands_fix_a_held_key(backend: Backend) {
+    let s = Setup::with(backend, scoped_by_authorization).await;
+    let (upstream, gateway, c) = (&s.upstream, &s.gateway, &s.client);
+    let cli = Cli::of(&s);
+    let run = |args: &[&str]| cli.run(args);
     // `keys COMMAND… --route api --scope "Bearer alice" KEY`
     let alice = |command: &[&str], key: &str| {
         let mut args = command.to_vec();
@@ -207,6 +226,125 @@ async fn keys_commands_fix_a_held_key(backend: Backend) {
 // On memory:// the CLI goes through the gateway's admin listener, with the
 // config's admin_token.
 per_backend!(keys_commands_fix_a_held_key);
+
+/// `keys erase` (the real binary) removes one tenant's records on both
+/// routes that read its scope from `Authorization`, by its value and by the
+/// digest `keys show` prints: its keys are forwarded again, another
+/// tenant's replay until their own erasure.
+async fn keys_erase_forgets_one_tenant_on_every_route(backend: Backend) {
+    let s = Setup::with(backend, |config| {
+        scoped_by_authorization(config).routes(|routes| {
+            let mut orders = routes[0].as_table().expect("a route").clone();
+            orders.set("name", "orders").set("match", "/v2/*");
+            routes.push(toml::Value::Table(orders));
+        })
+    })
+    .await;
+    let (upstream, gateway, c) = (&s.upstream, &s.gateway, &s.client);
+    let cli = Cli::of(&s);
+    let run = |args: &[&str]| cli.run(args);
+    let post = |who: &'static str, path: &'static str, key: &'static str| async move {
+        let headers = [("authorization", who), ("idempotency-key", key)];
+        send(c, "POST", &gateway.url(path), &headers, "{}").await
+    };
+    // Alice's records replayed once (the gateway's replay cache holds
+    // them); Bob's never.
+    for (who, path, key) in [
+        ("Bearer alice", "/v1/payments", "a-pay"),
+        ("Bearer alice", "/v2/orders", "a-order"),
+    ] {
+        assert_eq!(post(who, path, key).await.status, StatusCode::CREATED);
+        assert!(post(who, path, key).await.is_replay(), "{who} {key}");
+    }
+    let bob = post("Bearer bob", "/v1/payments", "b-pay").await;
+    assert_eq!(bob.status, StatusCode::CREATED);
+
+    // Through the gateway's admin API (authenticated), which also drops
+    // the erased records from that gateway's replay cache.
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let erase = send(
+        c,
+        "POST",
+        &format!("http://{}/keys", gateway.admin),
+        &[("authorization", bearer.as_str())],
+        r#"{"erase": {"scope": "Bearer alice"}}"#,
+    )
+    .await;
+    assert_eq!(erase.status, StatusCode::OK);
+    let text = String::from_utf8_lossy(&erase.body).into_owned();
+    assert!(text.contains("route \"api\": removed 1 record\n"), "{text}");
+    assert!(
+        text.contains("route \"orders\": removed 1 record\n"),
+        "{text}"
+    );
+    assert!(text.contains("erased: 2 records removed"), "{text}");
+    assert!(
+        !text.contains("alice"),
+        "the scope value is never shown: {text}"
+    );
+    let again = post("Bearer alice", "/v1/payments", "a-pay").await;
+    assert!(!again.is_replay(), "forwarded again after the erasure");
+    assert!(
+        !post("Bearer alice", "/v2/orders", "a-order")
+            .await
+            .is_replay()
+    );
+    assert_eq!((upstream.count("a-pay"), upstream.count("a-order")), (2, 2));
+
+    // Bob's record is untouched; erased by the digest `keys show` prints,
+    // with the CLI (on PostgreSQL, SQLite and Redis it reaches the store
+    // itself; Bob's record was never replayed, so no replay cache has it).
+    let show = run(&["show", "--route", "api", "--scope", "Bearer bob", "b-pay"]).await;
+    assert!(show.status.success(), "{}", stderr(&show));
+    let shown = stdout(&show);
+    let digest = shown
+        .lines()
+        .find_map(|l| l.strip_prefix("scope    "))
+        .unwrap_or_else(|| panic!("no scope line: {shown}"))
+        .to_string();
+    let by_digest = run(&["erase", "--scope-digest", &digest]).await;
+    assert!(by_digest.status.success(), "{}", stderr(&by_digest));
+    let text = stdout(&by_digest);
+    assert!(text.contains("route \"api\": removed 1 record\n"), "{text}");
+    assert!(
+        text.contains("route \"orders\": removed 0 records\n"),
+        "{text}"
+    );
+    assert!(
+        !post("Bearer bob", "/v1/payments", "b-pay")
+            .await
+            .is_replay()
+    );
+    assert_eq!(upstream.count("b-pay"), 2);
+    // Alice's records since her erasure stay.
+    assert!(
+        post("Bearer alice", "/v1/payments", "a-pay")
+            .await
+            .is_replay()
+    );
+
+    // Neither form, or both: refused before anything is removed.
+    let both = run(&["erase", "--scope", "x", "--scope-digest", &digest]).await;
+    assert!(!both.status.success());
+
+    let bad = run(&["erase", "--scope-digest", "sha256:abc"]).await;
+    assert_eq!(bad.status.code(), Some(1), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("not a scope digest"),
+        "{}",
+        stderr(&bad)
+    );
+    let neither = run(&["erase"]).await;
+    assert!(!neither.status.success());
+}
+
+mod erasure {
+    use super::keys_erase_forgets_one_tenant_on_every_route;
+    crate::support::per_backend!(
+        only [postgres, redis, redis_cluster, sqlite, memory, front]:
+        keys_erase_forgets_one_tenant_on_every_route,
+    );
+}
 
 /// `POST /keys` on the admin listener deletes keys: refused without a
 /// configured token (403) and without the right one (401); health and

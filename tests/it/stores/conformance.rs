@@ -10,7 +10,8 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use idemgate::config::{StoreConfig, UnknownOutcome};
 use idemgate::store::{
-    AttemptId, Backend as Store, Cas, Claim, ClaimRequest, HeldReason, RecordKey, StoredResponse,
+    AttemptId, Backend as Store, Cas, Claim, ClaimRequest, EraseStep, HeldReason, RecordKey,
+    StoredResponse,
 };
 
 use crate::support::{Backend, TestStore, per_backend};
@@ -665,6 +666,125 @@ async fn key_administration(b: Backend) {
     assert!(matches!(claim(s, &done, 2).await, Claim::Claimed { .. }));
 }
 
+/// One erasure step's request.
+fn erase_step<'a>(route: &'a str, scope: &'a [u8], force: bool, limit: usize) -> EraseStep<'a> {
+    EraseStep {
+        route,
+        scope,
+        force,
+        limit,
+    }
+}
+
+/// Erasure by scope (`keys erase`): a scope's records on one route go,
+/// in any state but one the upstream may be working on (a live lease),
+/// which goes only with force; other scopes, unscoped records and other
+/// routes keep theirs and replay; the front answers from none of the
+/// erased records; a step removes at most its limit.
+async fn erase_removes_one_scope_on_one_route(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
+    let at = |route: &str, scope: &[u8], k: &str| RecordKey {
+        route: route.into(),
+        scope: scope.to_vec(),
+        key: k.into(),
+    };
+    let (a, b_scope) = ([0xa; 32], [0xb; 32]);
+    let completed = |k: RecordKey| async move {
+        let t = token(claim(s, &k, 1).await);
+        assert_eq!(
+            s.complete(&k, t, &response("mine"), RETENTION)
+                .await
+                .unwrap(),
+            Cas::Applied
+        );
+        k
+    };
+    // One key name, "k1", in four places: scope A on two routes, scope B,
+    // and unscoped.
+    let a1 = completed(at("r", &a, "k1")).await;
+    let a2 = at("r", &a, "k2");
+    let t = token(claim(s, &a2, 1).await);
+    s.hold(&a2, t, HeldReason::UpstreamTimeout, RETENTION)
+        .await
+        .unwrap();
+    let flying = at("r", &a, "k3");
+    let t_flying = token(claim(s, &flying, 1).await);
+    let a_other_route = completed(at("r2", &a, "k1")).await;
+    let b1 = completed(at("r", &b_scope, "k1")).await;
+    let unscoped = completed(at("r", &[], "k1")).await;
+    // Seen once, so a front has it to answer from.
+    assert_eq!(claim(s, &a1, 1).await, Claim::Replay(response("mine")));
+
+    let sorted = |mut keys: Vec<String>| {
+        keys.sort();
+        keys
+    };
+    let erased = s.erase(&erase_step("r", &a, false, 100)).await.unwrap();
+    assert_eq!(sorted(erased.keys), ["k1", "k2"]);
+    assert_eq!(erased.left, 1, "the live lease is left without force");
+    assert_eq!(s.inspect(&a1).await.unwrap(), None);
+    assert_eq!(s.inspect(&a2).await.unwrap(), None);
+    assert!(s.inspect(&flying).await.unwrap().is_some());
+    // Another route's records of the scope are that route's erasure.
+    assert!(s.inspect(&a_other_route).await.unwrap().is_some());
+    let erased = s.erase(&erase_step("r2", &a, false, 100)).await.unwrap();
+    assert_eq!((erased.keys, erased.left), (vec!["k1".to_string()], 0));
+    for untouched in [&b1, &unscoped] {
+        assert_eq!(
+            claim(s, untouched, 1).await,
+            Claim::Replay(response("mine")),
+            "{untouched:?}"
+        );
+    }
+
+    let forced = s.erase(&erase_step("r", &a, true, 100)).await.unwrap();
+    assert_eq!((forced.keys, forced.left), (vec!["k3".to_string()], 0));
+    assert_eq!(
+        s.complete(&flying, t_flying, &response("late"), RETENTION)
+            .await
+            .unwrap(),
+        Cas::Fenced,
+        "the erased attempt's answer is not recorded"
+    );
+    assert!(
+        matches!(claim(s, &a1, 1).await, Claim::Claimed { .. }),
+        "an erased record never replays"
+    );
+    let nothing = s
+        .erase(&erase_step("r", &b_scope, false, 100))
+        .await
+        .unwrap();
+    assert_eq!(nothing.keys, ["k1"]);
+    assert!(
+        s.erase(&erase_step("r", &b_scope, false, 100))
+            .await
+            .unwrap()
+            .keys
+            .is_empty()
+    );
+
+    // Steps of at most `limit` (a Redis Cluster's: per bucket), repeated
+    // while one may have left more, remove the whole scope.
+    let c = [0xc; 32];
+    for k in ["c1", "c2", "c3"] {
+        completed(at("r", &c, k)).await;
+    }
+    let first = s.erase(&erase_step("r", &c, false, 2)).await.unwrap();
+    assert!(first.more(2), "{first:?}");
+    let mut removed = first.keys;
+    loop {
+        let step = s.erase(&erase_step("r", &c, false, 2)).await.unwrap();
+        assert!(step.keys.len() <= 2, "{step:?}");
+        removed.extend(step.keys.iter().cloned());
+        if !step.more(2) {
+            assert_eq!(step.left, 0);
+            break;
+        }
+    }
+    assert_eq!(sorted(removed), ["c1", "c2", "c3"]);
+}
+
 #[tokio::test]
 async fn memory_store_refuses_new_keys_when_full_of_live_records() {
     let memory = TestStore::new(Backend::Memory).await;
@@ -817,6 +937,7 @@ per_backend!(
     records_hold_across_generation_boundaries,
     a_live_lease_outlives_retention,
     key_administration,
+    erase_removes_one_scope_on_one_route,
     list_is_least_recently_changed_first_across_the_route,
     abandon_removes_only_the_attempts_unforwarded_record,
 );

@@ -1,7 +1,7 @@
 //! The SQLite store as a user runs it (docs/src/stores/sqlite.md): the real binary
 //! on a file, killed and restarted, several processes sharing the file, the
 //! schema applied by `migrate` and by processes starting together, the room
-//! of swept records given back. (The
+//! of swept records given back, erasure's plan through the primary key. (The
 //! conformance suite and the guarantees' tests run on SQLite through
 //! `per_backend!`, like every other store.)
 
@@ -18,6 +18,37 @@ fn config(store: &TestStore, upstream: &Upstream) -> TestConfig {
     store.config(&upstream.url()).store(|s| {
         s.set("timeout", "5s");
     })
+}
+
+/// Erasure (`keys erase`) finds a scope's records on a route through the
+/// primary key `(route, scope, key)`, never by reading the table: the
+/// plan SQLite gives its statement. The negative control: without the
+/// route, the scope is no prefix of any index and the table is scanned.
+#[tokio::test]
+async fn erasure_finds_a_scope_by_index() {
+    let store = TestStore::new(Backend::Sqlite).await;
+    let _backend = store.open().await;
+    let mut conn = sqlx::SqliteConnection::connect(&store.url).await.unwrap();
+    let mut read = async |statement: &str| {
+        let explain = format!("EXPLAIN QUERY PLAN {statement}");
+        let rows: Vec<(i64, i64, i64, String)> = sqlx::query_as(sqlx::AssertSqlSafe(explain))
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        rows.into_iter().map(|r| r.3).collect::<Vec<_>>().join("\n")
+    };
+    let erase = idemgate::store::sqlite::ERASE;
+    let found = read(erase).await;
+    assert!(
+        found.contains("USING INDEX sqlite_autoindex_idemgate_records_1 (route=? AND scope=?)")
+            && !found.contains("SCAN idemgate_records"),
+        "erasure reads the table, not the scope's range of the primary key:\n{found}"
+    );
+    let scanned = read(&erase.replace("route = ?1 AND ", "")).await;
+    assert!(
+        scanned.contains("SCAN idemgate_records"),
+        "this test cannot tell an index from a scan:\n{scanned}"
+    );
 }
 
 async fn schema_version(url: &str) -> i64 {

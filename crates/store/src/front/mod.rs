@@ -25,7 +25,8 @@
 //!   ([`publish`]);
 //! - before a release, and before an operator clears or deletes a key or a
 //!   lost claim is abandoned, the front is fenced: no entry of that
-//!   attempt (or of any attempt so far) is written again;
+//!   attempt (or of any attempt so far) is written again; an erasure
+//!   fences each key it removed ([`erase`]);
 //! - every change in PostgreSQL that can make the front stale writes an
 //!   outbox row in its own transaction (migrations/0004_front_outbox.sql), and the relay
 //!   ([`relay`]) applies it, so a crash or a failed Redis write between the
@@ -36,6 +37,7 @@
 //! answers from PostgreSQL alone; it uses it again only when it answers
 //! and the outbox has drained up to that moment ([`health`]).
 
+mod erase;
 mod health;
 mod marks;
 mod publish;
@@ -54,9 +56,9 @@ use super::postgres::{PgStore, millis};
 use super::redis::RedisStore;
 use super::runtime::StoreRuntime;
 use super::{
-    AttemptId, BatchStats, Cas, Claim, ClaimRequest, FrontConfig, HeldReason, InquiringRoute,
-    Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig,
-    StoreError, StoredResponse, Swept, Token,
+    AttemptId, BatchStats, Cas, Claim, ClaimRequest, EraseStep, Erased, FrontConfig, HeldReason,
+    InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, Store, StoreAdmin,
+    StoreConfig, StoreError, StoredResponse, Swept, Token,
 };
 use crate::FrontStats;
 use crate::redis::front::{FrontEntry, Mark, Publish, Settled};
@@ -519,6 +521,10 @@ impl StoreAdmin for FrontStore {
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError> {
         self.fence_everything(key).await?;
         self.inner.truth.delete(key, force).await
+    }
+
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+        self.erase_and_fence(step).await
     }
 
     #[cfg(feature = "test-hooks")]

@@ -120,6 +120,41 @@ impl StoreAdmin for MemoryStore {
         }))
     }
 
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+        let EraseStep {
+            route,
+            scope,
+            force,
+            limit,
+        } = *step;
+        // A scan, bounded by `max_records`: the map is the only index.
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let of_scope = |k: &RecordKey| k.route == route && k.scope == scope;
+        let gone: Vec<RecordKey> = inner
+            .records
+            .iter()
+            .filter(|(k, r)| of_scope(k) && transitions::deletable(r.phase(now), r.asked(), force))
+            .map(|(k, _)| k.clone())
+            .take(limit)
+            .collect();
+        for key in &gone {
+            inner.records.remove(key);
+        }
+        let mut erased = Erased {
+            keys: gone.iter().map(|k| k.key.clone()).collect(),
+            left: 0,
+        };
+        if !erased.more(limit) {
+            erased.left = inner.records.keys().filter(|k| of_scope(k)).count() as u64;
+        }
+        drop(inner);
+        for key in &gone {
+            self.announce(key);
+        }
+        Ok(erased)
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }

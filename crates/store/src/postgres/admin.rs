@@ -11,8 +11,8 @@ use super::{MIGRATOR, PgStore, millis};
 use crate::info::from_epoch_millis;
 use crate::waiters::{self, Waiters};
 use crate::{
-    BatchStats, InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin,
-    StoreError, Swept,
+    BatchStats, EraseStep, Erased, InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey,
+    RecordState, StoreAdmin, StoreError, Swept,
 };
 
 #[derive(sqlx::FromRow)]
@@ -75,6 +75,50 @@ const TAKE: &str = "UPDATE idemgate_records r
       WHERE r.route = due.route AND r.scope = due.scope AND r.key = due.key
   RETURNING r.route, r.scope, r.key, r.token, r.inquiries,
             (EXTRACT(EPOCH FROM clock_timestamp() - r.inquiring_since) * 1000)::int8 AS for_ms";
+
+/// `transitions::deletable` in SQL, with `force` the parameter `$n`: a
+/// live lease, or an inquiry neither asked nor due (inside its route's
+/// `after`), only with force. (A completed or held record has no lease:
+/// its `lease_until <= …` is NULL, and its state decides.)
+macro_rules! deletable {
+    ($n:literal) => {
+        concat!(
+            "($",
+            $n,
+            " OR lease_until <= clock_timestamp() OR state = 'completed'
+              OR state = 'held' OR (state = 'inquiring' AND inquiries > 0))"
+        )
+    };
+}
+
+/// One step of erasure: up to `$4` records of route `$1` and scope `$2`,
+/// those the upstream may be working on only with `$3`
+/// ([`deletable!`], re-checked on the row the DELETE finds). Both reads go
+/// through the primary key, `(route, scope, key)`, whose first two columns
+/// are exactly these (in each generation's partition): a scope's records
+/// are one range of it, so the cost is that range's, whatever the table
+/// holds, and no index of its own costs bytes on every record. The keys
+/// are picked first (an array, read once: at most `$4` entries of the
+/// range) and then deleted by the whole primary key each, so a step never
+/// reads more of a large scope than it removes. Public for the test that
+/// reads its plan (tests/it/stores/postgres_plans.rs).
+pub const ERASE: &str = concat!(
+    "DELETE FROM idemgate_records
+      WHERE route = $1 AND scope = $2
+        AND key = ANY (ARRAY(SELECT key FROM idemgate_records
+                              WHERE route = $1 AND scope = $2 AND ",
+    deletable!(3),
+    "
+                              LIMIT $4))
+        AND ",
+    deletable!(3),
+    "
+  RETURNING key"
+);
+
+/// What an erasure leaves of a scope on a route (through the primary key,
+/// as [`ERASE`]).
+const ERASE_LEFT: &str = "SELECT count(*) FROM idemgate_records WHERE route = $1 AND scope = $2";
 
 /// How many records of the routes `$1` are `inquiring` and unexpired, as
 /// [`TAKE`] sees them: both generations' partitions, each through its
@@ -286,10 +330,9 @@ impl StoreAdmin for PgStore {
             // `after` only with force.
             .bounded(async |conn| {
                 bind_key!(
-                    sqlx::query(at_key!(
-                        "DELETE FROM idemgate_records",
-                        "AND ($4 OR lease_until <= clock_timestamp() OR state = 'completed'
-                              OR state = 'held' OR (state = 'inquiring' AND inquiries > 0))"
+                    sqlx::query(concat!(
+                        at_key!("DELETE FROM idemgate_records", "AND"),
+                        deletable!(4)
                     )),
                     key
                 )
@@ -299,6 +342,35 @@ impl StoreAdmin for PgStore {
             })
             .await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+        let (route, scope, limit) = (step.route, step.scope, step.limit);
+        let keys: Vec<String> = self
+            .bounded(async |conn| {
+                sqlx::query_scalar(ERASE)
+                    .bind(route)
+                    .bind(scope)
+                    .bind(step.force)
+                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .fetch_all(conn)
+                    .await
+            })
+            .await?;
+        let mut erased = Erased { keys, left: 0 };
+        if !erased.more(limit) {
+            let left: i64 = self
+                .bounded(async |conn| {
+                    sqlx::query_scalar(ERASE_LEFT)
+                        .bind(route)
+                        .bind(scope)
+                        .fetch_one(conn)
+                        .await
+                })
+                .await?;
+            erased.left = u64::try_from(left).unwrap_or(0);
+        }
+        Ok(erased)
     }
 
     fn batch_stats(&self) -> Option<BatchStats> {

@@ -175,7 +175,7 @@ fn tls_failed(e: &sqlx::Error) -> bool {
 mod admin;
 mod store;
 
-pub use admin::COUNT_INQUIRING;
+pub use admin::{COUNT_INQUIRING, ERASE};
 pub use generations::{MOST_MOVED, Rotation, live_records_sql};
 pub use pool::LANE_APPLICATION;
 

@@ -14,8 +14,8 @@ use super::store::{bytes, corrupt, int};
 use crate::info::from_epoch_millis;
 use crate::waiters::{self, Waiters};
 use crate::{
-    InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, StoreAdmin, StoreError,
-    Swept,
+    EraseStep, Erased, InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState,
+    StoreAdmin, StoreError, Swept,
 };
 
 /// Keep the `limit` least recently changed records, oldest first.
@@ -82,6 +82,10 @@ impl RedisStore {
 impl StoreAdmin for RedisStore {
     async fn relay_wakeups(&self, waiters: Arc<Waiters>) {
         waiters::relay(|| self.listen(&waiters)).await;
+    }
+
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+        self.erase_buckets(step).await
     }
 
     async fn take_inquiries(

@@ -33,7 +33,7 @@ use futures_util::stream::{self, StreamExt};
 
 use super::RedisStore;
 use super::layout::{Bucket, Layout};
-use super::scripts::{INQUIRING, NOW};
+use super::scripts::{INQUIRING, NOW, SCOPED};
 use super::store::{bytes, corrupt, int, millis};
 use crate::{InquiringRoute, Inquiry, StoreError};
 
@@ -44,7 +44,8 @@ const CONCURRENCY: usize = 16;
 /// then per route this instance asks for its due set and its set of
 /// inquiring records; ARGV = lease ms, limit, then per route its
 /// record-name prefix, retention ms and inquiry `after` ms (in the order of
-/// the KEYS). Takes up to `limit` due questions of these routes, earliest
+/// the KEYS), then per route how its scope sets' names start. Takes up to
+/// `limit` due questions of these routes, earliest
 /// due first (`transitions::take_applies`: an in-flight record whose lease
 /// lapsed only `after` past the lapse, reckoned from it; until then it is
 /// due again then): each gets a new token and a lease, is due
@@ -56,7 +57,7 @@ const CONCURRENCY: usize = 16;
 /// token, questions asked and milliseconds since it became inquiring.
 pub(super) static TAKE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{NOW}{INQUIRING}{}",
+        "{NOW}{INQUIRING}{SCOPED}{}",
         r#"
 local taken = {}
 local limit = tonumber(ARGV[2])
@@ -108,6 +109,8 @@ for _, entry in ipairs(due) do
     redis.call('HSET', name, 'state', 'inquiring', 'token', token, 'lease_until', until_, 'asked', asked, 'since', since, 'updated_at', now)
     redis.call('ZADD', set, until_, name)
     if redis.call('PTTL', name) < retention then redis.call('PEXPIRE', name, retention) end
+    local scope = string.match(string.sub(name, #ARGV[3 * entry[3]] + 1), '^(%x+):')
+    if scope then scoped(ARGV[3 * routes + 2 + entry[3]] .. scope, name) end
     inquiring(inquiring_set, name)
     taken[#taken + 1] = {name, token, asked, now - since}
   end
@@ -214,6 +217,9 @@ impl RedisStore {
                 .arg(millis(route.retention).to_string())
                 .arg(super::store::offset_millis(route.after).to_string());
         }
+        for route in routes {
+            invocation.arg(Layout::scope_start(&bucket.tagged, &route.name));
+        }
         let invocation = &invocation;
         self.bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })
             .await
@@ -246,18 +252,14 @@ impl RedisStore {
         if routes.is_empty() {
             return Ok(0);
         }
-        let counts: Vec<Result<i64, StoreError>> = stream::iter(self.layout.buckets())
-            .map(|bucket| async move {
+        let counts: Vec<Result<i64, StoreError>> = self
+            .per_bucket(|bucket| {
                 let mut invocation = COUNT.prepare_invoke();
                 for route in routes {
                     invocation.key(Layout::route_sets(&bucket.tagged, &route.name).inquiring);
                 }
-                let invocation = &invocation;
-                self.bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })
-                    .await
+                invocation
             })
-            .buffer_unordered(CONCURRENCY)
-            .collect()
             .await;
         counts
             .into_iter()

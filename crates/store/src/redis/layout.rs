@@ -13,6 +13,10 @@
 //! - inquiring keys: `{prefix}inquiring:{len(route)}:{route}`, one sorted
 //!   set per route of its `inquiring` record keys scored by when each record
 //!   expires (read for `idemgate_inquiries_pending`).
+//! - records by scope: `{prefix}scope:{len(route)}:{route}:{hex(scope)}`,
+//!   one sorted set per route and scope of its scoped record keys, scored
+//!   by when each expires, and living as long as its longest-lived member
+//!   (read by `keys erase`, [`super::erase`]); unscoped records are in none.
 //! - `{prefix}due`: the one due set of every route before the sets per
 //!   route; no longer written. Taking moves the due entries of the routes it
 //!   asks for into their route's set (upgrade: [`Bucket::legacy_due`]).
@@ -31,6 +35,7 @@
 //! - tokens: `{prefix}{bN}token`
 //! - due questions: `{prefix}{bN}due:{len(route)}:{route}`
 //! - inquiring keys: `{prefix}{bN}inquiring:{len(route)}:{route}`
+//! - records by scope: `{prefix}{bN}scope:{len(route)}:{route}:{hex(scope)}`
 //! - before the sets per route: `{prefix}{bN}due`
 //!
 //! Every key of one bucket is in one slot, so a script's keys are too (the
@@ -158,6 +163,26 @@ impl Layout {
         Self::route_sets(&self.tagged(key), &key.route)
     }
 
+    /// The set of the record's route and scope in its bucket, the index
+    /// `keys erase` reads; none for an unscoped record.
+    pub(super) fn scope_set(&self, key: &RecordKey) -> Option<String> {
+        (!key.scope.is_empty())
+            .then(|| Self::scope_set_in(&self.tagged(key), &key.route, &key.scope))
+    }
+
+    /// The set of `route` and `scope` in the bucket whose keys start with
+    /// `tagged`.
+    pub(super) fn scope_set_in(tagged: &str, route: &str, scope: &[u8]) -> String {
+        format!("{}{}", Self::scope_start(tagged, route), hex::encode(scope))
+    }
+
+    /// How the names of `route`'s scope sets start, after `tagged`: the
+    /// scripts that cannot name a record's set in advance (the take)
+    /// append the scope's hex read from the record's name.
+    pub(super) fn scope_start(tagged: &str, route: &str) -> String {
+        format!("{tagged}scope:{}:{route}:", route.len())
+    }
+
     /// The two sets of `route` in the bucket whose keys start with `tagged`.
     pub(super) fn route_sets(tagged: &str, route: &str) -> RouteSets {
         RouteSets {
@@ -276,6 +301,12 @@ mod tests {
         assert_eq!(l.token_key(&k), "idemgate:token");
         assert_eq!(l.sets(&k).due, "idemgate:due:6:orders");
         assert_eq!(l.sets(&k).inquiring, "idemgate:inquiring:6:orders");
+        assert_eq!(l.scope_set(&k).unwrap(), "idemgate:scope:6:orders:ab01");
+        let unscoped = RecordKey {
+            scope: Vec::new(),
+            ..key("orders", "k")
+        };
+        assert_eq!(l.scope_set(&unscoped), None);
         assert_eq!(l.buckets()[0].legacy_due, "idemgate:due");
         assert_eq!(l.route_pattern("a*b"), b"idemgate:rec:3:a\\*b:*".to_vec());
         assert_eq!(l.parse_record_key("orders", &l.record_key(&k)), Some(k));
@@ -295,6 +326,8 @@ mod tests {
             let sets = l.sets(&k);
             assert_eq!(slot(&record), slot(sets.due.as_bytes()), "{k:?}");
             assert_eq!(slot(&record), slot(sets.inquiring.as_bytes()), "{k:?}");
+            let scope = l.scope_set(&k).expect("a scoped record");
+            assert_eq!(slot(&record), slot(scope.as_bytes()), "{k:?}");
             assert!(String::from_utf8_lossy(&record).starts_with("idemgate:{b"));
             assert_eq!(l.parse_record_key("orders", &record), Some(k.clone()));
             assert_eq!(l.parse_record_key("other", &record), None);

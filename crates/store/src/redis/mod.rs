@@ -30,6 +30,7 @@
 mod admin;
 mod conn;
 mod dataset;
+mod erase;
 mod eviction;
 #[cfg(feature = "front")]
 pub(crate) mod front;
@@ -57,6 +58,9 @@ pub(crate) use self::store::{corrupt, millis};
 
 use super::runtime::StoreRuntime;
 use super::{StoreAdmin, StoreConfig, StoreError, redact_url};
+
+/// Buckets a script runs on at once on a cluster ([`RedisStore::per_bucket`]).
+const BUCKETS_AT_ONCE: usize = 16;
 
 /// A Redis-backed [`Store`].
 pub struct RedisStore {
@@ -330,6 +334,28 @@ impl RedisStore {
         }
         *lane.slot() = Some((conn.clone(), generation));
         Ok((conn, generation))
+    }
+
+    /// The script `invocation` makes for each bucket (one on a single
+    /// server), run on every bucket, [`BUCKETS_AT_ONCE`] at a time on a
+    /// cluster (a script may only touch keys of one slot); each answer.
+    async fn per_bucket<T: redis::FromRedisValue>(
+        &self,
+        invocation: impl Fn(&layout::Bucket) -> redis::ScriptInvocation<'static>,
+    ) -> Vec<Result<T, StoreError>> {
+        use futures_util::stream::{self, StreamExt};
+        stream::iter(self.layout.buckets())
+            .map(|bucket| {
+                let invocation = invocation(&bucket);
+                async move {
+                    let invocation = &invocation;
+                    self.bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+                        .await
+                }
+            })
+            .buffer_unordered(BUCKETS_AT_ONCE)
+            .collect()
+            .await
     }
 
     /// Run `op` on a lane's connection, bounded by `[store] timeout`. A

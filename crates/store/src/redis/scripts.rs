@@ -25,8 +25,24 @@ pub(super) const INQUIRING: &str = "local function inquiring(set, name)
   if ttl < 0 then redis.call('ZADD', set, '+inf', name) else redis.call('ZADD', set, now + ttl, name) end
 end\n";
 
+/// `scoped(set, name)`: enter the record `name` in its route's and
+/// scope's set (the index `keys erase` reads), scored by when it expires,
+/// and keep the set at least as long as the record; after any `PEXPIRE`
+/// of the script (a score never falls short of the record's life, so
+/// members past their score are gone and may be dropped). For scripts that
+/// start with [`NOW`]; an unscoped record has no set (`set` is nil).
+pub(super) const SCOPED: &str = "local function scoped(set, name)
+  if not set then return end
+  local ttl = redis.call('PTTL', name)
+  if ttl < 0 then return end
+  redis.call('ZADD', set, now + ttl, name)
+  if redis.call('PTTL', set) < ttl then redis.call('PEXPIRE', set, ttl) end
+end\n";
+
 /// The claim: KEYS = record, token counter, due questions, inquiring
-/// records (both sets of the record's route); ARGV =
+/// records (both sets of the record's route), and for a scoped record its
+/// scope set ([`SCOPED`]: a new record enters it, after its expired
+/// members leave it); ARGV =
 /// fingerprint, lease ms, retention ms, what a lapsed lease turns into (1:
 /// taken over, 0: held, 2: inquiring), attempt id, the instant (ms since
 /// the epoch) after which it must not run, the route's inquiry `after` ms
@@ -43,7 +59,7 @@ end\n";
 /// end, so the inquirer finds it if its gateway dies.
 pub(super) static CLAIM: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{NOW}{INQUIRING}{}",
+        "{NOW}{INQUIRING}{SCOPED}{}",
         r#"
 if now > tonumber(ARGV[6]) then return {'late', now - tonumber(ARGV[6])} end
 local r = redis.call('HMGET', KEYS[1], 'fp', 'state', 'token', 'lease_until', 'held_reason', 'status', 'headers', 'body')
@@ -54,6 +70,8 @@ if not r[2] then
   -- A live lease outlives retention: the key must not expire under it.
   redis.call('PEXPIRE', KEYS[1], math.max(tonumber(ARGV[2]), tonumber(ARGV[3])))
   if ARGV[4] == '2' then redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), KEYS[1]) end
+  if KEYS[5] then redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now) end
+  scoped(KEYS[5], KEYS[1])
   return {'claimed', token}
 end
 if r[1] ~= ARGV[1] then return {'mismatch', 0, redis.call('PTTL', KEYS[1])} end
@@ -70,6 +88,7 @@ if ARGV[4] == '2' then
   local due = math.max(lapsed + tonumber(ARGV[7]), now)
   redis.call('HSET', KEYS[1], 'state', 'inquiring', 'lease_until', due, 'asked', 0, 'since', lapsed, 'updated_at', now)
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[1], ARGV[3]) end
+  scoped(KEYS[5], KEYS[1])
   redis.call('ZADD', KEYS[3], due, KEYS[1])
   inquiring(KEYS[4], KEYS[1])
   announce()
@@ -82,6 +101,7 @@ if ARGV[4] == '1' then
   local token = redis.call('INCR', KEYS[2])
   redis.call('HSET', KEYS[1], 'state', 'in_flight', 'token', token, 'attempt', ARGV[5], 'lease_until', now + tonumber(ARGV[2]), 'updated_at', now)
   if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+  scoped(KEYS[5], KEYS[1])
   return {'takeover', token}
 end
 redis.call('HSET', KEYS[1], 'state', 'held', 'held_reason', 'lease_lapsed', 'updated_at', now)
@@ -92,7 +112,8 @@ return {'held', tonumber(r[3]), 'lease_lapsed', redis.call('PTTL', KEYS[1])}
     ))
 });
 
-/// KEYS = record, due questions; ARGV = token, lease ms (then the
+/// KEYS = record, due questions (then the inquiring records, unused, and
+/// a scoped record's scope set); ARGV = token, lease ms (then the
 /// wake-up pair, unused). `transitions::write_applies(Renew)`. A lease
 /// renewed shorter than it was (a reload lowered the route's `lease`)
 /// moves the record's due question, if it has one, to its new end: the
@@ -100,7 +121,7 @@ return {'held', tonumber(r[3]), 'lease_lapsed', redis.call('PTTL', KEYS[1])}
 /// old end and put off to the new one by the take.)
 pub(super) static RENEW: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{NOW}{}",
+        "{NOW}{SCOPED}{}",
         r#"
 local r = redis.call('HMGET', KEYS[1], 'token', 'state')
 if r[1] ~= ARGV[1] or r[2] ~= 'in_flight' then return 0 end
@@ -110,18 +131,19 @@ local due = tonumber(redis.call('ZSCORE', KEYS[2], KEYS[1]) or '')
 if due and due > ends then redis.call('ZADD', KEYS[2], ends, KEYS[1]) end
 -- A live lease outlives retention: the key must not expire under it.
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+scoped(KEYS[4], KEYS[1])
 return 1
 "#
     ))
 });
 
-/// KEYS = record, due questions, inquiring records; ARGV = token, status,
-/// headers, body,
+/// KEYS = record, due questions, inquiring records (and a scoped record's
+/// scope set); ARGV = token, status, headers, body,
 /// retention ms, wake-up channel, wake id.
 /// `transitions::write_applies(Complete)`.
 pub(super) static COMPLETE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{NOW}{}",
+        "{NOW}{SCOPED}{}",
         r#"
 local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'held_reason')
 if r[1] ~= ARGV[1] then return 0 end
@@ -131,14 +153,16 @@ redis.call('HDEL', KEYS[1], 'lease_until', 'held_reason', 'asked', 'since')
 redis.call('ZREM', KEYS[2], KEYS[1])
 redis.call('ZREM', KEYS[3], KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
+scoped(KEYS[4], KEYS[1])
 if r[2] == 'in_flight' then announce() end
 return 1
 "#
     ))
 });
 
-/// KEYS = record, due questions, inquiring records; ARGV = token, wake-up
-/// channel, wake id. `transitions::write_applies(Release)`.
+/// KEYS = record, due questions, inquiring records (and a scoped record's
+/// scope set); ARGV = token, wake-up channel, wake id.
+/// `transitions::write_applies(Release)`.
 pub(super) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -148,6 +172,7 @@ if r[1] ~= ARGV[1] or not (r[2] == 'in_flight' or r[2] == 'inquiring') then retu
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], KEYS[1])
 redis.call('ZREM', KEYS[3], KEYS[1])
+if KEYS[4] then redis.call('ZREM', KEYS[4], KEYS[1]) end
 announce()
 return 1
 "#
@@ -172,12 +197,12 @@ return 1
     ))
 });
 
-/// KEYS = record, due questions, inquiring records; ARGV = token, reason,
-/// retention ms, wake-up channel, wake id.
+/// KEYS = record, due questions, inquiring records (and a scoped record's
+/// scope set); ARGV = token, reason, retention ms, wake-up channel, wake id.
 /// `transitions::write_applies(Hold)`.
 pub(super) static HOLD: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{NOW}{}",
+        "{NOW}{SCOPED}{}",
         r#"
 local r = redis.call('HMGET', KEYS[1], 'token', 'state')
 if r[1] ~= ARGV[1] or not (r[2] == 'in_flight' or r[2] == 'held' or r[2] == 'inquiring') then return 0 end
@@ -186,6 +211,7 @@ redis.call('HDEL', KEYS[1], 'lease_until', 'asked', 'since')
 redis.call('ZREM', KEYS[2], KEYS[1])
 redis.call('ZREM', KEYS[3], KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+scoped(KEYS[4], KEYS[1])
 if r[2] == 'in_flight' then announce() end
 return 1
 "#
@@ -231,14 +257,14 @@ return n
     ))
 });
 
-/// KEYS = record, due questions, inquiring records; ARGV = token, next
-/// question in ms, asked
+/// KEYS = record, due questions, inquiring records (and a scoped record's
+/// scope set); ARGV = token, next question in ms, asked
 /// (1/0), retention ms, wake-up channel, wake id.
 /// `transitions::write_applies(Inquire)`: the record turns (or stays)
 /// inquiring, due `next` from now, and lives at least `retention` more.
 pub(super) static INQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
-        "{NOW}{INQUIRING}{}",
+        "{NOW}{INQUIRING}{SCOPED}{}",
         r#"
 local r = redis.call('HMGET', KEYS[1], 'token', 'state', 'asked', 'since')
 if r[1] ~= ARGV[1] or not (r[2] == 'in_flight' or r[2] == 'inquiring') then return 0 end
@@ -248,6 +274,7 @@ local due = now + tonumber(ARGV[2])
 redis.call('HSET', KEYS[1], 'state', 'inquiring', 'lease_until', due, 'asked', asked + tonumber(ARGV[3]), 'since', since, 'updated_at', now)
 redis.call('ZADD', KEYS[2], due, KEYS[1])
 if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[1], ARGV[4]) end
+scoped(KEYS[4], KEYS[1])
 inquiring(KEYS[3], KEYS[1])
 if r[2] == 'in_flight' then announce() end
 return 1

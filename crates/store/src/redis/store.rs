@@ -186,6 +186,10 @@ impl RedisStore {
         // inquiring records.
         let mut invocation = script.key(&record[..]);
         invocation.key(&sets.due).key(&sets.inquiring);
+        // A scoped record's scope set: the TTLs it extends keep its entry.
+        if let Some(scope) = self.layout.scope_set(key) {
+            invocation.key(scope);
+        }
         for a in args {
             invocation.arg(*a);
         }
@@ -234,6 +238,9 @@ impl Store for RedisStore {
             .arg(offset_millis(req.inquire_after))
             .arg(&wake.0)
             .arg(&wake.1);
+        if let Some(scope) = self.layout.scope_set(req.key) {
+            invocation.key(scope);
+        }
         let (invocation, wait) = (&invocation, self.replicas);
         let (reply, acked): (Vec<Value>, _) = self
             .bounded(|mut conn| async move {

@@ -194,6 +194,29 @@ impl StoreAdmin for SqliteStore {
         self.remove(key, Removal::Delete { force }).await
     }
 
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+        let (route, scope) = (step.route, step.scope);
+        let op = Op::Erase {
+            route: route.to_string(),
+            scope: scope.to_vec(),
+            force: step.force,
+            limit: step.limit,
+        };
+        match self.write(op).await? {
+            Reply::Erased(erased) => {
+                for key in &erased.keys {
+                    self.announce_here(&RecordKey {
+                        route: route.to_string(),
+                        scope: scope.to_vec(),
+                        key: key.clone(),
+                    });
+                }
+                Ok(erased)
+            }
+            other => Err(corrupt(&format!("the writer answered {other:?}"))),
+        }
+    }
+
     #[cfg(feature = "test-hooks")]
     async fn age(&self, key: &RecordKey, by: Duration) -> Result<bool, StoreError> {
         let op = Op::Age {

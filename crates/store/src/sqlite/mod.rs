@@ -50,11 +50,13 @@ use self::ops::{AttemptWrite, ClaimOp, Op, Removal, Reply, claim_step, read_only
 use self::rows::{Context, Head, KEY, bind_key, corrupt, now_us, read_row, unavailable};
 use self::writer::Writer;
 use super::{
-    AttemptId, Cas, Claim, ClaimRequest, HeldReason, InquiringRoute, Inquiry, RecordInfo,
-    RecordKey, RecordState, Store, StoreAdmin, StoreConfig, StoreError, StoredResponse, Swept,
-    Token,
+    AttemptId, Cas, Claim, ClaimRequest, EraseStep, Erased, HeldReason, InquiringRoute, Inquiry,
+    RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig, StoreError, StoredResponse,
+    Swept, Token,
 };
 use crate::waiters::{Waiters, WakeId};
+
+pub use self::ops::ERASE;
 
 /// How often each process's relay reads the announcements of other
 /// processes (only while some route waits).

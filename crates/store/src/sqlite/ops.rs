@@ -13,8 +13,8 @@ use super::rows::{
 };
 use crate::transitions::{self, ClaimStep, Write};
 use crate::{
-    AttemptId, Claim, HeldReason, InquiringRoute, Inquiry, RecordKey, StoreError, StoredResponse,
-    Token, UnknownOutcome, encode_headers,
+    AttemptId, Claim, Erased, HeldReason, InquiringRoute, Inquiry, RecordKey, StoreError,
+    StoredResponse, Token, UnknownOutcome, encode_headers,
 };
 
 /// A claim, owned (it waits in the writer's queue).
@@ -122,6 +122,13 @@ pub(super) enum Op {
     },
     /// Remove a record if the rule allows.
     Remove { key: RecordKey, removal: Removal },
+    /// Delete up to `limit` records of one route and scope (`keys erase`).
+    Erase {
+        route: String,
+        scope: Vec<u8>,
+        force: bool,
+        limit: usize,
+    },
     /// Delete up to this many expired records (and old announcements).
     Sweep { batch: usize },
     /// Take up to `limit` due questions of `routes`, each with a lease.
@@ -169,6 +176,7 @@ impl Op {
             Op::Claim(_)
             | Op::Write { .. }
             | Op::Remove { .. }
+            | Op::Erase { .. }
             | Op::Sweep { .. }
             | Op::TakeInquiries { .. } => 0,
             #[cfg(feature = "test-hooks")]
@@ -187,6 +195,8 @@ pub(super) enum Reply {
     Applied(bool),
     /// A sweep: how many records went.
     Swept(u64),
+    /// An erasure step.
+    Erased(Erased),
     /// The questions taken.
     Taken(Vec<Inquiry>),
 }
@@ -226,6 +236,14 @@ pub(super) async fn execute(
             }
             Ok(Reply::Applied(allowed))
         }
+        Op::Erase {
+            route,
+            scope,
+            force,
+            limit,
+        } => erase(conn, route, scope, *force, *limit, context, now)
+            .await
+            .map(Reply::Erased),
         Op::Sweep { batch } => {
             // transitions::expired
             let done = sqlx::query(
@@ -274,6 +292,64 @@ pub(super) async fn execute(
         }
     }
 }
+
+/// One step of erasure: up to `limit` records of `route` and `scope`,
+/// those the upstream may be working on only with `force`
+/// (transitions::deletable in SQL: a live lease, or an inquiry neither
+/// asked nor due). Both statements read the primary key's range of the
+/// route and scope, `(route, scope, key)`: the scope's records, never the
+/// table.
+async fn erase(
+    conn: &mut SqliteConnection,
+    route: &str,
+    scope: &[u8],
+    force: bool,
+    limit: usize,
+    context: &Context,
+    now: i64,
+) -> Result<Erased, StoreError> {
+    let keys: Vec<String> = sqlx::query_scalar(ERASE)
+        .bind(route)
+        .bind(scope)
+        .bind(force)
+        .bind(now)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+    for key in &keys {
+        let key = RecordKey {
+            route: route.to_string(),
+            scope: scope.to_vec(),
+            key: key.clone(),
+        };
+        context.announce(conn, &key, now).await?;
+    }
+    let mut erased = Erased { keys, left: 0 };
+    if !erased.more(limit) {
+        let left: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM idemgate_records WHERE route = ?1 AND scope = ?2",
+        )
+        .bind(route)
+        .bind(scope)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(unavailable)?;
+        erased.left = u64::try_from(left).unwrap_or(0);
+    }
+    Ok(erased)
+}
+
+/// [`erase`]'s statement: `?1` route, `?2` scope, `?3` force, `?4` now
+/// (µs), `?5` limit. Public for the test that reads its plan
+/// (tests/it/stores/sqlite.rs).
+pub const ERASE: &str = "DELETE FROM idemgate_records
+  WHERE rowid IN (SELECT rowid FROM idemgate_records
+                   WHERE route = ?1 AND scope = ?2
+                     AND (?3 OR lease_until <= ?4 OR state IN ('completed', 'held')
+                          OR (state = 'inquiring' AND inquiries > 0))
+                   LIMIT ?5)
+  RETURNING key";
 
 /// transitions::claim under the write lock, and its write.
 async fn claim_for_writing(
