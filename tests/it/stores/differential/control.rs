@@ -1,7 +1,7 @@
 //! The differential test's negative control: a store whose script is
 //! wrong must be found, and its divergence shrunk.
 
-use super::{budget, explore};
+use super::{Leeway, budget, explore};
 use crate::support::{Backend, TestStore};
 
 /// The newest definition of PostgreSQL's claim function among the
@@ -67,7 +67,7 @@ async fn a_misordered_claim_is_found() {
         .await
         .expect("the misordered copy replaces the claim");
     let (_, seed) = budget();
-    let Err((reason, case)) = explore(store, 256, seed, 1).await else {
+    let Err((reason, case)) = explore(store, 256, seed, Leeway::of(Backend::Postgres)).await else {
         panic!("a claim that replays to another request went unnoticed");
     };
     println!("the negative control's divergence:\n{reason}\nshortest case found:\n{case:?}");

@@ -3,7 +3,7 @@
 //! "What it found").
 
 use super::ops::{Case, Key, Op, Pick};
-use super::run_case;
+use super::{Leeway, run_case};
 use crate::support::{Backend, TestStore, per_backend};
 
 /// The divergences the generated cases found, shrunk, kept as they were
@@ -82,8 +82,7 @@ pub(super) async fn the_divergences_found_stay_fixed(b: Backend) {
     let storage = TestStore::new(b).await;
     let store = storage.open().await;
     for (n, (what, case)) in found().into_iter().enumerate() {
-        let passes = if b == Backend::Front { 20 } else { 1 };
-        if let Err(e) = run_case(store.as_ref(), n as u64, &case, passes).await {
+        if let Err(e) = run_case(store.as_ref(), n as u64, &case, Leeway::of(b)).await {
             panic!("{} store: {what}, again:\n{e}\n{case:?}", b.name());
         }
     }
