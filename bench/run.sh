@@ -68,7 +68,7 @@ log() { printf '==> %s\n' "$*" >&2; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 want() { case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for part in $ONLY; do
-    case "$part" in A|B|C|D|F|peer|log|trace|wait|memory|ceil) ;; *) log "ONLY: unknown part '$part' (A B C D F peer log trace wait memory ceil)"; exit 2 ;; esac
+    case "$part" in A|B|C|D|F|peer|log|trace|wait|memory|ceil|distance) ;; *) log "ONLY: unknown part '$part' (A B C D F peer log trace wait memory ceil distance)"; exit 2 ;; esac
 done
 
 # ---- tools ---------------------------------------------------------------------
@@ -126,7 +126,7 @@ fi
 # The peer: crates.io idempotent-proxy-server, built once into the cache with
 # its own CARGO_HOME (its source then sits in $PEER_ROOT/cargo/registry/src).
 PEER_BIN=""
-if want peer; then
+if want peer || want distance; then
     PEER_ROOT="$BENCH_CACHE/idempotent-proxy-server-$PEER_VERSION"
     PEER_BIN="$PEER_ROOT/bin/idempotent-proxy-server"
     if [ ! -x "$PEER_BIN" ]; then
@@ -291,18 +291,19 @@ EOF
 # upstream timeout at once: one day, like idemgate's retention, so the hot
 # set stays completed for the whole run. POLL_INTERVAL = 10 ms, its minimum:
 # how often a duplicate in flight polls Redis for the first answer.
-start_peer() { # -> sets PEER_PORT, PEER_PID
+start_peer() { # -> sets PEER_PORT, PEER_PID (env PEER_REDIS_PORT, PEER_DIR: another Redis port, directory)
+    local dir="${PEER_DIR:-$WORK/peer}"
     PEER_PORT="$(free_port)"
-    mkdir -p "$WORK/peer"
-    cat > "$WORK/peer/.env" <<EOF
+    mkdir -p "$dir"
+    cat > "$dir/.env" <<EOF
 SERVER_ADDR=127.0.0.1:$PEER_PORT
-REDIS_URL=redis://127.0.0.1:$REDISPORT/0
+REDIS_URL=redis://127.0.0.1:${PEER_REDIS_PORT:-$REDISPORT}/0
 URL_API=http://127.0.0.1:$UP/v1/payments
 URL_STORM=http://127.0.0.1:$CNT/storm
 REQUEST_TIMEOUT=86400000
 POLL_INTERVAL=10
 EOF
-    (cd "$WORK/peer" && exec env -u LOG -u LOG_LEVEL RUST_LOG=warn "$PEER_BIN") >"$WORK/peer.log" 2>&1 &
+    (cd "$dir" && exec env -u LOG -u LOG_LEVEL RUST_LOG=warn "$PEER_BIN") >"$dir.log" 2>&1 &
     PEER_PID=$!
     PIDS+=("$PEER_PID")
     for _ in $(seq 1 100); do
@@ -310,7 +311,7 @@ EOF
         [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PEER_PORT/URL_API" || true)" != 000 ] && return 0
         sleep 0.1
     done
-    log "the peer did not start"; cat "$WORK/peer.log" >&2; exit 1
+    log "the peer did not start"; cat "$dir.log" >&2; exit 1
 }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -318,7 +319,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # wrk once: prints "rps p50_ms p99_ms non2xx requests socket_errors"
 wrk_once() { # port mode conns [path]
     local out
-    out="$(MODE="$2" HOT="$HOT" STORM="${STORM:-64}" RUN="r$RANDOM$RANDOM" wrk -t2 -c"$3" -d"${DURATION}s" --latency \
+    out="$(MODE="$2" HOT="$HOT" STORM="${STORM:-64}" RUN="r$RANDOM$RANDOM" wrk -t"$(( $3 < 2 ? $3 : 2 ))" -c"$3" -d"${DURATION}s" --latency \
         -s bench/post.lua "http://127.0.0.1:$1${4:-/v1/payments}")"
     python3 - "$out" <<'PY'
 import re, sys
@@ -733,9 +734,13 @@ if want memory; then
 fi
 
 # ---- ceilings (ONLY ceil) -----------------------------------------------------------
-if want ceil; then
+# ceiling_setup: what the ceilings and part distance run, after a preload
+# through the PostgreSQL gateway (for a hot key's fingerprint): pgbench
+# scripts (idemgate's claim + complete, the plain pair, its replay claim)
+# and idemgate's own Redis claim and complete scripts, loaded into the
+# bench's Redis (CLAIM_SHA, COMPLETE_SHA; TOKEN of one completed record).
+ceiling_setup() {
 preload "$PG_PORT"
-log "pgbench ceilings"
 FP="$(psql "$PGURL" -tAc "SELECT encode(fingerprint, 'hex') FROM idemgate_records WHERE key = 'hot-000000000000'")"
 cat > "$WORK/claim_complete.sql" <<EOF
 \set k random(1, 2000000000)
@@ -754,13 +759,51 @@ cat > "$WORK/replay.sql" <<EOF
 \set k random(0, $((HOT - 1)))
 SELECT * FROM idemgate_claim('api', ''::bytea, 'hot-' || lpad(:k::text, 12, '0'), decode('$FP', 'hex'), 30000, 86400000, false);
 EOF
+python3 - "$WORK" <<'PY'
+import re, sys
+src = open("crates/store/src/redis/scripts.rs").read()
+# Each script is format!("{NOW}{INQUIRING}...{}", r#"body"#): its prefixes
+# are the file's string constants of those names, as the store sends them.
+consts = {m.group(1): m.group(2).replace("\\n", "\n")
+          for m in re.finditer(r'const (\w+): &str =\s*"(.*?)";', src, re.S)}
+for name in ["CLAIM", "COMPLETE"]:
+    m = re.search(r'static %s: .*?format!\(\s*"((?:\{\w+\})*)\{\}",\s*r#"(.*?)"#' % name, src, re.S)
+    prefix = "".join(consts[c] for c in re.findall(r"\{(\w+)\}", m.group(1)))
+    open(f"{sys.argv[1]}/{name.lower()}.lua", "w").write(prefix + m.group(2))
+PY
+CLAIM_SHA="$(redis-cli -p "$REDISPORT" SCRIPT LOAD "$(cat "$WORK/claim.lua")")"
+COMPLETE_SHA="$(redis-cli -p "$REDISPORT" SCRIPT LOAD "$(cat "$WORK/complete.lua")")"
+# One completed record, ceil:done, for the complete and replay ceilings: a
+# completion by its own token of a completed record rewrites it in full, as
+# a first completion does.
+# Claim: KEYS record, token counter, due questions and inquiring records
+# (status inquiry; an unscoped record has no scope set); ARGV fingerprint,
+# lease, retention, on unknown outcome (0: hold), attempt id, the instant
+# it must run by (ms since the epoch; here far ahead), the route's inquiry
+# after (ms), then the wake-up channel and id (empty: the route does not
+# wait).
+FOREVER=99999999999999
+# Complete: KEYS record, due questions, inquiring records; ARGV token,
+# status, headers, body, retention, then the same pair.
+TOKEN="$(redis-cli -p "$REDISPORT" EVALSHA "$CLAIM_SHA" 4 ceil:done ceil:token ceil:due ceil:inq fingerprint 30000 86400000 0 1 "$FOREVER" 0 "" "" | tail -n 1)"
+RESPONSE='{"id":"pay_1","status":"succeeded"}'
+redis-cli -p "$REDISPORT" EVALSHA "$COMPLETE_SHA" 3 ceil:done ceil:due ceil:inq "$TOKEN" 201 "" "$RESPONSE" 86400000 "" "" >/dev/null
+}
 ceil_row() { # name clients value: a ceiling's row (a ceiling that failed is said, not recorded)
     if [ -n "$3" ]; then echo "$1 $2 $3 - - - -" >> "$WORK/raw"; else log "ceiling $1 c=$2 failed: no figure"; fi
 }
-pgbench_tps() { # script clients
-    "$PGBIN/pgbench" -n -h 127.0.0.1 -p "$PGPORT" -U postgres -c "$2" -j 2 -T "$DURATION" -f "$1" postgres 2>/dev/null \
+pgbench_tps() { # script clients [port]
+    "$PGBIN/pgbench" -n -h 127.0.0.1 -p "${3:-$PGPORT}" -U postgres -c "$2" -j 2 -T "$DURATION" -f "$1" postgres 2>/dev/null \
         | awk '/^tps/ {print int($3)}'
 }
+redis_rps() { # clients, command... (REDIS_AT: another port than the bench's Redis)
+    local c="$1"; shift
+    redis-benchmark -p "${REDIS_AT:-$REDISPORT}" -c "$c" -n "${REDIS_N:-200000}" -r 1000000000 -q "$@" \
+        | grep -o '[0-9.]* requests per second' | awk '{print int($1)}' | tail -n 1
+}
+if want ceil; then
+ceiling_setup
+log "pgbench ceilings"
 for c in $CONCURRENCY; do
     for i in $(seq 1 "$REPEATS"); do
         ceil_row ceil-pg-claim-complete $c "$(pgbench_tps "$WORK/claim_complete.sql" "$c")"
@@ -770,39 +813,11 @@ for c in $CONCURRENCY; do
 done
 
 log "redis-benchmark ceilings (idemgate's own claim and complete scripts)"
-python3 - "$WORK" <<'PY'
-import re, sys
-src = open("crates/store/src/redis/scripts.rs").read()
-now = re.search(r'const NOW: &str =\s*"(.*?)";', src, re.S).group(1).replace("\\n", "\n")
-for name in ["CLAIM", "COMPLETE"]:
-    body = re.search(r'static %s: .*?r#"(.*?)"#' % name, src, re.S).group(1)
-    open(f"{sys.argv[1]}/{name.lower()}.lua", "w").write(now + body)
-PY
-CLAIM_SHA="$(redis-cli -p "$REDISPORT" SCRIPT LOAD "$(cat "$WORK/claim.lua")")"
-COMPLETE_SHA="$(redis-cli -p "$REDISPORT" SCRIPT LOAD "$(cat "$WORK/complete.lua")")"
-# One completed record, ceil:done, for the complete and replay ceilings: a
-# completion by its own token of a completed record rewrites it in full, as
-# a first completion does.
-# Claim: KEYS record, token counter, due questions (status inquiry); ARGV
-# fingerprint, lease, retention, on unknown outcome (0: hold), attempt id,
-# the instant it must run by (ms since the epoch; here far ahead), then the
-# wake-up channel and id (empty: the route does not wait).
-FOREVER=99999999999999
-# Complete: KEYS record, due questions; ARGV token, status, headers, body,
-# retention, then the same pair.
-TOKEN="$(redis-cli -p "$REDISPORT" EVALSHA "$CLAIM_SHA" 3 ceil:done ceil:token ceil:due fingerprint 30000 86400000 0 1 "$FOREVER" "" "" | tail -n 1)"
-RESPONSE='{"id":"pay_1","status":"succeeded"}'
-redis-cli -p "$REDISPORT" EVALSHA "$COMPLETE_SHA" 2 ceil:done ceil:due "$TOKEN" 201 "" "$RESPONSE" 86400000 "" "" >/dev/null
-redis_rps() { # clients, command...
-    local c="$1"; shift
-    redis-benchmark -p "$REDISPORT" -c "$c" -n 200000 -r 1000000000 -q "$@" \
-        | grep -o '[0-9.]* requests per second' | awk '{print int($1)}' | tail -n 1
-}
 for c in $CONCURRENCY; do
     for i in $(seq 1 "$REPEATS"); do
-        ceil_row ceil-redis-claim $c "$(redis_rps "$c" EVALSHA "$CLAIM_SHA" 3 "ceil:rec:__rand_int__" ceil:token ceil:due fingerprint 30000 86400000 0 1 "$FOREVER" "" "")"
-        ceil_row ceil-redis-complete $c "$(redis_rps "$c" EVALSHA "$COMPLETE_SHA" 2 ceil:done ceil:due "$TOKEN" 201 "" "$RESPONSE" 86400000 "" "")"
-        ceil_row ceil-redis-replay $c "$(redis_rps "$c" EVALSHA "$CLAIM_SHA" 3 ceil:done ceil:token ceil:due fingerprint 30000 86400000 0 1 "$FOREVER" "" "")"
+        ceil_row ceil-redis-claim $c "$(redis_rps "$c" EVALSHA "$CLAIM_SHA" 4 "ceil:rec:__rand_int__" ceil:token ceil:due ceil:inq fingerprint 30000 86400000 0 1 "$FOREVER" 0 "" "")"
+        ceil_row ceil-redis-complete $c "$(redis_rps "$c" EVALSHA "$COMPLETE_SHA" 3 ceil:done ceil:due ceil:inq "$TOKEN" 201 "" "$RESPONSE" 86400000 "" "")"
+        ceil_row ceil-redis-replay $c "$(redis_rps "$c" EVALSHA "$CLAIM_SHA" 4 ceil:done ceil:token ceil:due ceil:inq fingerprint 30000 86400000 0 1 "$FOREVER" 0 "" "")"
     done
 done
 
@@ -817,6 +832,13 @@ for i in $(seq 1 "$REPEATS"); do
 done
 
 fi # ceil
+
+# ---- distance: the store another host away (bench/distance.sh) ------------------------
+if want distance; then
+    source bench/distance.sh
+    grep -v '^dist-' "$WORK/raw" > "$WORK/raw.main" || true
+    mv "$WORK/raw.main" "$WORK/raw"
+fi
 
 # ---- wait: what [store] replicas = 1 costs ------------------------------------------
 # Last, so that no other row runs with a replica attached. A replica of the
@@ -922,6 +944,8 @@ PY
 fi
 
 # ---- report --------------------------------------------------------------------------
+# Parts with their own results file (distance) leave the main one alone.
+[ -z "$(echo " $ONLY " | sed 's/ distance / /g' | tr -d ' ')" ] && exit 0
 mkdir -p "$(dirname "$RESULTS")"
 python3 - "$WORK" "$RESULTS" "$DURATION" "$REPEATS" "$(git rev-parse --short HEAD)" "$ONLY" "${BASE_REV:-}" "${PEER_BIN:+$PEER_VERSION}" <<'PY'
 import statistics, sys, collections, datetime, os, re
