@@ -57,7 +57,7 @@ log "part distance: delay lines :$XPG_PORT -> PostgreSQL, :$XRD_PORT -> Redis"
 XPG_URL="postgres://postgres@127.0.0.1:$XPG_PORT/postgres"
 XRD_URL="redis://127.0.0.1:$XRD_PORT"
 
-start_gateway x-postgres "$XPG_URL" 5s; XP="$GW_PORT $GW_PID"
+start_gateway x-postgres "$XPG_URL" 5s; XP="$GW_PORT $GW_PID"; XP_ADMIN="$GW_ADMIN"
 start_gateway x-postgres-nocache "$XPG_URL" 0s; XPN="$GW_PORT $GW_PID"
 start_gateway x-redis "$XRD_URL/0" 5s; XR="$GW_PORT $GW_PID"
 start_gateway x-redis-nocache "$XRD_URL/0" 0s; XRN="$GW_PORT $GW_PID"
@@ -79,6 +79,10 @@ dist_ping() { # -> "avg p50 p99" (ms) of PING through the Redis line
     redis-benchmark -p "$XRD_PORT" -c 1 -n "${1:-2000}" -t ping --csv 2>/dev/null \
         | awk -F'"' '/PING_MBULK/ {print $6, $10, $14}'
 }
+dist_batches() { # -> "batches operations" the PostgreSQL gateway sent so far
+    curl -sf "http://127.0.0.1:$XP_ADMIN/metrics" | awk '/^idemgate_store_batches_total/ {b += $NF}
+        /^idemgate_store_batched_operations_total/ {o += $NF} END {printf "%d %d", b, o}'
+}
 for delay in $DELAYS; do
     echo "$delay" > "$WORK/delay"
     sleep 0.3 # the lines re-read the file every 100 ms
@@ -89,7 +93,9 @@ for delay in $DELAYS; do
     specs=("$d-new-postgres ${XP% *} new ${XP#* }" "$d-new-redis ${XR% *} new ${XR#* }"
            "$d-new-front ${XF% *} new ${XF#* }")
     [ -n "$XPEER" ] && specs+=("$d-new-peer ${XPEER% *} new ${XPEER#* } /URL_API")
+    batches_before="$(dist_batches)"
     ONLY_C="$DIST_C" measure "${specs[@]}"
+    echo "$d $batches_before $(dist_batches)" >> "$WORK/dist_batches"
     specs=("$d-hot-postgres ${XP% *} hot ${XP#* }" "$d-hot-postgres-nocache ${XPN% *} hot ${XPN#* }"
            "$d-hot-redis ${XR% *} hot ${XR#* }" "$d-hot-redis-nocache ${XRN% *} hot ${XRN#* }")
     [ -n "$XPEER" ] && specs+=("$d-hot-peer ${XPEER% *} hot ${XPEER#* } /URL_API")
