@@ -9,7 +9,7 @@
 //! ```text
 //! loadgen --url http://127.0.0.1:8080/v1/payments --rate 2000 --duration 10 \
 //!     [--rate-file F] [--body-bytes 512] [--key new|none] [--connections-max 1000] \
-//!     [--timeout 2s] [--json] [--threads 1]
+//!     [--timeout 2s] [--json] [--log FILE] [--threads 1]
 //! ```
 
 use std::sync::Arc;
@@ -20,6 +20,7 @@ use tokio::time::{Instant, sleep};
 
 mod pool;
 mod report;
+mod request_log;
 mod rusage;
 mod schedule;
 mod settings;
@@ -58,7 +59,8 @@ async fn run(settings: Settings) {
     if let Some(path) = settings.rate_file.clone() {
         rate.follow(path);
     }
-    let tally = Arc::new(Tally::new(Instant::now()));
+    let started = std::time::SystemTime::now();
+    let tally = Arc::new(Tally::new(Instant::now(), settings.log.is_some()));
     let as_json = settings.json;
     let printer = {
         let tally = Arc::clone(&tally);
@@ -92,9 +94,15 @@ async fn run(settings: Settings) {
     for (i, s) in tally.final_seconds(Instant::now(), true) {
         println!("{}", report::second(i, &s, as_json));
     }
+    if let Some(path) = &settings.log
+        && let Err(e) = request_log::write(path, tally.entries())
+    {
+        eprintln!("loadgen: {}: {e}", path.display());
+    }
     let (totals, behind) = tally.totals();
     let summary = report::Run {
         url: settings.url.to_string(),
+        started,
         rate: settings.rate,
         rate_file: settings.rate_file.is_some(),
         duration: settings.duration,

@@ -118,6 +118,8 @@ timeouts {} resets {} connect-errors {} errors {} overrun {} late {} \
 pub struct Run<'a> {
     /// The target.
     pub url: String,
+    /// The wall clock at the first due instant.
+    pub started: std::time::SystemTime,
     /// The rate at the start.
     pub rate: f64,
     /// Whether a rate file could change it.
@@ -160,6 +162,11 @@ impl Run<'_> {
             let extra = json!({
                 "type": "summary",
                 "url": self.url,
+                "started_unix_s": self
+                    .started
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or_default(),
                 "rate": self.rate,
                 "rate_file": self.rate_file,
                 "duration_s": seconds,

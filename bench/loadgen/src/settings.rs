@@ -42,6 +42,9 @@ pub struct Settings {
     /// One JSON object per line (each second, then the summary) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Write every request (`due_s latency_ms result`) to this file at the end.
+    #[arg(long)]
+    pub log: Option<PathBuf>,
     /// Runtime threads.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,

@@ -163,6 +163,19 @@ struct State {
     behind: Histogram<u64>,
     /// Seconds handed out as final.
     handed: usize,
+    /// Every request, with `--log`.
+    log: Option<Vec<Entry>>,
+}
+
+/// One request, as `--log` writes it.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry {
+    /// Its due instant, from the run's start.
+    pub due: Duration,
+    /// From its due instant (or its send, in a closed loop) to its end.
+    pub latency: Duration,
+    /// How it ended.
+    pub outcome: Outcome,
 }
 
 /// The counts of one run.
@@ -173,8 +186,8 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// A run starting at `t0`.
-    pub fn new(t0: Instant) -> Self {
+    /// A run starting at `t0`; `log`: keep every request's [`Entry`].
+    pub fn new(t0: Instant, log: bool) -> Self {
         Self {
             t0,
             state: Mutex::new(State {
@@ -182,6 +195,7 @@ impl Tally {
                 totals: Counts::new(3),
                 behind: histogram(3),
                 handed: 0,
+                log: log.then(Vec::new),
             }),
         }
     }
@@ -222,6 +236,13 @@ impl Tally {
             second(&mut state.seconds, arrived).ok_arrived += 1;
         }
         state.totals.resolve(outcome, latency);
+        if let Some(log) = &mut state.log {
+            log.push(Entry {
+                due: due.saturating_duration_since(self.t0),
+                latency,
+                outcome,
+            });
+        }
     }
 
     /// Requests scheduled and not resolved yet.
@@ -245,6 +266,11 @@ impl Tally {
             state.handed += 1;
         }
         out
+    }
+
+    /// Every request resolved so far, by end (with `--log`; else none).
+    pub fn entries(&self) -> Vec<Entry> {
+        self.state().log.take().unwrap_or_default()
     }
 
     /// The run's totals, and how far behind schedule dispatches were.
@@ -272,7 +298,7 @@ mod tests {
     #[test]
     fn every_outcome_has_its_count_and_503s_split_by_retry_after() {
         let t0 = Instant::now();
-        let tally = Tally::new(t0);
+        let tally = Tally::new(t0, false);
         let outcomes = [
             Outcome::Answered {
                 status: 201,
@@ -319,7 +345,7 @@ mod tests {
     #[test]
     fn a_second_is_final_once_over_and_all_its_requests_resolved() {
         let t0 = Instant::now();
-        let tally = Tally::new(t0);
+        let tally = Tally::new(t0, false);
         let later = t0 + Duration::from_millis(1500);
         tally.scheduled(t0, Duration::ZERO, 1.0);
         tally.scheduled(later, Duration::ZERO, 1.0);

@@ -228,7 +228,11 @@ fn busy_connections_are_overruns_not_waited_for() {
 #[test]
 fn unavailable_with_and_without_retry_after_are_counted_apart() {
     let (addr, seen) = serve(Answer::Unavailable);
-    let s = loadgen(addr, "--rate 200 --duration 0.5");
+    let log = std::env::temp_dir().join(format!("loadgen-log-{}", std::process::id()));
+    let s = loadgen(
+        addr,
+        &format!("--rate 200 --duration 0.5 --log {}", log.display()),
+    );
     let with = seen.retry_after.load(Ordering::Relaxed);
     let bare = seen.bare.load(Ordering::Relaxed);
     assert!(with > 20 && bare > 20, "{with} {bare}");
@@ -237,6 +241,15 @@ fn unavailable_with_and_without_retry_after_are_counted_apart() {
     assert_eq!(n(&s["status"], "503"), with + bare);
     assert_eq!(s["latency_ms"]["503"]["n"], with + bare);
     assert_eq!(n(&s["classes"], "2xx"), 0);
+    // The log: a line per request, by due instant, the same split.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(log);
+    let lines: Vec<Vec<&str>> = text.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(lines.len() as u64, n(&s, "scheduled"));
+    let result = |r: &str| lines.iter().filter(|l| l[2] == r).count() as u64;
+    assert_eq!((result("503ra"), result("503")), (with, bare));
+    let due: Vec<f64> = lines.iter().map(|l| l[0].parse().unwrap()).collect();
+    assert!(due.windows(2).all(|w| w[0] <= w[1]) && due[due.len() - 1] < 0.5);
 }
 
 #[test]
