@@ -12,8 +12,9 @@
 #           DURATION, then 0.5 × for OVER_RECOVER seconds (through its rate
 #           file): goodput, p99 of the accepted, what the rejected got (503
 #           with or without Retry-After, timeouts, resets), the gateway's
-#           CPU, its VmRSS every 100 ms and its VmHWM, and the recovery
-#           after the drop
+#           CPU, its VmRSS and idemgate_forwards_in_flight (claimed forwards;
+#           not the claims waiting for the store) every 100 ms, its
+#           VmHWM, its requests by outcome, and the recovery after the drop
 #   slow    when bench/delay-line is there: a second gateway whose store is
 #           behind a delay line at 1 ms each way, its own peak measured
 #           through it, then loadgen at 1.0 × that peak while the delay goes
@@ -42,15 +43,18 @@ over_outcomes() { # admin port: "outcome count" per line, summed over routes
         | awk '{n[$1] += $2} END {for (k in n) print k, n[k]}'
 }
 
-over_sample() { # pid file: "unix_s VmRSS_KiB" every 100 ms while pid lives (run in the background)
+over_sample() { # pid admin file: "unix_s VmRSS_KiB forwards_in_flight" every 100 ms while pid lives
+    local flight
     while [ -r "/proc/$1/status" ]; do
-        echo "$(date +%s.%N) $(awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null)"
+        flight="$(curl -s --max-time 0.5 "http://127.0.0.1:$2/metrics" | awk '/^idemgate_forwards_in_flight / {print $2}')"
+        echo "$EPOCHREALTIME $(awk '/^VmRSS/ {print $2}' "/proc/$1/status" 2>/dev/null) ${flight:--}"
         sleep 0.1
-    done > "$2"
+    done > "$3"
 }
 
 # over_run NAME PORT PID ADMIN RATE SECONDS [STEP...]: loadgen at RATE for
-# SECONDS against the gateway at PORT, its RSS sampled; each STEP
+# SECONDS against the gateway at PORT, its RSS and forwards in flight
+# sampled ($OV/NAME.rss); each STEP
 # "AFTER_S FILE VALUE" writes VALUE to FILE AFTER_S seconds into the run
 # and records when ($OV/NAME.steps: "unix_s file value"). Leaves
 # $OV/NAME.json (loadgen's lines), $OV/NAME.log (every request) and
@@ -64,7 +68,7 @@ over_run() {
     : > "$OV/$name.steps"
     echo "$rate" > "$OV/$name.rate"
     ticks="$(cpu_ticks "$pid")"
-    over_sample "$pid" "$OV/$name.rss" &
+    over_sample "$pid" "$admin" "$OV/$name.rss" &
     sampler=$!
     PIDS+=("$sampler")
     "$LG_BIN" --url "http://127.0.0.1:$port/v1/payments" --rate "$rate" --duration "$seconds" \

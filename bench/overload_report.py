@@ -25,7 +25,8 @@ P99_FACTOR = 3.0
 GOODPUT_SHARE = 0.9
 RECOVERY_S = 1.0
 # Memory is bounded when the second half of an overloaded phase peaks no
-# higher than this times the first half's peak (plus 4 MiB of noise).
+# higher than this times the first half's peak (plus 4 MiB of noise; the
+# phase's first second, while connections open, left out).
 RSS_GROWTH = 1.1
 
 
@@ -108,18 +109,32 @@ def recovery(rows, at, ref_p99):
     return bad[-1] - at
 
 
-def rss(name, started, a, b):
-    """Peak VmRSS (KiB) in [a, b) and in its first and second halves."""
-    samples = []
+def samples(name, started):
+    """(offset_s, VmRSS_KiB, forwards_in_flight or None) every 100 ms."""
+    out = []
     for line in open(f"{ov}/{name}.rss"):
         f = line.split()
-        if len(f) == 2:
-            samples.append((float(f[0]) - started, int(f[1])))
+        if len(f) == 3 and f[1].isdigit():
+            out.append((float(f[0]) - started, int(f[1]), int(float(f[2])) if f[2] != "-" else None))
+    return out
+
+
+def rss(name, started, a, b):
+    """Peak VmRSS (KiB) over the run, and in the first and second halves of
+    [a, b), the first second left out (connections still opening)."""
+    got = samples(name, started)
+    a = min(a + 1.0, (a + b) / 2)
     mid = (a + b) / 2
-    first = [k for t, k in samples if a <= t < mid]
-    second = [k for t, k in samples if mid <= t < b]
-    every = [k for _, k in samples]
+    first = [k for t, k, _ in got if a <= t < mid]
+    second = [k for t, k, _ in got if mid <= t < b]
+    every = [k for _, k, _ in got]
     return (max(every) if every else None, max(first) if first else None, max(second) if second else None)
+
+
+def in_flight(name, started, a, b):
+    """The most forwards in flight the gateway reported in [a, b)."""
+    got = [f for t, _, f in samples(name, started) if a <= t < b and f is not None]
+    return max(got) if got else None
 
 
 def gw(name):
@@ -178,8 +193,8 @@ L = [f"# idemgate benchmark: past capacity — {datetime.date.today()}", "",
      f"peak for {recover:.0f} s. A request is *rejected* when it is sent and not answered 2xx.", "",
      f"Peak: **{peak['rps']:,.0f} new keys/s**, p50 {peak['p50']:.2f} ms, p99 **{ref:.2f} ms** (the reference;",
      f"non-2xx {peak['non2xx']}, socket errors {peak['errors']}).", "",
-     "| load | offered/s | goodput/s | of peak | 2xx p50 ms | 2xx p99 ms | rejected: what they got | 503 p99 ms | recovery s | gateway CPU s | RSS peak MiB | loadgen CPU s |",
-     "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+     "| load | offered/s | goodput/s | of peak | 2xx p50 ms | 2xx p99 ms | rejected: what they got | 503 p99 ms | recovery s | forwards in flight, most | gateway CPU s | RSS peak MiB | loadgen CPU s |",
+     "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
 goals = []
 limited = []
 for level in levels:
@@ -194,10 +209,12 @@ for level in levels:
     top, first, second = rss(name, started, 0.0, drop)
     L.append(f"| {level} × | {load['offered']:,.0f} | {load['goodput']:,.0f} | {load['goodput'] / peak['rps']:.2f} | "
              f"{ms(load['p50'])} | {ms(load['p99'])} | {got_text(load)} | {ms(load['u_p99'])} | "
-             f"{'> ' + f'{recover - 0.5:.1f}' if rec is None else f'{rec:.2f}'} | {cpu:.1f} | "
+             f"{'> ' + f'{recover - 0.5:.1f}' if rec is None else f'{rec:.2f}'} | "
+             f"{in_flight(name, started, 0.0, drop) or '—'} | {cpu:.1f} | "
              f"{(top or 0) / 1024:.0f} (VmHWM {hwm / 1024:.0f}) | {s['cpu_s']:.1f} |")
     L.append(f"| then 0.5 × | {after['offered']:,.0f} | {after['goodput']:,.0f} | | {ms(after['p50'])} | "
-             f"{ms(after['p99'])} | {got_text(after)} | {ms(after['u_p99'])} | | | | |")
+             f"{ms(after['p99'])} | {got_text(after)} | {ms(after['u_p99'])} | | "
+             f"{in_flight(name, started, drop, drop + recover) or '—'} | | | |")
     if not s["rate_kept"] or s["overrun"]:
         limited.append(f"{level} ×: the generator fell behind (late {s['late']}, {s['behind_ms']['max']} ms at most) "
                        f"or ran out of connections (overrun {s['overrun']}): its load was lower than asked")
@@ -240,11 +257,12 @@ if os.path.exists(f"{ov}/slow.json"):
           f"the delay rose to {slow_delay} after {slowed:.1f} s and fell back after {sped:.1f} s. Gateway CPU {cpu:.1f} s,",
           f"RSS peak {(top or 0) / 1024:.0f} MiB (VmHWM {hwm / 1024:.0f}), the delay line's CPU {float(line_cpu):.1f} s,",
           f"loadgen's {s['cpu_s']:.1f} s.", "",
-          "| delay | offered/s | goodput/s | 2xx p50 ms | 2xx p99 ms | rejected: what they got | 503 p99 ms |",
-          "|---|---|---|---|---|---|---|"]
-    for label, p in parts:
+          "| delay | offered/s | goodput/s | 2xx p50 ms | 2xx p99 ms | rejected: what they got | 503 p99 ms | forwards in flight, most |",
+          "|---|---|---|---|---|---|---|---|"]
+    bounds = [0.0, slowed, sped, sped + recover]
+    for (label, p), a, b in zip(parts, bounds, bounds[1:]):
         L.append(f"| {label} | {p['offered']:,.0f} | {p['goodput']:,.0f} | {ms(p['p50'])} | {ms(p['p99'])} | "
-                 f"{got_text(p)} | {ms(p['u_p99'])} |")
+                 f"{got_text(p)} | {ms(p['u_p99'])} | {in_flight('slow', started, a, b) or '—'} |")
     L += DID_HEAD + [did("slow", s)]
     if not s["rate_kept"] or s["overrun"]:
         limited.append(f"slow store: the generator fell behind (late {s['late']}) or ran out of connections "
@@ -283,7 +301,9 @@ if limited:
 L += ["Rules: goodput is the 2xx answers to requests due in the phase, per second of the phase; p99 of the",
       "accepted is over those 2xx; recovery is the time from the drop to the last request due after it that",
       f"was not a 2xx within {P99_FACTOR:.0f} × the peak's p99 (the rate file is re-read every 100 ms, so up to",
-      "0.1 s of it is the generator's); memory, VmRSS sampled every 100 ms by the script, VmHWM at the end."]
+      "0.1 s of it is the generator's); memory, VmRSS sampled every 100 ms by the script, VmHWM at the end;",
+      "forwards in flight, `idemgate_forwards_in_flight` sampled as often: claimed forwards only; the",
+      "`max_forwards_in_flight` budget also holds the claims still waiting for the store, which no metric shows."]
 
 os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
 open(out, "w").write("\n".join(L) + "\n")
