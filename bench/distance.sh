@@ -37,7 +37,7 @@ DIST_C="${DIST_C:-128}"
 CEIL_C="${CEIL_C:-32}"
 log "part distance: building bench/delay-line"
 cargo build --release --locked --quiet --manifest-path bench/delay-line/Cargo.toml
-DL_BIN="bench/delay-line/target/release/delay-line"
+DL_BIN="${CARGO_TARGET_DIR:-$PWD/bench/delay-line/target}/release/delay-line"
 echo 0us > "$WORK/delay"
 start_line() { # target port -> sets DL_PORT, DL_PID
     DL_PORT="$(free_port)"

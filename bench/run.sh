@@ -68,7 +68,7 @@ log() { printf '==> %s\n' "$*" >&2; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 want() { case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for part in $ONLY; do
-    case "$part" in A|B|C|D|F|peer|log|trace|wait|memory|ceil|distance) ;; *) log "ONLY: unknown part '$part' (A B C D F peer log trace wait memory ceil distance)"; exit 2 ;; esac
+    case "$part" in A|B|C|D|F|peer|log|trace|wait|memory|ceil|distance|overload) ;; *) log "ONLY: unknown part '$part' (A B C D F peer log trace wait memory ceil distance overload)"; exit 2 ;; esac
 done
 
 # ---- tools ---------------------------------------------------------------------
@@ -840,6 +840,11 @@ if want distance; then
     mv "$WORK/raw.main" "$WORK/raw"
 fi
 
+# ---- overload: past the sustainable rate (bench/overload.sh) ---------------------------
+if want overload; then
+    source bench/overload.sh
+fi
+
 # ---- wait: what [store] replicas = 1 costs ------------------------------------------
 # Last, so that no other row runs with a replica attached. A replica of the
 # bench's Redis (no persistence), then two gateways identical to
@@ -944,8 +949,8 @@ PY
 fi
 
 # ---- report --------------------------------------------------------------------------
-# Parts with their own results file (distance) leave the main one alone.
-[ -z "$(echo " $ONLY " | sed 's/ distance / /g' | tr -d ' ')" ] && exit 0
+# Parts with their own results file (distance, overload) leave the main one alone.
+[ -z "$(echo " $ONLY " | sed 's/ distance / /g; s/ overload / /g' | tr -d ' ')" ] && exit 0
 mkdir -p "$(dirname "$RESULTS")"
 python3 - "$WORK" "$RESULTS" "$DURATION" "$REPEATS" "$(git rev-parse --short HEAD)" "$ONLY" "${BASE_REV:-}" "${PEER_BIN:+$PEER_VERSION}" <<'PY'
 import statistics, sys, collections, datetime, os, re
