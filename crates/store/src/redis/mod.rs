@@ -40,6 +40,7 @@ mod layout;
 mod scripts;
 mod sentinel;
 mod store;
+mod tcp;
 mod wakeups;
 
 use std::future::Future;
@@ -156,6 +157,7 @@ const CLUSTER_RESET_PAUSE: Duration = Duration::from_secs(10);
 fn cluster_client(urls: Vec<String>, timeout: Duration) -> redis::RedisResult<ClusterClient> {
     let part = timeout / 4;
     ClusterClient::builder(urls)
+        .tcp_settings(tcp::settings())
         .connection_timeout(part)
         .response_timeout(part)
         // MOVED/ASK after a resharding or failover, and a few transport
@@ -227,7 +229,7 @@ impl RedisStore {
                     Sentinels::new(&config.url, config.timeout).map_err(|e| invalid(&e))?,
                 ))
             } else {
-                OneServer::Fixed(redis::Client::open(config.url.as_str()).map_err(|e| invalid(&e))?)
+                OneServer::Fixed(tcp::client(config.url.as_str()).map_err(|e| invalid(&e))?)
             };
             let settings = redis::AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(config.timeout))

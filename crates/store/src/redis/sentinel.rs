@@ -67,7 +67,7 @@ impl Sentinels {
             .sentinels
             .iter()
             .map(|(host, port)| {
-                redis::Client::open(format!("{scheme}://{}:{port}/", url_host(host)))
+                super::tcp::client(format!("{scheme}://{}:{port}/", url_host(host)))
             })
             .collect::<RedisResult<Vec<_>>>()
             .map_err(|e| e.to_string())?;
@@ -111,7 +111,7 @@ impl Sentinels {
                 ),
             )));
         };
-        let client = redis::Client::open(format!(
+        let client = super::tcp::client(format!(
             "{}{}:{port}{}",
             self.node.0,
             url_host(&host),

@@ -42,7 +42,7 @@ impl RedisStore {
                 Some(server) => server.client().await?,
                 None => {
                     let urls = self.node_urls();
-                    redis::Client::open(urls[turn % urls.len()].as_str())?
+                    super::tcp::client(urls[turn % urls.len()].as_str())?
                 }
             };
             client.get_async_pubsub().await
