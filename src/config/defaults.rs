@@ -98,6 +98,12 @@ pub const DEFAULT_STORE_POOL_SIZE: u32 = S::STORE_POOL_SIZE.integer() as u32;
 pub const DEFAULT_BATCHES_IN_FLIGHT: u32 = S::STORE_BATCHES_IN_FLIGHT.integer() as u32;
 /// `store.timeout`: longest any single store operation may take.
 pub const DEFAULT_STORE_TIMEOUT: Duration = S::STORE_TIMEOUT.duration();
+/// `store.claim_queue_budget` when unset: a quarter of `store.timeout`, at
+/// most 100 ms (a claim queued that long is behind more than the store
+/// drains before clients give up).
+pub fn default_claim_queue_budget(timeout: Duration) -> Duration {
+    (timeout / 4).min(Duration::from_millis(100))
+}
 /// `store.front.timeout`: longest a front (Redis) operation may take before
 /// the front counts as down and requests go to PostgreSQL alone.
 pub const DEFAULT_FRONT_TIMEOUT: Duration = S::FRONT_TIMEOUT.duration();

@@ -53,6 +53,7 @@ pub(super) struct RawStore {
     pub(super) migrate: Option<bool>,
     pub(super) pool_size: Option<u32>,
     pub(super) batches_in_flight: Option<u32>,
+    pub(super) claim_queue_budget: Option<String>,
     pub(super) timeout: Option<String>,
     pub(super) prefix: Option<String>,
     pub(super) cluster: Option<bool>,

@@ -184,6 +184,7 @@ fn store_comparisons(running: &StoreConfig, next: &StoreConfig) -> Vec<(&'static
         pool_size,
         timeout,
         batches_in_flight,
+        claim_queue_budget,
         prefix,
         cluster,
         replicas,

@@ -74,9 +74,15 @@ impl Gateway {
             })?;
         let (reply, answer) = oneshot::channel();
         let gateway = self.clone();
+        // Cancelled when this handler is dropped (its client left): a
+        // claim still queued then is shed, never sent; once sent, the task
+        // goes on (G6).
+        let requester = store::caller::CancellationToken::new();
+        let _left = requester.clone().drop_guard();
         spans::spawn_carried(&self.tasks, async move {
             // The claim's body reservation ends with it.
-            let result = gateway.claim_and_forward(claim).await;
+            let result =
+                store::caller::on_behalf_of(requester, gateway.claim_and_forward(claim)).await;
             // The response is no longer buffered here.
             drop(forward_slot);
             let _ = reply.send(result);
@@ -192,6 +198,13 @@ impl Gateway {
             .await;
         let claimed = match claimed {
             Ok(claimed) => claimed,
+            // Shed before it was sent: nothing was written, the key is
+            // free; overloaded, not an outage, so it never fails open.
+            Err(StoreError::Shed(_)) if route.mode == RouteMode::Enforce => {
+                return Err(GatewayError::Overloaded(
+                    "time a claim may wait for the store ([store] claim_queue_budget)",
+                ));
+            }
             Err(error) => {
                 if let StoreError::Unavailable(_) | StoreError::NotReplicated(_) = error {
                     // The claim may commit once the store resumes (or, not

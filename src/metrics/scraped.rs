@@ -10,7 +10,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-use crate::store::{BatchStats, FrontStats, PoolStats};
+use crate::store::{BatchStats, FrontStats, PoolStats, Shed};
 
 /// A counter whose value is kept elsewhere (a store's own tally) and
 /// copied in at scrape time.
@@ -110,6 +110,10 @@ pub struct StoreFigures {
     /// `idemgate_store_batch_splits_total`: batches refused as a whole and
     /// run again one operation at a time.
     pub batch_splits: ScrapedCounter,
+    /// `idemgate_store_claims_shed_total{reason}`: claims taken off the
+    /// batch queue and answered without being sent (`queue_budget`,
+    /// `caller_gone`).
+    pub claims_shed: Family<ShedLabels, ScrapedCounter>,
     /// `idemgate_store_data_lost_total`: times the store (Redis) was found
     /// to have lost every record since this instance last connected.
     pub data_lost: ScrapedCounter,
@@ -148,6 +152,11 @@ impl StoreFigures {
             self.batch_splits.clone(),
         );
         registry.register(
+            "store_claims_shed",
+            "Claims taken off the store's batch queue and answered 503 overloaded without being sent, by reason: queue_budget (waited longer than [store] claim_queue_budget), caller_gone (the client left first)",
+            self.claims_shed.clone(),
+        );
+        registry.register(
             "store_data_lost",
             "Times Redis was found to have lost every record since this instance last connected (a failover to an empty server, a restart without persistence, a flush): acknowledged keys are forgotten",
             self.data_lost.clone(),
@@ -166,7 +175,24 @@ impl StoreFigures {
         self.batches.set(batches.batches);
         self.batched_operations.set(batches.operations);
         self.batch_splits.set(batches.split);
+        for (reason, value) in [
+            (Shed::QueueBudget, batches.shed_queue_budget),
+            (Shed::CallerGone, batches.shed_caller_gone),
+        ] {
+            self.claims_shed
+                .get_or_create(&ShedLabels {
+                    reason: reason.label(),
+                })
+                .set(value);
+        }
     }
+}
+
+/// Why a claim was shed unsent.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ShedLabels {
+    /// `queue_budget` or `caller_gone`.
+    pub reason: &'static str,
 }
 
 /// How the Redis front answered a claim.

@@ -29,6 +29,10 @@ pub struct StoreConfig {
     /// once (crates/store/src/postgres/batch.rs); fewer, larger batches commit
     /// more keys per second.
     pub batches_in_flight: u32,
+    /// PostgreSQL only: longest a claim may wait in the batch queue; one
+    /// that waited longer is shed unsent (`StoreError::Shed`). The gateway
+    /// derives it when unset: a quarter of `timeout`, at most 100 ms.
+    pub claim_queue_budget: Duration,
     /// Redis only: prefix of every key idemgate writes.
     pub prefix: String,
     /// Redis only: the URL names one seed node of a Redis Cluster; keys are
@@ -204,6 +208,12 @@ impl StoreConfig {
         if self.timeout.is_zero() {
             return fail("timeout", "must be greater than zero");
         }
+        if self.claim_queue_budget.is_zero() || self.claim_queue_budget > self.timeout {
+            return fail(
+                "claim_queue_budget",
+                "must be greater than zero and at most [store] timeout, which bounds the whole claim, its wait in the queue included",
+            );
+        }
         let redis = self.url.starts_with("redis://")
             || self.url.starts_with("rediss://")
             || is_sentinel_url(&self.url);
@@ -276,6 +286,7 @@ impl StoreConfig {
             pool_size: 1,
             timeout: Duration::from_secs(1),
             batches_in_flight: 1,
+            claim_queue_budget: Duration::from_millis(100),
             prefix: String::new(),
             cluster: false,
             replicas: 0,
@@ -345,6 +356,21 @@ mod tests {
             "batches_in_flight"
         );
         assert_eq!(rejected_key(|c| c.timeout = Duration::ZERO), "timeout");
+    }
+
+    #[test]
+    fn a_claim_queue_budget_is_positive_and_within_the_timeout() {
+        assert_eq!(
+            rejected_key(|c| c.claim_queue_budget = Duration::ZERO),
+            "claim_queue_budget"
+        );
+        assert_eq!(
+            rejected_key(|c| c.claim_queue_budget = c.timeout + Duration::from_millis(1)),
+            "claim_queue_budget"
+        );
+        let mut whole = usable();
+        whole.claim_queue_budget = whole.timeout;
+        assert_eq!(whole.validate(), Ok(()));
     }
 
     #[test]

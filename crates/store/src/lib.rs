@@ -22,6 +22,7 @@
 
 mod batch_queue;
 mod cache;
+pub mod caller;
 mod config;
 mod erased;
 #[cfg(feature = "front")]
@@ -54,6 +55,7 @@ use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
 pub use cache::OnHit;
+pub use caller::Shed;
 pub use config::{FrontConfig, InvalidStoreSetting, StoreConfig, WaitRoutes};
 // The record's vocabulary and its rules live in the core crate; the store
 // speaks it, and re-exports it for the backends and their users.
@@ -186,6 +188,11 @@ pub enum StoreError {
     /// open, and nothing was written, so it is no lost claim.
     #[error("the store refused a claim that reached it too late: {0}")]
     LateClaim(String),
+    /// The claim was taken off the store's queue and never sent
+    /// ([`Shed`]): nothing was written, so the key stays free and it is no
+    /// lost claim; the gateway answers `503` overloaded, never failing open.
+    #[error("the store shed a claim unsent: {0}")]
+    Shed(Shed),
     /// The store answered with something idemgate cannot read.
     #[error("store returned an unreadable record: {0}")]
     Corrupt(String),

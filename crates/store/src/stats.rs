@@ -25,6 +25,11 @@ pub struct BatchStats {
     /// Batches the database refused as a whole, whose operations then ran
     /// one by one.
     pub split: u64,
+    /// Claims shed unsent for waiting in the queue past `[store]
+    /// claim_queue_budget`.
+    pub shed_queue_budget: u64,
+    /// Claims shed unsent because their requester had left.
+    pub shed_caller_gone: u64,
 }
 
 /// What the front has done since the store opened (`idemgate_front_*`).

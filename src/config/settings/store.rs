@@ -43,6 +43,15 @@ super::rows! { STORE = Store {
     /// `statement_timeout` and `idle_in_transaction_session_timeout`, so nothing idemgate gave up
     /// on commits later
     STORE_TIMEOUT "timeout" Duration Toml(r#""2s""#), Restart;
+    /// PostgreSQL: longest a claim may wait in the batch queue before it is sent (from when the
+    /// request asked for it, its wait for room in the queue included). A claim taken off the queue
+    /// after waiting longer is not sent: the request gets `503` `overloaded` with `Retry-After` at
+    /// once, nothing is written and its key stays free (`idemgate_store_claims_shed_total`).
+    /// Completions are never shed. The rule for the default: a quarter of `timeout`, at most
+    /// `100ms` — a claim that waited that long is behind a queue the store cannot drain before
+    /// clients give up, so sending it only lengthens the queue. More than zero, at most `timeout`.
+    /// See [memory and overload](../operations/memory.md)
+    STORE_CLAIM_QUEUE_BUDGET "claim_queue_budget" Duration Derived("a quarter of `timeout`, at most `100ms`"), Restart;
     /// Redis: prefix of every key idemgate writes, the keys of a [`[store.front]`](#storefront)
     /// included (with `cluster = true` it may not contain `{` or `}`)
     STORE_PREFIX "prefix" Text Toml(r#""idemgate:""#), Restart;

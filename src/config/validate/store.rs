@@ -8,7 +8,7 @@ use crate::config::defaults::{
     DEFAULT_REPLICA_TIMEOUT, DEFAULT_RETENTION, DEFAULT_STORE_CLUSTER, DEFAULT_STORE_COMPRESS,
     DEFAULT_STORE_MAX_RECORDS, DEFAULT_STORE_MIGRATE, DEFAULT_STORE_POOL_SIZE,
     DEFAULT_STORE_PREFIX, DEFAULT_STORE_REPLICAS, DEFAULT_STORE_TIMEOUT, DEFAULT_STORE_URL,
-    DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, MAX_FRONT_MARK_AFTER,
+    DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, MAX_FRONT_MARK_AFTER, default_claim_queue_budget,
 };
 use crate::config::settings as S;
 use std::time::Duration;
@@ -20,15 +20,21 @@ use crate::store::{FrontConfig, StoreConfig};
 
 /// The `[store]` table, validated.
 pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
+    let timeout = duration(
+        &S::STORE_TIMEOUT.path(),
+        raw.timeout.as_deref(),
+        DEFAULT_STORE_TIMEOUT,
+    )?;
     let store = StoreConfig {
         url: raw.url.unwrap_or_else(|| DEFAULT_STORE_URL.to_string()),
         migrate: raw.migrate.unwrap_or(DEFAULT_STORE_MIGRATE),
         pool_size: raw.pool_size.unwrap_or(DEFAULT_STORE_POOL_SIZE),
         batches_in_flight: raw.batches_in_flight.unwrap_or(DEFAULT_BATCHES_IN_FLIGHT),
-        timeout: duration(
-            &S::STORE_TIMEOUT.path(),
-            raw.timeout.as_deref(),
-            DEFAULT_STORE_TIMEOUT,
+        timeout,
+        claim_queue_budget: duration(
+            &S::STORE_CLAIM_QUEUE_BUDGET.path(),
+            raw.claim_queue_budget.as_deref(),
+            default_claim_queue_budget(timeout),
         )?,
         prefix: raw
             .prefix

@@ -788,6 +788,7 @@ async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
         migrate: false,
         pool_size: 2,
         batches_in_flight: 1,
+        claim_queue_budget: Duration::from_secs(30),
         timeout: Duration::from_secs(30),
         prefix: cluster::STORE_PREFIX.into(),
         cluster: false,

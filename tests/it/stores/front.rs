@@ -60,6 +60,7 @@ async fn open_marking(
         pool_size: 8,
         timeout: Duration::from_secs(5),
         batches_in_flight: 1,
+        claim_queue_budget: Duration::from_secs(5),
         prefix: prefix.to_string(),
         cluster: false,
         replicas: 0,

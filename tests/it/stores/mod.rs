@@ -19,6 +19,7 @@ mod postgres_failover;
 mod postgres_generations;
 mod postgres_plans;
 mod postgres_races;
+mod postgres_shedding;
 mod postgres_upgrade;
 mod redis_cluster;
 mod redis_cluster_replicas;

@@ -255,6 +255,7 @@ impl TestStore {
             pool_size: 8,
             timeout: Duration::from_secs(5),
             batches_in_flight: 1,
+            claim_queue_budget: Duration::from_secs(5),
             prefix: self.prefix.clone(),
             cluster: self.backend == Backend::RedisCluster,
             replicas: 0,

@@ -32,6 +32,9 @@
 //!   batch runs only until the latest deadline among its operations, and
 //!   an operation whose caller has left is never sent — not when the batch
 //!   starts, and not when a refused batch is run again one by one.
+//! - **Shed, not sent.** A claim taken off the queue after waiting past
+//!   `[store] claim_queue_budget`, or whose requester left ([`crate::caller`]),
+//!   is answered [`StoreError::Shed`] at once, unsent; completions never are.
 //! - **Bounded.** A batch holds at most [`MAX_OPS`] operations and
 //!   [`MAX_BYTES`] of response bodies; the queue holds [`QUEUE`] operations
 //!   (callers wait for room within `[store] timeout`). An operation whose
@@ -51,9 +54,10 @@ use tokio::time::Instant;
 
 use super::pool::{PgPool, RunError};
 use crate::batch_queue::take_batch;
+use crate::caller::{self, CancellationToken};
 use crate::{
-    BatchStats, Cas, Claim, HeldReason, RecordKey, StoreError, StoredResponse, UnknownOutcome,
-    decode_headers,
+    BatchStats, Cas, Claim, HeldReason, RecordKey, Shed, StoreError, StoredResponse,
+    UnknownOutcome, decode_headers,
 };
 
 /// Most operations in one batch.
@@ -129,6 +133,31 @@ struct Job {
     reply: oneshot::Sender<Result<Reply, StoreError>>,
     /// When its caller stops waiting.
     deadline: Instant,
+    /// When it was submitted (its wait for room in the queue counts).
+    submitted: Instant,
+    /// A claim's requester, cancelled once it has left ([`caller`]).
+    requester: Option<CancellationToken>,
+}
+
+impl Job {
+    /// Why this job, taken off the queue `now`, is not to be sent: only a
+    /// claim, never a completion.
+    fn shed(&self, now: Instant, budget: Duration) -> Option<Shed> {
+        if !matches!(self.op, Op::Claim { .. }) {
+            return None;
+        }
+        if self
+            .requester
+            .as_ref()
+            .is_some_and(CancellationToken::is_cancelled)
+        {
+            Some(Shed::CallerGone)
+        } else if now.saturating_duration_since(self.submitted) > budget {
+            Some(Shed::QueueBudget)
+        } else {
+            None
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -136,6 +165,18 @@ struct Counters {
     batches: AtomicU64,
     operations: AtomicU64,
     split: AtomicU64,
+    shed_queue_budget: AtomicU64,
+    shed_caller_gone: AtomicU64,
+}
+
+impl Counters {
+    fn shed(&self, reason: Shed) {
+        match reason {
+            Shed::QueueBudget => &self.shed_queue_budget,
+            Shed::CallerGone => &self.shed_caller_gone,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The handle of a store's batch dispatcher (cheap to clone: shared). The
@@ -146,35 +187,51 @@ pub(super) struct Batcher {
     counters: Arc<Counters>,
     /// How long a caller waits (`[store] timeout`).
     timeout: Duration,
+    /// How long a claim may wait in the queue (`[store] claim_queue_budget`).
+    budget: Duration,
 }
 
 impl Batcher {
     /// Start the dispatcher: batches run on `pool`, at most `concurrency`
-    /// at once; callers wait `timeout` for their answer.
-    pub(super) fn start(pool: PgPool, timeout: Duration, concurrency: usize) -> Self {
-        Self::counted(pool, timeout, concurrency, Arc::default())
+    /// at once; callers wait `timeout` for their answer, and a claim that
+    /// waited `budget` in the queue is shed.
+    pub(super) fn start(
+        pool: PgPool,
+        timeout: Duration,
+        budget: Duration,
+        concurrency: usize,
+    ) -> Self {
+        Self::counted(pool, timeout, budget, concurrency, Arc::default())
     }
 
     /// Another dispatcher on `pool`, started on the runtime this is
     /// called on (a serving thread's lane: crates/store/src/postgres/lanes.rs),
     /// counted with this one.
     pub(super) fn lane(&self, pool: PgPool, concurrency: usize) -> Self {
-        Self::counted(pool, self.timeout, concurrency, self.counters.clone())
+        Self::counted(
+            pool,
+            self.timeout,
+            self.budget,
+            concurrency,
+            self.counters.clone(),
+        )
     }
 
     fn counted(
         pool: PgPool,
         timeout: Duration,
+        budget: Duration,
         concurrency: usize,
         counters: Arc<Counters>,
     ) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE);
         let slots = Arc::new(Semaphore::new(concurrency.max(1)));
-        tokio::spawn(dispatch(queue, slots, pool, counters.clone()));
+        tokio::spawn(dispatch(queue, slots, pool, budget, counters.clone()));
         Self {
             jobs,
             counters,
             timeout,
+            budget,
         }
     }
 
@@ -183,7 +240,12 @@ impl Batcher {
     /// whose caller left is never sent if its batch has not started, and
     /// may be committed if it has.
     pub(super) async fn submit(&self, op: Op) -> Result<Reply, StoreError> {
-        let deadline = Instant::now() + self.timeout;
+        let submitted = Instant::now();
+        let deadline = submitted + self.timeout;
+        let requester = match op {
+            Op::Claim { .. } => caller::requester(),
+            Op::Complete { .. } => None,
+        };
         let (reply, answer) = oneshot::channel();
         let stopped = || StoreError::Unavailable("the PostgreSQL batch dispatcher stopped".into());
         let exchange = async {
@@ -192,6 +254,8 @@ impl Batcher {
                     op,
                     reply,
                     deadline,
+                    submitted,
+                    requester,
                 })
                 .await
                 .map_err(|_| stopped())?;
@@ -214,6 +278,8 @@ impl Batcher {
             batches: self.counters.batches.load(Ordering::Relaxed),
             operations: self.counters.operations.load(Ordering::Relaxed),
             split: self.counters.split.load(Ordering::Relaxed),
+            shed_queue_budget: self.counters.shed_queue_budget.load(Ordering::Relaxed),
+            shed_caller_gone: self.counters.shed_caller_gone.load(Ordering::Relaxed),
         }
     }
 }
@@ -223,6 +289,7 @@ async fn dispatch(
     mut queue: mpsc::Receiver<Job>,
     slots: Arc<Semaphore>,
     pool: PgPool,
+    budget: Duration,
     counters: Arc<Counters>,
 ) {
     let mut next: Option<Job> = None;
@@ -242,7 +309,19 @@ async fn dispatch(
             job.op.body_bytes()
         });
         next = rest;
+        let now = Instant::now();
         batch.retain(|job| !job.reply.is_closed());
+        let batch: Vec<Job> = batch
+            .into_iter()
+            .filter_map(|job| match job.shed(now, budget) {
+                None => Some(job),
+                Some(reason) => {
+                    counters.shed(reason);
+                    let _ = job.reply.send(Err(StoreError::Shed(reason)));
+                    None
+                }
+            })
+            .collect();
         if batch.is_empty() {
             continue;
         }

@@ -42,7 +42,12 @@ mod tests {
     fn idle_batcher() -> Batcher {
         let hosts = Hosts::parse("postgres://u@127.0.0.1:1/db", |o| o).expect("a URL");
         let timeout = Duration::from_millis(100);
-        Batcher::start(PgPool::new(Arc::new(hosts), 1, timeout), timeout, 1)
+        Batcher::start(
+            PgPool::new(Arc::new(hosts), 1, timeout),
+            timeout,
+            timeout,
+            1,
+        )
     }
 
     /// Run `work` on a thread of its own with a current-thread runtime, a

@@ -227,6 +227,7 @@ impl PgStore {
         let batcher = Batcher::start(
             pool.clone(),
             config.timeout,
+            config.claim_queue_budget,
             config.batches_in_flight as usize,
         );
         Ok(Self {
