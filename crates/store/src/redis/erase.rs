@@ -23,72 +23,170 @@ use super::store::{bytes, corrupt, int};
 use crate::{EraseStep, Erased, StoreError};
 
 /// KEYS = the scope set of one route in one bucket, that route's due
-/// questions and inquiring records there; ARGV = force (1/0), limit.
+/// questions and inquiring records there; ARGV = force (1/0), limit, how
+/// many members it may visit, and where the walk resumes: the last member
+/// it kept and that member's score ('' and '' at first).
 /// Deletes up to `limit` of the set's records, earliest to expire first,
 /// but (without force) one the upstream may still be working on
 /// (`transitions::deletable`: a live lease, an inquiry neither asked nor
-/// due); members whose record is gone leave the set. Returns how many
-/// records it kept, and the names of those it deleted. Atomic, so the
-/// kept ones are the set's first ranks as it goes.
+/// due); members whose record is gone leave the set. Visits at most so
+/// many members, so no run is long however many it keeps or finds gone.
+/// Returns whether it reached the set's end (1/0), the names of the
+/// records it deleted, where to resume (the last member kept and its
+/// score), and at the end how many members the set still holds (those
+/// kept, and any entered meanwhile). Kept members stay at the set's first
+/// ranks, before the cursor: a resumed walk starts after its member, or
+/// (that member moved or left) at the first member not scored before it.
 pub(super) static ERASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
         r#"
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-local limit = tonumber(ARGV[2])
-local removed, kept = {}, 0
-while #removed < limit do
-  local names = redis.call('ZRANGE', KEYS[1], kept, kept + 99)
-  if #names == 0 then break end
-  for _, name in ipairs(names) do
+local limit, visits = tonumber(ARGV[2]), tonumber(ARGV[3])
+local after, after_score = ARGV[4], ARGV[5]
+local at = 0
+if after ~= '' then
+  if redis.call('ZSCORE', KEYS[1], after) == after_score then
+    at = redis.call('ZRANK', KEYS[1], after) + 1
+  else
+    at = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. after_score)
+  end
+end
+local removed, visited, done = {}, 0, 0
+while #removed < limit and visited < visits do
+  local page = redis.call('ZRANGE', KEYS[1], at, at + math.min(99, visits - visited - 1), 'WITHSCORES')
+  if #page == 0 then done = 1 break end
+  for i = 1, #page, 2 do
+    local name = page[i]
+    visited = visited + 1
     local r = redis.call('HMGET', name, 'state', 'lease_until', 'asked')
     local lease = tonumber(r[2] or '0')
     if not r[1] then
       redis.call('ZREM', KEYS[1], name)
     elseif ARGV[1] ~= '1' and lease > now
         and (r[1] == 'in_flight' or (r[1] == 'inquiring' and tonumber(r[3] or '0') == 0)) then
-      kept = kept + 1
-    elseif #removed < limit then
+      at = at + 1
+      after, after_score = name, page[i + 1]
+    else
       redis.call('DEL', name)
       redis.call('ZREM', KEYS[1], name)
       redis.call('ZREM', KEYS[2], name)
       redis.call('ZREM', KEYS[3], name)
       removed[#removed + 1] = name
+      if #removed >= limit then break end
     end
   end
 end
-return {kept, removed}
+local left = 0
+if done == 1 then left = redis.call('ZCARD', KEYS[1]) end
+return {done, removed, after, after_score, left}
 "#
     ))
 });
 
+/// How many members one [`ERASE`] run may visit for each record it may
+/// delete: a set of kept or vanished members is walked in runs of this
+/// bound, resumed where the last one stopped.
+const VISITS_PER_RECORD: usize = 4;
+
+/// Where a bucket's walk stands between [`ERASE`] runs.
+#[derive(Debug, Default)]
+struct Walk {
+    /// The last member kept, and its score, as the script returned them.
+    after: Vec<u8>,
+    after_score: Vec<u8>,
+}
+
+/// What one [`ERASE`] run did.
+struct Run {
+    /// The Redis keys of the records it deleted.
+    removed: Vec<Vec<u8>>,
+    /// Whether it reached the set's end; then how many members are left.
+    done: bool,
+    left: u64,
+}
+
 impl RedisStore {
-    /// One step of [`crate::StoreAdmin::erase`]: [`ERASE`] on every bucket
-    /// ([`RedisStore::per_bucket`]), each for up to `limit` records, so a step on a cluster may remove
-    /// more than `limit`; what is left is counted once no bucket was full.
+    /// One [`ERASE`] run on one bucket's set of `step`'s route and scope,
+    /// for up to `limit` records, resuming at `walk` (moved on).
+    async fn erase_run(
+        &self,
+        tagged: &str,
+        step: &EraseStep<'_>,
+        limit: usize,
+        walk: &mut Walk,
+    ) -> Result<Run, StoreError> {
+        let sets = Layout::route_sets(tagged, step.route);
+        let mut invocation = ERASE.key(Layout::scope_set_in(tagged, step.route, step.scope));
+        invocation.key(sets.due).key(sets.inquiring);
+        invocation
+            .arg(if step.force { "1" } else { "0" })
+            .arg(limit)
+            .arg(limit.saturating_mul(VISITS_PER_RECORD))
+            .arg(&walk.after[..])
+            .arg(&walk.after_score[..]);
+        let invocation = &invocation;
+        let reply: Vec<Value> = self
+            .bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+            .await?;
+        let Some(Value::Array(names)) = reply.get(1) else {
+            return Err(corrupt("an erasure without its keys"));
+        };
+        let removed = names
+            .iter()
+            .map(|name| bytes(Some(name)).ok_or_else(|| corrupt("an erased key")))
+            .collect::<Result<Vec<_>, _>>()?;
+        walk.after = bytes(reply.get(2)).ok_or_else(|| corrupt("an erasure's cursor"))?;
+        walk.after_score = bytes(reply.get(3)).ok_or_else(|| corrupt("an erasure's cursor"))?;
+        Ok(Run {
+            removed,
+            done: int(reply.first()) == Some(1),
+            left: u64::try_from(int(reply.get(4)).unwrap_or(0)).unwrap_or(0),
+        })
+    }
+
+    /// Runs of [`ERASE`] on one bucket until it has deleted `limit`
+    /// records or reached its set's end; each run bounded by its visits.
+    async fn erase_bucket(
+        &self,
+        tagged: &str,
+        step: &EraseStep<'_>,
+        limit: usize,
+    ) -> Result<Run, StoreError> {
+        let mut walk = Walk::default();
+        let mut all = Run {
+            removed: Vec::new(),
+            done: false,
+            left: 0,
+        };
+        while !all.done && all.removed.len() < limit {
+            let run = self
+                .erase_run(tagged, step, limit - all.removed.len(), &mut walk)
+                .await?;
+            all.removed.extend(run.removed);
+            (all.done, all.left) = (run.done, run.left);
+        }
+        Ok(all)
+    }
+
+    /// One step of [`crate::StoreAdmin::erase`]: [`ERASE`] runs on every
+    /// bucket, each for up to `limit` records, so a step on a cluster may
+    /// remove more than `limit`; what is left is counted once every bucket
+    /// reached its set's end.
     pub(super) async fn erase_buckets(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
-        let force = if step.force { "1" } else { "0" };
-        let limit = step.limit.max(1).to_string();
-        let replies: Vec<Result<Vec<Value>, StoreError>> = self
-            .per_bucket(|bucket| {
-                let sets = Layout::route_sets(&bucket.tagged, step.route);
-                let mut invocation =
-                    ERASE.key(Layout::scope_set_in(&bucket.tagged, step.route, step.scope));
-                invocation.key(sets.due).key(sets.inquiring);
-                invocation.arg(force).arg(&limit);
-                invocation
-            })
+        use futures_util::stream::{self, StreamExt};
+        let limit = step.limit.max(1);
+        let runs: Vec<Result<Run, StoreError>> = stream::iter(self.layout.buckets())
+            .map(|bucket| async move { self.erase_bucket(&bucket.tagged, step, limit).await })
+            .buffer_unordered(super::BUCKETS_AT_ONCE)
+            .collect()
             .await;
-        let (mut erased, mut full) = (Erased::default(), false);
-        for reply in replies {
-            let reply = reply?;
-            erased.left += u64::try_from(int(reply.first()).unwrap_or(0)).unwrap_or(0);
-            let Some(Value::Array(names)) = reply.get(1) else {
-                return Err(corrupt("an erasure without its keys"));
-            };
-            full |= names.len() >= step.limit;
-            for name in names {
-                let name = bytes(Some(name)).ok_or_else(|| corrupt("an erased key"))?;
+        let (mut erased, mut done) = (Erased::default(), true);
+        for run in runs {
+            let run = run?;
+            done &= run.done;
+            erased.left += run.left;
+            for name in run.removed {
                 let key = self
                     .layout
                     .parse_record_key(step.route, &name)
@@ -96,7 +194,7 @@ impl RedisStore {
                 erased.keys.push(key.key);
             }
         }
-        if full || erased.more(step.limit) {
+        if !done || erased.more(step.limit) {
             erased.left = 0;
         }
         Ok(erased)
