@@ -11,7 +11,8 @@ use std::time::Duration;
 use deadpool_redis::redis;
 use idemgate::config::StoreConfig;
 use idemgate::store::{
-    Backend, Claim, ClaimRequest, EraseStep, Erased, RecordKey, Token, UnknownOutcome,
+    Backend, Cas, Claim, ClaimRequest, EraseStep, Erased, HeldReason, RecordKey, Token,
+    UnknownOutcome,
 };
 
 use crate::stores::conformance::{fp, response};
@@ -179,4 +180,52 @@ async fn an_erasure_run_visits_a_bounded_number_of_members() {
     // each step walks the forty kept members in at least five runs.
     let runs = scripts_run(&redis) - before;
     assert!(runs >= 10, "{runs} runs: one run walked the kept members");
+}
+
+/// A record that leaves by `keys delete`, `keys release` or its attempt's
+/// abandon leaves its scope set too: erasure never walks a member whose
+/// record is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_record_leaves_its_scope_set() {
+    let storage = TestStore::new(TestBackend::Redis).await;
+    let store = storage.open().await;
+    let store = store.as_ref();
+    let scope = [6; 32];
+    let set = format!("{}scope:1:r:{}", storage.prefix(), "06".repeat(32));
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut members = async || -> Vec<String> {
+        redis::cmd("ZRANGE")
+            .arg(&set)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut conn)
+            .await
+            .unwrap()
+    };
+
+    let (done, token) = claim_live(store, &scope, "deleted").await;
+    store
+        .complete(&done, token, &response("x"), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let (held, token) = claim_live(store, &scope, "released").await;
+    store
+        .hold(
+            &held,
+            token,
+            HeldReason::UpstreamTimeout,
+            Duration::from_secs(600),
+        )
+        .await
+        .unwrap();
+    let (abandoned, _) = claim_live(store, &scope, "abandoned").await;
+    let (kept, _) = claim_live(store, &scope, "kept").await;
+    assert_eq!(members().await.len(), 4);
+
+    assert!(store.delete(&done, false).await.unwrap());
+    assert!(store.clear(&held, false).await.unwrap());
+    assert_eq!(store.abandon(&abandoned, 7).await.unwrap(), Cas::Applied);
+    let name = |k: &RecordKey| format!("{}rec:1:r:{}:{}", storage.prefix(), "06".repeat(32), k.key);
+    assert_eq!(members().await, [name(&kept)]);
 }

@@ -58,21 +58,21 @@ impl RedisStore {
         let record = self.layout.record_key(key);
         let sets = self.layout.sets(key);
         let wake = self.wake_args(key);
-        let (wake, sets) = (&wake, &sets);
         let flag = |b: bool| if b { "1" } else { "0" };
+        let mut invocation = CLEAR.key(&record[..]);
+        invocation.key(&sets.due).key(&sets.inquiring);
+        // A scoped record's scope set: the record leaves it with its key.
+        if let Some(scope) = self.layout.scope_set(key) {
+            invocation.key(scope);
+        }
+        invocation
+            .arg(flag(force))
+            .arg(flag(completed_too))
+            .arg(&wake.0)
+            .arg(&wake.1);
+        let invocation = &invocation;
         let n: i64 = self
-            .bounded(|mut conn| async move {
-                CLEAR
-                    .key(&record[..])
-                    .key(&sets.due)
-                    .key(&sets.inquiring)
-                    .arg(flag(force))
-                    .arg(flag(completed_too))
-                    .arg(&wake.0)
-                    .arg(&wake.1)
-                    .invoke_async(&mut conn)
-                    .await
-            })
+            .bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })
             .await?;
         Ok(n == 1)
     }
