@@ -229,3 +229,26 @@ async fn a_removed_record_leaves_its_scope_set() {
     let name = |k: &RecordKey| format!("{}rec:1:r:{}:{}", storage.prefix(), "06".repeat(32), k.key);
     assert_eq!(members().await, [name(&kept)]);
 }
+
+/// On a Redis Cluster a scope's records are spread over the buckets, and
+/// one step still removes at most its limit in all: steps of five remove
+/// forty records, each full until the last, which counts the live lease
+/// it leaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_step_removes_at_most_its_limit() {
+    let storage = TestStore::new(TestBackend::RedisCluster).await;
+    let store = storage.open().await;
+    let store = store.as_ref();
+    let scope = [9; 32];
+    for i in 0..40 {
+        let (key, token) = claim_live(store, &scope, &format!("k{i:02}")).await;
+        store
+            .complete(&key, token, &response("x"), Duration::from_secs(600))
+            .await
+            .unwrap();
+    }
+    claim_live(store, &scope, "live").await;
+    let (removed, last) = erase_all(store, &scope, 5).await;
+    assert_eq!(removed.len(), 40);
+    assert_eq!(last.left, 1, "the live lease is left, and counted");
+}

@@ -6,20 +6,24 @@
 //! members whose score has passed; every script that lengthens a scoped
 //! record's life moves its score and keeps the set alive at least as long
 //! ([`super::scripts::SCOPED`]), so a member past its score is gone, and
-//! the set expires with its last record. The cost is one member per scoped
+//! the set expires with its last record; a record deleted, released or
+//! abandoned leaves its set with it. The cost is one member per scoped
 //! record (its key name and a score) and nothing for unscoped ones.
 //!
 //! [`ERASE`] reads one such set: the scope's records of one route in one
-//! bucket, never another route's or another scope's.
+//! bucket, never another route's or another scope's, in runs of bounded
+//! length. A step walks the buckets in order for at most its limit in all.
 
+use std::collections::VecDeque;
 use std::sync::LazyLock;
 
 use deadpool_redis::redis::{Script, Value};
+use futures_util::future::join_all;
 
-use super::RedisStore;
 use super::layout::Layout;
 use super::scripts::NOW;
 use super::store::{bytes, corrupt, int};
+use super::{BUCKETS_AT_ONCE, RedisStore};
 use crate::{EraseStep, Erased, StoreError};
 
 /// KEYS = the scope set of one route in one bucket, that route's due
@@ -145,57 +149,52 @@ impl RedisStore {
         })
     }
 
-    /// Runs of [`ERASE`] on one bucket until it has deleted `limit`
-    /// records or reached its set's end; each run bounded by its visits.
-    async fn erase_bucket(
-        &self,
-        tagged: &str,
-        step: &EraseStep<'_>,
-        limit: usize,
-    ) -> Result<Run, StoreError> {
-        let mut walk = Walk::default();
-        let mut all = Run {
-            removed: Vec::new(),
-            done: false,
-            left: 0,
-        };
-        while !all.done && all.removed.len() < limit {
-            let run = self
-                .erase_run(tagged, step, limit - all.removed.len(), &mut walk)
-                .await?;
-            all.removed.extend(run.removed);
-            (all.done, all.left) = (run.done, run.left);
-        }
-        Ok(all)
-    }
-
-    /// One step of [`crate::StoreAdmin::erase`]: [`ERASE`] runs on every
-    /// bucket, each for up to `limit` records, so a step on a cluster may
-    /// remove more than `limit`; what is left is counted once every bucket
-    /// reached its set's end.
+    /// One step of [`crate::StoreAdmin::erase`]: [`ERASE`] runs on the
+    /// buckets in order (one on a single server), [`BUCKETS_AT_ONCE`] at
+    /// a time on a cluster, each for its share of the records the step may
+    /// still delete (so a step never deletes more than `limit` in all);
+    /// a bucket whose run stopped short of its set's end runs again, first.
+    /// What is left is counted once every bucket reached its set's end.
     pub(super) async fn erase_buckets(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
-        use futures_util::stream::{self, StreamExt};
         let limit = step.limit.max(1);
-        let runs: Vec<Result<Run, StoreError>> = stream::iter(self.layout.buckets())
-            .map(|bucket| async move { self.erase_bucket(&bucket.tagged, step, limit).await })
-            .buffer_unordered(super::BUCKETS_AT_ONCE)
-            .collect()
+        let mut pending: VecDeque<(String, Walk)> = self
+            .layout
+            .buckets()
+            .into_iter()
+            .map(|bucket| (bucket.tagged, Walk::default()))
+            .collect();
+        let (mut erased, mut left) = (Erased::default(), 0);
+        while erased.keys.len() < limit && !pending.is_empty() {
+            let remaining = limit - erased.keys.len();
+            let wave = pending.len().min(BUCKETS_AT_ONCE).min(remaining);
+            let share = remaining / wave;
+            let runs = join_all(pending.drain(..wave).map(|(tagged, mut walk)| async move {
+                let run = self.erase_run(&tagged, step, share, &mut walk).await;
+                (tagged, walk, run)
+            }))
             .await;
-        let (mut erased, mut done) = (Erased::default(), true);
-        for run in runs {
-            let run = run?;
-            done &= run.done;
-            erased.left += run.left;
-            for name in run.removed {
-                let key = self
-                    .layout
-                    .parse_record_key(step.route, &name)
-                    .ok_or_else(|| corrupt("an erased key of another route"))?;
-                erased.keys.push(key.key);
+            let mut unfinished = Vec::new();
+            for (tagged, walk, run) in runs {
+                let run = run?;
+                for name in run.removed {
+                    let key = self
+                        .layout
+                        .parse_record_key(step.route, &name)
+                        .ok_or_else(|| corrupt("an erased key of another route"))?;
+                    erased.keys.push(key.key);
+                }
+                if run.done {
+                    left += run.left;
+                } else {
+                    unfinished.push((tagged, walk));
+                }
+            }
+            for bucket in unfinished.into_iter().rev() {
+                pending.push_front(bucket);
             }
         }
-        if !done || erased.more(step.limit) {
-            erased.left = 0;
+        if pending.is_empty() && !erased.more(step.limit) {
+            erased.left = left;
         }
         Ok(erased)
     }
