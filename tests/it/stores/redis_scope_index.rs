@@ -18,7 +18,7 @@ use idemgate::store::{
 use crate::stores::conformance::{fp, response};
 use crate::stores::redis_late_claims::scripts_run;
 use crate::support::servers::PrivateRedis;
-use crate::support::store::redis_url;
+use crate::support::store::{redis_cluster_urls, redis_url};
 use crate::support::{Backend as TestBackend, TestStore};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -251,4 +251,86 @@ async fn a_cluster_step_removes_at_most_its_limit() {
     let (removed, last) = erase_all(store, &scope, 5).await;
     assert_eq!(removed.len(), 40);
     assert_eq!(last.left, 1, "the live lease is left, and counted");
+}
+
+/// Delete every key of `prefix` that matches `pattern` after it, on each
+/// of `nodes` (a cluster's keys one by one, on the node that holds them).
+async fn drop_keys(nodes: &[String], prefix: &str, pattern: &str) {
+    for node in nodes {
+        let client = redis::Client::open(node.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}{pattern}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        for key in keys {
+            let _: i64 = redis::cmd("DEL")
+                .arg(key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Records in no scope set (written before the sets existed, or by an
+/// instance of an earlier version) are found: the first erasure on a
+/// route enters the route's scoped records in their sets, once, and marks
+/// the route; a record left out after that is found again only once the
+/// marker is deleted (the control: the index is built once, not a scan
+/// per erasure).
+async fn records_older_than_the_index_are_erased(backend: TestBackend) {
+    let storage = TestStore::new(backend).await;
+    let store = storage.open().await;
+    let store = store.as_ref();
+    let nodes = match backend {
+        TestBackend::RedisCluster => redis_cluster_urls(),
+        _ => vec![redis_url()],
+    };
+    let prefix = storage.prefix();
+    let scope = [4; 32];
+    let completed = async |scope: &[u8], k: &str| {
+        let (key, token) = claim_live(store, scope, k).await;
+        store
+            .complete(&key, token, &response("x"), Duration::from_secs(600))
+            .await
+            .unwrap();
+    };
+    for k in ["old-1", "old-2", "old-3"] {
+        completed(&scope, k).await;
+    }
+    completed(&[], "unscoped").await;
+    // As an earlier version wrote them: in no set, and no marker.
+    drop_keys(&nodes, prefix, "*scope:*").await;
+
+    let (removed, last) = erase_all(store, &scope, 2).await;
+    assert_eq!(removed, ["old-1", "old-2", "old-3"]);
+    assert_eq!(last.left, 0);
+
+    completed(&scope, "later").await;
+    drop_keys(&nodes, prefix, "*scope:*").await;
+    let (removed, _) = erase_all(store, &scope, 2).await;
+    assert!(removed.is_empty(), "built once: {removed:?}");
+    drop_keys(&nodes, prefix, "scope-index:*").await;
+    let (removed, _) = erase_all(store, &scope, 2).await;
+    assert_eq!(removed, ["later"]);
+    assert!(
+        store
+            .inspect(&RecordKey {
+                route: "r".into(),
+                scope: Vec::new(),
+                key: "unscoped".into(),
+            })
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+mod older {
+    use super::records_older_than_the_index_are_erased;
+    crate::support::per_backend!(
+        only [redis, redis_cluster]: records_older_than_the_index_are_erased
+    );
 }

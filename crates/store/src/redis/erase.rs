@@ -149,13 +149,15 @@ impl RedisStore {
         })
     }
 
-    /// One step of [`crate::StoreAdmin::erase`]: [`ERASE`] runs on the
+    /// One step of [`crate::StoreAdmin::erase`], once the route's scope
+    /// index is built ([`super::scope_index`]): [`ERASE`] runs on the
     /// buckets in order (one on a single server), [`BUCKETS_AT_ONCE`] at
     /// a time on a cluster, each for its share of the records the step may
     /// still delete (so a step never deletes more than `limit` in all);
     /// a bucket whose run stopped short of its set's end runs again, first.
     /// What is left is counted once every bucket reached its set's end.
     pub(super) async fn erase_buckets(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+        self.ensure_scope_index(step.route).await?;
         let limit = step.limit.max(1);
         let mut pending: VecDeque<(String, Walk)> = self
             .layout
