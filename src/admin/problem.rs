@@ -94,7 +94,7 @@ impl AdminProblem {
             | E::InvalidKey(_)
             | E::KeyParts { .. }
             | E::EraseTarget
-            | E::BadDigest(_)
+            | E::BadDigest
             | E::NoScopedRoute(..) => Self::BadTarget,
             E::LiveLease { .. } | E::InsideAfter { .. } | E::Completed(_) | E::Changed { .. } => {
                 Self::Conflict

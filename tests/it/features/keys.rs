@@ -334,6 +334,11 @@ async fn keys_erase_forgets_one_tenant_on_every_route(backend: Backend) {
         "{}",
         stderr(&bad)
     );
+    assert!(
+        !stderr(&bad).contains("abc"),
+        "what was given is not echoed: {}",
+        stderr(&bad)
+    );
     let neither = run(&["erase"]).await;
     assert!(!neither.status.success());
 }
