@@ -228,6 +228,19 @@ pub enum KeysError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The store failed in the middle of an erasure: what it had removed
+    /// by then stays removed, and is counted.
+    #[error(
+        "the erasure stopped on route {route:?} after removing {removed} record(s): {source}; run it again to finish"
+    )]
+    EraseFailed {
+        /// Records removed before the failure, on every route so far.
+        removed: u64,
+        /// The route whose step failed.
+        route: String,
+        /// Why.
+        source: StoreError,
+    },
 }
 
 /// The header with which `POST /keys` marks a `404` as "no record for

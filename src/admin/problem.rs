@@ -99,7 +99,7 @@ impl AdminProblem {
             E::LiveLease { .. } | E::InsideAfter { .. } | E::Completed(_) | E::Changed { .. } => {
                 Self::Conflict
             }
-            E::Store(_) | E::Admin(_) => Self::StoreUnavailable,
+            E::Store(_) | E::Admin(_) | E::EraseFailed { .. } => Self::StoreUnavailable,
         }
     }
 

@@ -94,7 +94,12 @@ pub(super) async fn erase(
                     force: target.force,
                     limit: ERASE_STEP,
                 })
-                .await?;
+                .await
+                .map_err(|source| KeysError::EraseFailed {
+                    removed: removed + here,
+                    route: key.route.clone(),
+                    source,
+                })?;
             for removed in &step.keys {
                 key.key.clone_from(removed);
                 path.forget(&key);
