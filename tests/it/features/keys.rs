@@ -2,12 +2,15 @@
 //! real gateway's records, on PostgreSQL and on Redis.
 
 use std::process::Output;
+use std::time::Duration;
 
 use http::StatusCode;
 
 use crate::support::process::{binary, free_port};
 use crate::support::store::redis_url;
-use crate::support::{Backend, Reply, Set, Setup, TestConfig, eventually, per_backend, send};
+use crate::support::{
+    Backend, Reply, Set, Setup, TestConfig, eventually, per_backend, sample, send,
+};
 
 fn keys(config_path: &std::path::Path, args: &[&str]) -> Output {
     std::process::Command::new(binary())
@@ -265,7 +268,7 @@ async fn keys_erase_forgets_one_tenant_on_every_route(backend: Backend) {
 
     // Through the gateway's admin API (authenticated), which also drops
     // the erased records from that gateway's replay cache.
-    let erase = erase_alice(&s).await;
+    let erase = admin_keys(&s, r#"{"erase": {"scope": "Bearer alice"}}"#).await;
     assert_eq!(erase.status, StatusCode::OK);
     let text = String::from_utf8_lossy(&erase.body).into_owned();
     assert!(text.contains("route \"api\": removed 1 record\n"), "{text}");
@@ -347,16 +350,15 @@ mod erasure {
     );
 }
 
-/// `POST /keys` `{"erase": {"scope": "Bearer alice"}}` on `s`'s admin
-/// listener, with the admin token.
-async fn erase_alice(s: &Setup) -> Reply {
+/// `POST /keys` with `body` on `s`'s admin listener, with the admin token.
+async fn admin_keys(s: &Setup, body: &'static str) -> Reply {
     let bearer = format!("Bearer {ADMIN_TOKEN}");
     send(
         &s.client,
         "POST",
         &format!("http://{}/keys", s.gateway.admin),
         &[("authorization", bearer.as_str())],
-        r#"{"erase": {"scope": "Bearer alice"}}"#,
+        body,
     )
     .await
 }
@@ -398,7 +400,7 @@ async fn a_failed_erasure_counts_what_it_removed() {
         .await
         .unwrap();
 
-    let erase = erase_alice(&s).await;
+    let erase = admin_keys(&s, r#"{"erase": {"scope": "Bearer alice"}}"#).await;
     assert_eq!(erase.status, StatusCode::SERVICE_UNAVAILABLE);
     let problem: serde_json::Value = serde_json::from_slice(&erase.body).unwrap();
     let detail = problem["detail"].as_str().unwrap_or_default();
@@ -513,3 +515,54 @@ async fn keys_on_memory_without_a_running_gateway_say_so() {
 
 // show, list, release and delete on a Redis Cluster.
 per_backend!(only [redis_cluster]: keys_commands_fix_a_held_key);
+
+/// A forced erasure wakes a duplicate waiting on an in-flight record it
+/// removes (as a forced `keys release` does): the duplicate claims again
+/// at once, not at its next poll (the lease's end, seconds later).
+#[tokio::test]
+async fn a_forced_erasure_wakes_the_waiters() {
+    let s = Setup::with(Backend::Redis, |config| {
+        scoped_by_authorization(config).route(|r| {
+            r.set("concurrent", "wait").set("wait_timeout", "5s");
+        })
+    })
+    .await;
+    let (gateway, c) = (&s.gateway, &s.client);
+    let url = gateway.url("/v1/payments");
+    let request = |delay: &'static str| {
+        let (c, url) = (c.clone(), url.clone());
+        tokio::spawn(async move {
+            let headers = [
+                ("authorization", "Bearer alice"),
+                ("idempotency-key", "flying"),
+                (crate::support::upstream::DELAY_HEADER, delay),
+            ];
+            send(&c, "POST", &url, &headers, "{}").await
+        })
+    };
+    let first = request("1900");
+    s.upstream.arrived("flying").await;
+    let duplicate = request("0");
+    let waiting = eventually(Duration::from_secs(10), || async {
+        (sample(&gateway.metrics().await, "idemgate_waiting") >= 1.0).then_some(())
+    })
+    .await;
+    assert!(waiting.is_some(), "the duplicate never waited");
+
+    let erase = admin_keys(&s, r#"{"erase": {"scope": "Bearer alice", "force": true}}"#).await;
+    assert_eq!(erase.status, StatusCode::OK);
+    let erased = std::time::Instant::now();
+    let answer = duplicate.await.unwrap();
+    assert!(
+        erased.elapsed() < Duration::from_millis(1000),
+        "the waiter answered {:?} after the erasure: {}",
+        erased.elapsed(),
+        answer.text()
+    );
+    let metrics = gateway.metrics().await;
+    assert!(
+        sample(&metrics, "idemgate_wait_wakeups_total{cause=\"store\"}") >= 1.0,
+        "{metrics}"
+    );
+    first.await.unwrap();
+}

@@ -17,14 +17,14 @@
 use std::collections::VecDeque;
 use std::sync::LazyLock;
 
-use deadpool_redis::redis::{Script, Value};
+use deadpool_redis::redis::{self, Script, Value};
 use futures_util::future::join_all;
 
 use super::layout::Layout;
 use super::scripts::NOW;
 use super::store::{bytes, corrupt, int};
 use super::{BUCKETS_AT_ONCE, RedisStore};
-use crate::{EraseStep, Erased, StoreError};
+use crate::{EraseStep, Erased, RecordKey, StoreError};
 
 /// KEYS = the scope set of one route in one bucket, that route's due
 /// questions and inquiring records there; ARGV = force (1/0), limit, how
@@ -37,8 +37,9 @@ use crate::{EraseStep, Erased, StoreError};
 /// many members, so no run is long however many it keeps or finds gone.
 /// Returns whether it reached the set's end (1/0), the names of the
 /// records it deleted, where to resume (the last member kept and its
-/// score), and at the end how many members the set still holds (those
-/// kept, and any entered meanwhile). Kept members stay at the set's first
+/// score), at the end how many members the set still holds (those kept,
+/// and any entered meanwhile), and which deleted records were in flight
+/// (their waiters are woken: [`RedisStore::wake_erased`]). Kept members stay at the set's first
 /// ranks, before the cursor: a resumed walk starts after its member, or
 /// (that member moved or left) at the first member not scored before it.
 pub(super) static ERASE: LazyLock<Script> = LazyLock::new(|| {
@@ -56,7 +57,7 @@ if after ~= '' then
     at = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. after_score)
   end
 end
-local removed, visited, done = {}, 0, 0
+local removed, woken, visited, done = {}, {}, 0, 0
 while #removed < limit and visited < visits do
   local page = redis.call('ZRANGE', KEYS[1], at, at + math.min(99, visits - visited - 1), 'WITHSCORES')
   if #page == 0 then done = 1 break end
@@ -77,13 +78,14 @@ while #removed < limit and visited < visits do
       redis.call('ZREM', KEYS[2], name)
       redis.call('ZREM', KEYS[3], name)
       removed[#removed + 1] = name
+      if r[1] == 'in_flight' then woken[#woken + 1] = name end
       if #removed >= limit then break end
     end
   end
 end
 local left = 0
 if done == 1 then left = redis.call('ZCARD', KEYS[1]) end
-return {done, removed, after, after_score, left}
+return {done, removed, after, after_score, left, woken}
 "#
     ))
 });
@@ -105,9 +107,19 @@ struct Walk {
 struct Run {
     /// The Redis keys of the records it deleted.
     removed: Vec<Vec<u8>>,
+    /// Those of them that were in flight (forced).
+    woken: Vec<Vec<u8>>,
     /// Whether it reached the set's end; then how many members are left.
     done: bool,
     left: u64,
+}
+
+/// A script's array of names, or corrupt.
+fn names_of(v: Option<&Value>) -> Result<&[Value], StoreError> {
+    match v {
+        Some(Value::Array(names)) => Ok(names),
+        _ => Err(corrupt("an erasure without its keys")),
+    }
 }
 
 impl RedisStore {
@@ -133,17 +145,19 @@ impl RedisStore {
         let reply: Vec<Value> = self
             .bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })
             .await?;
-        let Some(Value::Array(names)) = reply.get(1) else {
-            return Err(corrupt("an erasure without its keys"));
+        let names = |names: &[Value]| {
+            names
+                .iter()
+                .map(|name| bytes(Some(name)).ok_or_else(|| corrupt("an erased key")))
+                .collect::<Result<Vec<_>, _>>()
         };
-        let removed = names
-            .iter()
-            .map(|name| bytes(Some(name)).ok_or_else(|| corrupt("an erased key")))
-            .collect::<Result<Vec<_>, _>>()?;
+        let removed = names(names_of(reply.get(1))?)?;
+        let woken = names(names_of(reply.get(5))?)?;
         walk.after = bytes(reply.get(2)).ok_or_else(|| corrupt("an erasure's cursor"))?;
         walk.after_score = bytes(reply.get(3)).ok_or_else(|| corrupt("an erasure's cursor"))?;
         Ok(Run {
             removed,
+            woken,
             done: int(reply.first()) == Some(1),
             left: u64::try_from(int(reply.get(4)).unwrap_or(0)).unwrap_or(0),
         })
@@ -165,7 +179,7 @@ impl RedisStore {
             .into_iter()
             .map(|bucket| (bucket.tagged, Walk::default()))
             .collect();
-        let (mut erased, mut left) = (Erased::default(), 0);
+        let (mut erased, mut left, mut woken) = (Erased::default(), 0, Vec::new());
         while erased.keys.len() < limit && !pending.is_empty() {
             let remaining = limit - erased.keys.len();
             let wave = pending.len().min(BUCKETS_AT_ONCE).min(remaining);
@@ -185,6 +199,9 @@ impl RedisStore {
                         .ok_or_else(|| corrupt("an erased key of another route"))?;
                     erased.keys.push(key.key);
                 }
+                for name in run.woken {
+                    woken.extend(self.layout.parse_record_key(step.route, &name));
+                }
                 if run.done {
                     left += run.left;
                 } else {
@@ -198,6 +215,32 @@ impl RedisStore {
         if pending.is_empty() && !erased.more(step.limit) {
             erased.left = left;
         }
+        self.wake_erased(&woken).await;
         Ok(erased)
+    }
+
+    /// Announce the erased in-flight records, as CLEAR announces a forced
+    /// one: a duplicate waiting on one claims again at once instead of at
+    /// its next poll. Best effort: a lost announcement costs a waiter that
+    /// poll, as any lost announcement does.
+    async fn wake_erased(&self, woken: &[RecordKey]) {
+        let (mut pipe, mut announced) = (redis::pipe(), 0);
+        for key in woken {
+            let (channel, id) = self.wake_args(key);
+            if !channel.is_empty() {
+                pipe.publish(channel, id).ignore();
+                announced += 1;
+            }
+        }
+        if announced == 0 {
+            return;
+        }
+        let pipe = &pipe;
+        let sent = self
+            .bounded(|mut conn| async move { pipe.query_async::<()>(&mut conn).await })
+            .await;
+        if let Err(error) = sent {
+            tracing::debug!(%error, "erased in-flight records not announced");
+        }
     }
 }
