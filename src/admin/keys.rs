@@ -14,7 +14,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::request::key_source::{self, KeyOfValuesError};
-use crate::store::{EraseStep, RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreError};
+use crate::store::{RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreError};
+
+mod erase;
+
+pub use erase::SCOPE_DIGEST_PATTERN;
 
 /// A key administration command, as `POST /keys` carries it (JSON).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -193,9 +197,12 @@ pub enum KeysError {
     /// `erase` given neither or both of the scope's values and its digest.
     #[error("give the scope's values (--scope) or its digest (--scope-digest), one of the two")]
     EraseTarget,
-    /// `--scope-digest` that is not 64 hex digits.
-    #[error("{0:?} is not a scope digest: 64 hex digits, as `keys show` prints after sha256:")]
-    BadDigest(String),
+    /// `--scope-digest` that is not 64 hex digits (what was given is not
+    /// repeated: it may be a scope value given in the wrong place).
+    #[error(
+        "that is not a scope digest: give 64 hex digits, with or without sha256: before them, as `keys show` prints it"
+    )]
+    BadDigest,
     /// `erase` whose scope no configured route reads.
     #[error("no route reads its scope from {0} part(s): {1}")]
     NoScopedRoute(usize, String),
@@ -221,6 +228,19 @@ pub enum KeysError {
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The store failed in the middle of an erasure: what it had removed
+    /// by then stays removed, and is counted.
+    #[error(
+        "the erasure stopped on route {route:?} after removing {removed} record(s): {source}; run it again to finish"
+    )]
+    EraseFailed {
+        /// Records removed before the failure, on every route so far.
+        removed: u64,
+        /// The route whose step failed.
+        route: String,
+        /// Why.
+        source: StoreError,
+    },
 }
 
 /// The header with which `POST /keys` marks a `404` as "no record for
@@ -279,7 +299,7 @@ pub async fn execute(
             }
             Err(why_not(records.inspect(&key).await?, key, Removal::Release))
         }
-        KeyCommand::Erase(target) => erase(config, records, path, &target).await,
+        KeyCommand::Erase(target) => erase::erase(config, records, path, &target).await,
         KeyCommand::Delete(target) => {
             let key = record_key(config, &target)?;
             let deleted = records.delete(&key, target.force).await;
@@ -292,132 +312,6 @@ pub async fn execute(
             }
         }
     }
-}
-
-/// How many records one erasure step removes: each step is one bounded
-/// statement (or script), and its keys are forgotten by the replay cache.
-const ERASE_STEP: usize = 1000;
-
-/// The routes an erasure applies to, each with the scope's digest as that
-/// route computes it (route, digest).
-type Scopes = Vec<(String, Vec<u8>)>;
-
-/// The [`Scopes`] of an erasure, and the scoped routes it does not apply
-/// to (they read their scope from another number of parts).
-fn erase_scopes(config: &Config, target: &EraseTarget) -> Result<(Scopes, Vec<String>), KeysError> {
-    let digest = match (&target.scope_digest, target.scope.is_empty()) {
-        (Some(hex), true) => Some(parse_digest(hex)?),
-        (None, false) => None,
-        _ => return Err(KeysError::EraseTarget),
-    };
-    let (mut scopes, mut skipped) = (Vec::new(), Vec::new());
-    for route in config.routes.iter().filter(|r| !r.scope_from.is_empty()) {
-        match &digest {
-            Some(digest) => scopes.push((route.name.clone(), digest.clone())),
-            None if route.scope_from.len() == target.scope.len() => {
-                let scope = key_source::scope_of_values(&route.scope_from, &target.scope)?;
-                scopes.push((route.name.clone(), scope));
-            }
-            None => skipped.push(route.name.clone()),
-        }
-    }
-    if scopes.is_empty() {
-        let what = if skipped.is_empty() {
-            "no route has scope_from or scope_header".to_string()
-        } else {
-            format!(
-                "the scoped routes ({}) read another number",
-                skipped.join(", ")
-            )
-        };
-        return Err(KeysError::NoScopedRoute(target.scope.len(), what));
-    }
-    Ok((scopes, skipped))
-}
-
-/// A scope digest as `keys show` prints it (`sha256:` and 64 hex digits),
-/// or the digits alone.
-fn parse_digest(text: &str) -> Result<Vec<u8>, KeysError> {
-    let digits = text.trim();
-    let digits = digits.strip_prefix("sha256:").unwrap_or(digits);
-    match hex::decode(digits) {
-        Ok(digest) if digest.len() == 32 => Ok(digest),
-        _ => Err(KeysError::BadDigest(text.to_string())),
-    }
-}
-
-/// `keys erase`: every record of the scope on every route that reads it,
-/// step by step, each removed key forgotten by the replay cache; a
-/// sentence per route.
-async fn erase(
-    config: &Config,
-    records: &dyn StoreAdmin,
-    path: &dyn Store,
-    target: &EraseTarget,
-) -> Result<String, KeysError> {
-    let (scopes, skipped) = erase_scopes(config, target)?;
-    let mut out = String::new();
-    let (mut removed, mut left) = (0_u64, 0_u64);
-    for (route, scope) in scopes {
-        let mut key = RecordKey {
-            route,
-            scope,
-            key: String::new(),
-        };
-        let mut here = 0_u64;
-        loop {
-            let step = records
-                .erase(&EraseStep {
-                    route: &key.route,
-                    scope: &key.scope,
-                    force: target.force,
-                    limit: ERASE_STEP,
-                })
-                .await?;
-            for removed in &step.keys {
-                key.key.clone_from(removed);
-                path.forget(&key);
-            }
-            here += step.keys.len() as u64;
-            if !step.more(ERASE_STEP) {
-                left += step.left;
-                let _ = write!(
-                    out,
-                    "route {:?}: removed {here} record{}",
-                    key.route,
-                    plural(here)
-                );
-                if step.left > 0 {
-                    let _ = write!(out, ", left {} (in flight or claimed meanwhile)", step.left);
-                }
-                out.push('\n');
-                break;
-            }
-        }
-        removed += here;
-    }
-    for route in skipped {
-        let _ = writeln!(
-            out,
-            "route {route:?}: skipped, it reads its scope from another number of parts"
-        );
-    }
-    let _ = write!(out, "erased: {removed} record{} removed", plural(removed));
-    if left > 0 && target.force {
-        let _ = write!(out, "; {left} left: claimed while the erasure ran");
-    } else if left > 0 {
-        let _ = write!(
-            out,
-            "; {left} left: the upstream may still be working on them (a live lease, or an \
-             inquiry inside its route's after); wait, or add --force"
-        );
-    }
-    out.push('\n');
-    Ok(out)
-}
-
-fn plural(n: u64) -> &'static str {
-    if n == 1 { "" } else { "s" }
 }
 
 /// Which removal failed.
@@ -593,6 +487,7 @@ fn table(found: &[RecordInfo]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::erase::parse_digest;
     use super::*;
 
     fn record(state: RecordState, lease_until: Option<SystemTime>) -> RecordInfo {
@@ -672,10 +567,15 @@ mod tests {
             vec![0xab; 32]
         );
         assert_eq!(parse_digest(&hex).unwrap(), vec![0xab; 32]);
+        // What SCOPE_DIGEST_PATTERN admits besides: either case, blanks.
+        let upper = format!(" sha256:{} ", hex.to_uppercase());
+        assert_eq!(parse_digest(&upper).unwrap(), vec![0xab; 32]);
         for bad in ["sha256:abc", "", &"zz".repeat(32), &"ab".repeat(33)] {
+            let error = parse_digest(bad).expect_err(bad);
+            assert!(matches!(error, KeysError::BadDigest), "{bad}");
             assert!(
-                matches!(parse_digest(bad), Err(KeysError::BadDigest(_))),
-                "{bad}"
+                bad.is_empty() || !error.to_string().contains(bad),
+                "the input is never echoed: {error}"
             );
         }
         let erase: KeyCommand =

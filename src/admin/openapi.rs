@@ -126,6 +126,18 @@ mod tests {
         assert_ne!(listed(&moved, "ProxyProblem"), produced(source));
     }
 
+    /// The document admits the scope digests the server accepts.
+    #[test]
+    fn the_scope_digest_pattern_is_the_servers() {
+        let digest =
+            &document()["components"]["schemas"]["EraseTarget"]["properties"]["scope_digest"];
+        assert_eq!(
+            digest["pattern"],
+            crate::admin::keys::SCOPE_DIGEST_PATTERN,
+            "docs/src/reference/openapi.json (EraseTarget.scope_digest) and src/admin/keys.rs disagree"
+        );
+    }
+
     #[test]
     fn the_document_is_openapi_3_1_with_every_endpoint() {
         let doc = document();

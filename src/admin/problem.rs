@@ -94,12 +94,12 @@ impl AdminProblem {
             | E::InvalidKey(_)
             | E::KeyParts { .. }
             | E::EraseTarget
-            | E::BadDigest(_)
+            | E::BadDigest
             | E::NoScopedRoute(..) => Self::BadTarget,
             E::LiveLease { .. } | E::InsideAfter { .. } | E::Completed(_) | E::Changed { .. } => {
                 Self::Conflict
             }
-            E::Store(_) | E::Admin(_) => Self::StoreUnavailable,
+            E::Store(_) | E::Admin(_) | E::EraseFailed { .. } => Self::StoreUnavailable,
         }
     }
 

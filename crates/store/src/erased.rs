@@ -14,15 +14,14 @@ pub struct EraseStep<'a> {
     pub scope: &'a [u8],
     /// Also records the upstream may still be working on.
     pub force: bool,
-    /// At most this many (on a Redis Cluster, per bucket).
+    /// At most this many.
     pub limit: usize,
 }
 
 /// What one [`StoreAdmin::erase`](super::StoreAdmin::erase) step did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Erased {
-    /// The keys of the records removed (at most the step's `limit`; on a
-    /// Redis Cluster, per bucket).
+    /// The keys of the records removed (at most the step's `limit`).
     pub keys: Vec<String>,
     /// When fewer than `limit` went (the last step): how many records of
     /// the scope the route still holds, those the upstream may still be

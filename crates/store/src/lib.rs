@@ -325,8 +325,7 @@ pub trait StoreAdmin: Send + Sync + 'static {
     /// on only with `force` ([`transitions::deletable`]).
     async fn delete(&self, key: &RecordKey, force: bool) -> Result<bool, StoreError>;
     /// One step of erasure (`keys erase`): remove up to `step.limit`
-    /// records (on a Redis Cluster, per bucket) of `step.route` whose
-    /// scope digest is `step.scope`, found
+    /// records of `step.route` whose scope digest is `step.scope`, found
     /// through an index on the route and scope, never a scan of the store;
     /// one the upstream may still be working on only with `step.force`
     /// ([`transitions::deletable`], as `delete`). Call again while

@@ -2,11 +2,15 @@
 //! real gateway's records, on PostgreSQL and on Redis.
 
 use std::process::Output;
+use std::time::Duration;
 
 use http::StatusCode;
 
 use crate::support::process::{binary, free_port};
-use crate::support::{Backend, Set, Setup, TestConfig, eventually, per_backend, send};
+use crate::support::store::redis_url;
+use crate::support::{
+    Backend, Reply, Set, Setup, TestConfig, eventually, per_backend, sample, send,
+};
 
 fn keys(config_path: &std::path::Path, args: &[&str]) -> Output {
     std::process::Command::new(binary())
@@ -227,19 +231,22 @@ async fn keys_commands_fix_a_held_key(backend: Backend) {
 // config's admin_token.
 per_backend!(keys_commands_fix_a_held_key);
 
+/// [`scoped_by_authorization`], and a second route like `api`: `orders`,
+/// on `/v2/*`.
+fn two_scoped_routes(config: TestConfig) -> TestConfig {
+    scoped_by_authorization(config).routes(|routes| {
+        let mut orders = routes[0].as_table().expect("a route").clone();
+        orders.set("name", "orders").set("match", "/v2/*");
+        routes.push(toml::Value::Table(orders));
+    })
+}
+
 /// `keys erase` (the real binary) removes one tenant's records on both
 /// routes that read its scope from `Authorization`, by its value and by the
 /// digest `keys show` prints: its keys are forwarded again, another
 /// tenant's replay until their own erasure.
 async fn keys_erase_forgets_one_tenant_on_every_route(backend: Backend) {
-    let s = Setup::with(backend, |config| {
-        scoped_by_authorization(config).routes(|routes| {
-            let mut orders = routes[0].as_table().expect("a route").clone();
-            orders.set("name", "orders").set("match", "/v2/*");
-            routes.push(toml::Value::Table(orders));
-        })
-    })
-    .await;
+    let s = Setup::with(backend, two_scoped_routes).await;
     let (upstream, gateway, c) = (&s.upstream, &s.gateway, &s.client);
     let cli = Cli::of(&s);
     let run = |args: &[&str]| cli.run(args);
@@ -261,15 +268,7 @@ async fn keys_erase_forgets_one_tenant_on_every_route(backend: Backend) {
 
     // Through the gateway's admin API (authenticated), which also drops
     // the erased records from that gateway's replay cache.
-    let bearer = format!("Bearer {ADMIN_TOKEN}");
-    let erase = send(
-        c,
-        "POST",
-        &format!("http://{}/keys", gateway.admin),
-        &[("authorization", bearer.as_str())],
-        r#"{"erase": {"scope": "Bearer alice"}}"#,
-    )
-    .await;
+    let erase = admin_keys(&s, r#"{"erase": {"scope": "Bearer alice"}}"#).await;
     assert_eq!(erase.status, StatusCode::OK);
     let text = String::from_utf8_lossy(&erase.body).into_owned();
     assert!(text.contains("route \"api\": removed 1 record\n"), "{text}");
@@ -334,6 +333,11 @@ async fn keys_erase_forgets_one_tenant_on_every_route(backend: Backend) {
         "{}",
         stderr(&bad)
     );
+    assert!(
+        !stderr(&bad).contains("abc"),
+        "what was given is not echoed: {}",
+        stderr(&bad)
+    );
     let neither = run(&["erase"]).await;
     assert!(!neither.status.success());
 }
@@ -343,6 +347,66 @@ mod erasure {
     crate::support::per_backend!(
         only [postgres, redis, redis_cluster, sqlite, memory, front]:
         keys_erase_forgets_one_tenant_on_every_route,
+    );
+}
+
+/// `POST /keys` with `body` on `s`'s admin listener, with the admin token.
+async fn admin_keys(s: &Setup, body: &'static str) -> Reply {
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    send(
+        &s.client,
+        "POST",
+        &format!("http://{}/keys", s.gateway.admin),
+        &[("authorization", bearer.as_str())],
+        body,
+    )
+    .await
+}
+
+/// An erasure the store fails in the middle of (here on its second
+/// route, whose scope set is not a set) says how many records it had
+/// removed by then, and which route it stopped on.
+#[tokio::test]
+async fn a_failed_erasure_counts_what_it_removed() {
+    let s = Setup::with(Backend::Redis, two_scoped_routes).await;
+    let (gateway, c) = (&s.gateway, &s.client);
+    for (path, key) in [("/v1/payments", "a-pay"), ("/v2/orders", "a-order")] {
+        let headers = [("authorization", "Bearer alice"), ("idempotency-key", key)];
+        let sent = send(c, "POST", &gateway.url(path), &headers, "{}").await;
+        assert_eq!(sent.status, StatusCode::CREATED);
+    }
+    let show = Cli::of(&s)
+        .run(&[
+            "show",
+            "--route",
+            "orders",
+            "--scope",
+            "Bearer alice",
+            "a-order",
+        ])
+        .await;
+    let shown = stdout(&show);
+    let digest = shown
+        .lines()
+        .find_map(|l| l.strip_prefix("scope    sha256:"))
+        .unwrap_or_else(|| panic!("no scope line: {shown}"));
+    let set = format!("{}scope:6:orders:{digest}", s.store.prefix());
+    let client = deadpool_redis::redis::Client::open(redis_url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let () = deadpool_redis::redis::cmd("SET")
+        .arg(&set)
+        .arg("not a set")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+
+    let erase = admin_keys(&s, r#"{"erase": {"scope": "Bearer alice"}}"#).await;
+    assert_eq!(erase.status, StatusCode::SERVICE_UNAVAILABLE);
+    let problem: serde_json::Value = serde_json::from_slice(&erase.body).unwrap();
+    let detail = problem["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("stopped on route \"orders\" after removing 1 record(s)"),
+        "{problem}"
     );
 }
 
@@ -451,3 +515,54 @@ async fn keys_on_memory_without_a_running_gateway_say_so() {
 
 // show, list, release and delete on a Redis Cluster.
 per_backend!(only [redis_cluster]: keys_commands_fix_a_held_key);
+
+/// A forced erasure wakes a duplicate waiting on an in-flight record it
+/// removes (as a forced `keys release` does): the duplicate claims again
+/// at once, not at its next poll (the lease's end, seconds later).
+#[tokio::test]
+async fn a_forced_erasure_wakes_the_waiters() {
+    let s = Setup::with(Backend::Redis, |config| {
+        scoped_by_authorization(config).route(|r| {
+            r.set("concurrent", "wait").set("wait_timeout", "5s");
+        })
+    })
+    .await;
+    let (gateway, c) = (&s.gateway, &s.client);
+    let url = gateway.url("/v1/payments");
+    let request = |delay: &'static str| {
+        let (c, url) = (c.clone(), url.clone());
+        tokio::spawn(async move {
+            let headers = [
+                ("authorization", "Bearer alice"),
+                ("idempotency-key", "flying"),
+                (crate::support::upstream::DELAY_HEADER, delay),
+            ];
+            send(&c, "POST", &url, &headers, "{}").await
+        })
+    };
+    let first = request("1900");
+    s.upstream.arrived("flying").await;
+    let duplicate = request("0");
+    let waiting = eventually(Duration::from_secs(10), || async {
+        (sample(&gateway.metrics().await, "idemgate_waiting") >= 1.0).then_some(())
+    })
+    .await;
+    assert!(waiting.is_some(), "the duplicate never waited");
+
+    let erase = admin_keys(&s, r#"{"erase": {"scope": "Bearer alice", "force": true}}"#).await;
+    assert_eq!(erase.status, StatusCode::OK);
+    let erased = std::time::Instant::now();
+    let answer = duplicate.await.unwrap();
+    assert!(
+        erased.elapsed() < Duration::from_millis(1000),
+        "the waiter answered {:?} after the erasure: {}",
+        erased.elapsed(),
+        answer.text()
+    );
+    let metrics = gateway.metrics().await;
+    assert!(
+        sample(&metrics, "idemgate_wait_wakeups_total{cause=\"store\"}") >= 1.0,
+        "{metrics}"
+    );
+    first.await.unwrap();
+}

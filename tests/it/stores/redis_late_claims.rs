@@ -109,7 +109,7 @@ async fn a_claim_the_server_reaches_after_its_limit_writes_nothing() {
 
 /// Scripts the server has run so far (`INFO commandstats`: EVALSHA and
 /// EVAL calls).
-fn scripts_run(redis: &PrivateRedis) -> u64 {
+pub(crate) fn scripts_run(redis: &PrivateRedis) -> u64 {
     let stats = try_redis_cli(redis.port(), &["INFO", "commandstats"]).expect("INFO answers");
     stats
         .lines()

@@ -18,6 +18,44 @@ use crate::{
     StoreAdmin, StoreError, Swept,
 };
 
+/// Where a [`RedisStore::scan_route`] stands: the nodes still to scan
+/// (the current one last) and the cursor on the current one.
+pub(super) struct RouteScan {
+    pattern: Vec<u8>,
+    nodes: Vec<Option<Node>>,
+    cursor: u64,
+}
+
+impl RouteScan {
+    /// The keys of the next `SCAN` call (up to 1,000, maybe none), or
+    /// `None` once every node was scanned.
+    pub(super) async fn next(
+        &mut self,
+        store: &RedisStore,
+    ) -> Result<Option<Vec<Vec<u8>>>, StoreError> {
+        let Some(node) = self.nodes.last() else {
+            return Ok(None);
+        };
+        let (pattern, node, cursor) = (&self.pattern, node.as_ref(), self.cursor);
+        let (next, keys): (u64, Vec<Vec<u8>>) = store
+            .bounded(|mut conn| async move {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000);
+                conn.query_node(scan, node).await
+            })
+            .await?;
+        self.cursor = next;
+        if next == 0 {
+            self.nodes.pop();
+        }
+        Ok(Some(keys))
+    }
+}
+
 /// Keep the `limit` least recently changed records, oldest first.
 fn least_recent_first(found: &mut Vec<RecordInfo>, limit: usize) {
     found.sort_by_key(|info| info.updated_at);
@@ -49,6 +87,16 @@ impl RedisStore {
         Ok(found.into_iter().map(Some).collect())
     }
 
+    /// A `SCAN` of every record key of `route` (on a cluster, on every
+    /// primary), read a call at a time with [`RouteScan::next`].
+    pub(super) async fn scan_route(&self, route: &str) -> Result<RouteScan, StoreError> {
+        Ok(RouteScan {
+            pattern: self.layout.route_pattern(route),
+            nodes: self.scan_nodes().await?,
+            cursor: 0,
+        })
+    }
+
     async fn clear_script(
         &self,
         key: &RecordKey,
@@ -58,21 +106,21 @@ impl RedisStore {
         let record = self.layout.record_key(key);
         let sets = self.layout.sets(key);
         let wake = self.wake_args(key);
-        let (wake, sets) = (&wake, &sets);
         let flag = |b: bool| if b { "1" } else { "0" };
+        let mut invocation = CLEAR.key(&record[..]);
+        invocation.key(&sets.due).key(&sets.inquiring);
+        // A scoped record's scope set: the record leaves it with its key.
+        if let Some(scope) = self.layout.scope_set(key) {
+            invocation.key(scope);
+        }
+        invocation
+            .arg(flag(force))
+            .arg(flag(completed_too))
+            .arg(&wake.0)
+            .arg(&wake.1);
+        let invocation = &invocation;
         let n: i64 = self
-            .bounded(|mut conn| async move {
-                CLEAR
-                    .key(&record[..])
-                    .key(&sets.due)
-                    .key(&sets.inquiring)
-                    .arg(flag(force))
-                    .arg(flag(completed_too))
-                    .arg(&wake.0)
-                    .arg(&wake.1)
-                    .invoke_async(&mut conn)
-                    .await
-            })
+            .bounded(|mut conn| async move { invocation.invoke_async(&mut conn).await })
             .await?;
         Ok(n == 1)
     }
@@ -147,42 +195,23 @@ impl StoreAdmin for RedisStore {
         state: RecordState,
         limit: usize,
     ) -> Result<Vec<RecordInfo>, StoreError> {
-        let pattern = self.layout.route_pattern(route);
         // The whole route is scanned (on a cluster, on every primary): the
         // least recently changed records may be anywhere in it. At most
         // 2 × limit are kept in memory.
         let mut found = Vec::new();
-        for node in self.scan_nodes().await? {
-            let mut cursor = 0u64;
-            loop {
-                let (pattern, node) = (pattern.clone(), node.as_ref());
-                let (next, keys): (u64, Vec<Vec<u8>>) = self
-                    .bounded(|mut conn| async move {
-                        let mut scan = redis::cmd("SCAN");
-                        scan.arg(cursor)
-                            .arg("MATCH")
-                            .arg(pattern)
-                            .arg("COUNT")
-                            .arg(1000);
-                        conn.query_node(scan, node).await
-                    })
-                    .await?;
-                for redis_key in keys {
-                    let Some(key) = self.layout.parse_record_key(route, &redis_key) else {
-                        continue;
-                    };
-                    if let Some(info) = self.inspect(&key).await?
-                        && info.state == state
-                    {
-                        found.push(info);
-                        if found.len() > limit.saturating_mul(2).max(64) {
-                            least_recent_first(&mut found, limit);
-                        }
+        let mut scan = self.scan_route(route).await?;
+        while let Some(keys) = scan.next(self).await? {
+            for redis_key in keys {
+                let Some(key) = self.layout.parse_record_key(route, &redis_key) else {
+                    continue;
+                };
+                if let Some(info) = self.inspect(&key).await?
+                    && info.state == state
+                {
+                    found.push(info);
+                    if found.len() > limit.saturating_mul(2).max(64) {
+                        least_recent_first(&mut found, limit);
                     }
-                }
-                cursor = next;
-                if cursor == 0 {
-                    break;
                 }
             }
         }

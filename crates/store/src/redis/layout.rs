@@ -17,6 +17,9 @@
 //!   one sorted set per route and scope of its scoped record keys, scored
 //!   by when each expires, and living as long as its longest-lived member
 //!   (read by `keys erase`, [`super::erase`]); unscoped records are in none.
+//! - `{prefix}scope-index:{len(route)}:{route}`: set (to the time, ms)
+//!   once the route's records written before the scope sets were entered
+//!   in them ([`super::scope_index`]); one key, on a cluster too.
 //! - `{prefix}due`: the one due set of every route before the sets per
 //!   route; no longer written. Taking moves the due entries of the routes it
 //!   asks for into their route's set (upgrade: [`Bucket::legacy_due`]).
@@ -147,9 +150,16 @@ impl Layout {
         format!("{}dataset", self.prefix)
     }
 
+    /// `{prefix}scope-index:{len(route)}:{route}`: set once `route`'s
+    /// scope sets hold every record written before them
+    /// ([`super::scope_index`]).
+    pub(super) fn scope_index_marker(&self, route: &str) -> String {
+        format!("{}scope-index:{}:{route}", self.prefix, route.len())
+    }
+
     /// The prefix and, on a cluster, the hash tag of the record's bucket:
     /// what every key of its bucket starts with.
-    fn tagged(&self, key: &RecordKey) -> String {
+    pub(super) fn tagged(&self, key: &RecordKey) -> String {
         if self.cluster {
             format!("{}{}", self.prefix, Self::tag(&Self::record_name(key)))
         } else {

@@ -37,6 +37,7 @@ pub(crate) mod front;
 mod inquiries;
 mod lanes;
 mod layout;
+mod scope_index;
 mod scripts;
 mod sentinel;
 mod store;

@@ -179,8 +179,9 @@ return 1
     ))
 });
 
-/// KEYS = record, due questions, inquiring records; ARGV = attempt id,
-/// wake-up channel, wake id. `transitions::abandon_applies`.
+/// KEYS = record, due questions, inquiring records (and a scoped record's
+/// scope set, which it leaves); ARGV = attempt id, wake-up channel, wake
+/// id. `transitions::abandon_applies`.
 pub(super) static ABANDON: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{NOW}{}",
@@ -191,6 +192,7 @@ if not (r[2] == 'in_flight' or r[2] == 'inquiring' or (r[2] == 'held' and r[3] =
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], KEYS[1])
 redis.call('ZREM', KEYS[3], KEYS[1])
+if KEYS[4] then redis.call('ZREM', KEYS[4], KEYS[1]) end
 if r[2] == 'in_flight' then announce() end
 return 1
 "#
@@ -232,9 +234,9 @@ return {r[1], r[2] or '', r[3], r[4] or '0', r[5] or '0', r[6] or '', r[7] or ''
     ))
 });
 
-/// KEYS = record, due questions, inquiring records; ARGV = force (1/0),
-/// whether completed
-/// records go too (1/0), wake-up channel, wake id.
+/// KEYS = record, due questions, inquiring records (and a scoped record's
+/// scope set, which a deleted record leaves); ARGV = force (1/0), whether
+/// completed records go too (1/0), wake-up channel, wake id.
 /// Deletes a held record, an in-flight one whose lease lapsed and an
 /// inquiring one past its `after` (asked, or due) (any of them with
 /// force), and a completed one if asked: `transitions::clearable`
@@ -251,6 +253,7 @@ if r[1] == 'completed' and ARGV[2] ~= '1' then return 0 end
 local n = redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[2], KEYS[1])
 redis.call('ZREM', KEYS[3], KEYS[1])
+if KEYS[4] then redis.call('ZREM', KEYS[4], KEYS[1]) end
 if r[1] == 'in_flight' then announce() end
 return n
 "#
