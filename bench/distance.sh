@@ -1,7 +1,7 @@
 # Part distance of bench/run.sh (`ONLY=distance bash bench/run.sh`): the
 # store another host away. Sourced by run.sh after its services, gateways
 # and the peer are up; uses its functions (start_gateway, start_peer,
-# measure, preload, ceiling_setup, pgbench_tps, redis_rps) and writes
+# measure, preload, ceiling_setup, pgbench_tps, redis_rps, start_delay_line) and writes
 # bench/results/<date>-distance.md.
 #
 # One delay line (bench/delay-line) in front of the bench's PostgreSQL and
@@ -35,24 +35,9 @@
 DELAYS="${DELAYS:-0us 250us 500us 1ms 2ms}"
 DIST_C="${DIST_C:-128}"
 CEIL_C="${CEIL_C:-32}"
-log "part distance: building bench/delay-line"
-cargo build --release --locked --quiet --manifest-path bench/delay-line/Cargo.toml
-DL_BIN="${CARGO_TARGET_DIR:-$PWD/bench/delay-line/target}/release/delay-line"
 echo 0us > "$WORK/delay"
-start_line() { # target port -> sets DL_PORT, DL_PID
-    DL_PORT="$(free_port)"
-    "$DL_BIN" --listen "127.0.0.1:$DL_PORT" --to "127.0.0.1:$1" --delay 0us \
-        --delay-file "$WORK/delay" > "$WORK/delay-line-$1.log" 2>&1 &
-    DL_PID=$!
-    PIDS+=("$DL_PID")
-    for _ in $(seq 1 50); do
-        grep -q '^listening' "$WORK/delay-line-$1.log" 2>/dev/null && return 0
-        sleep 0.1
-    done
-    log "the delay line to :$1 did not start"; cat "$WORK/delay-line-$1.log" >&2; exit 1
-}
-start_line "$PGPORT"; XPG_PORT="$DL_PORT"; XPG_LINE="$DL_PID"
-start_line "$REDISPORT"; XRD_PORT="$DL_PORT"; XRD_LINE="$DL_PID"
+start_delay_line "$PGPORT" "$WORK/delay" "$WORK/delay-line-pg.log"; XPG_PORT="$DL_PORT"; XPG_LINE="$DL_PID"
+start_delay_line "$REDISPORT" "$WORK/delay" "$WORK/delay-line-redis.log"; XRD_PORT="$DL_PORT"; XRD_LINE="$DL_PID"
 log "part distance: delay lines :$XPG_PORT -> PostgreSQL, :$XRD_PORT -> Redis"
 XPG_URL="postgres://postgres@127.0.0.1:$XPG_PORT/postgres"
 XRD_URL="redis://127.0.0.1:$XRD_PORT"

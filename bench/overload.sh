@@ -1,6 +1,6 @@
 # Part overload of bench/run.sh (`ONLY=overload bash bench/run.sh`): past
 # capacity (issue 47, section 2). Sourced by run.sh after its services are
-# up; uses its functions and variables (start_gateway, wrk_once, free_port,
+# up; uses its functions and variables (start_gateway, start_delay_line, wrk_once, free_port,
 # cpu_ticks, log, PIDS, WORK, PGURL, PGPORT, DURATION) and writes
 # bench/results/<date>-overload.md (OVERLOAD_RESULTS) through
 # bench/overload_report.py.
@@ -111,19 +111,9 @@ for level in $OVER_LEVELS; do
 done
 
 if [ -f bench/delay-line/Cargo.toml ]; then
-    log "part overload: building bench/delay-line"
-    cargo build --release --locked --quiet --manifest-path bench/delay-line/Cargo.toml
-    DL_BIN="${CARGO_TARGET_DIR:-$PWD/bench/delay-line/target}/release/delay-line"
     echo 1ms > "$OV/delay"
-    OV_LINE_PORT="$(free_port)"
-    "$DL_BIN" --listen "127.0.0.1:$OV_LINE_PORT" --to "127.0.0.1:$PGPORT" --delay 1ms \
-        --delay-file "$OV/delay" > "$OV/delay-line.out" 2>&1 &
-    OV_LINE=$!
-    PIDS+=("$OV_LINE")
-    for _ in $(seq 1 50); do
-        grep -q '^listening' "$OV/delay-line.out" 2>/dev/null && break
-        sleep 0.1
-    done
+    start_delay_line "$PGPORT" "$OV/delay" "$OV/delay-line.out"
+    OV_LINE_PORT="$DL_PORT"; OV_LINE="$DL_PID"
     start_gateway ov-slow "postgres://postgres@127.0.0.1:$OV_LINE_PORT/postgres" 5s
     OVS_PORT="$GW_PORT"; OVS_PID="$GW_PID"; OVS_ADMIN="$GW_ADMIN"
     log "part overload: peak through the delay line at 1 ms (wrk, c=$OVER_C)"

@@ -314,6 +314,27 @@ EOF
     log "the peer did not start"; cat "$dir.log" >&2; exit 1
 }
 
+# start_delay_line TARGET_PORT DELAY_FILE LOG: bench/delay-line (built once)
+# from a free port to 127.0.0.1:TARGET_PORT, its delay read from DELAY_FILE
+# (which must hold one); sets DL_PORT, DL_PID. Parts distance and overload.
+start_delay_line() {
+    if [ -z "${DL_BIN:-}" ]; then
+        log "building bench/delay-line"
+        cargo build --release --locked --quiet --manifest-path bench/delay-line/Cargo.toml
+        DL_BIN="${CARGO_TARGET_DIR:-$PWD/bench/delay-line/target}/release/delay-line"
+    fi
+    DL_PORT="$(free_port)"
+    "$DL_BIN" --listen "127.0.0.1:$DL_PORT" --to "127.0.0.1:$1" --delay "$(cat "$2")" \
+        --delay-file "$2" > "$3" 2>&1 &
+    DL_PID=$!
+    PIDS+=("$DL_PID")
+    for _ in $(seq 1 50); do
+        grep -q '^listening' "$3" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    log "the delay line to :$1 did not start"; cat "$3" >&2; exit 1
+}
+
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 # wrk once: prints "rps p50_ms p99_ms non2xx requests socket_errors"
