@@ -60,6 +60,21 @@ impl Claiming {
 }
 
 impl Gateway {
+    /// The replay of an enforced route's key the store's replay cache
+    /// holds under this request's fingerprint, answered without a claim
+    /// (what the claim would answer from the cache, without the task,
+    /// its channel and its slot). A shadow route asks the store: what it
+    /// would do is counted there.
+    pub(super) fn replay_at_hand(&self, claim: &Claiming) -> Option<Answered> {
+        if claim.route.mode != RouteMode::Enforce {
+            return None;
+        }
+        let stored = self
+            .store
+            .replay_at_hand(&claim.record_key, &claim.fingerprint)?;
+        Some(Answered::new(replay(stored), Outcome::Replayed))
+    }
+
     /// Claim (and forward) in a task of its own.
     pub(super) async fn claim_in_task(
         self: &Arc<Self>,
@@ -79,10 +94,17 @@ impl Gateway {
         // goes on (G6).
         let requester = store::caller::CancellationToken::new();
         let _left = requester.clone().drop_guard();
+        // Boxed: the claim-and-forward future holds every step's state (a
+        // few KB), and a task's future is copied whole into the task and
+        // again as its output is stored; boxed, those copies are a
+        // pointer's (unboxed, they were ~8 % of a replay's CPU, perf).
+        let work = Box::pin(store::caller::on_behalf_of(
+            requester,
+            gateway.claim_and_forward(claim),
+        ));
         spans::spawn_carried(&self.tasks, async move {
             // The claim's body reservation ends with it.
-            let result =
-                store::caller::on_behalf_of(requester, gateway.claim_and_forward(claim)).await;
+            let result = work.await;
             // The response is no longer buffered here.
             drop(forward_slot);
             let _ = reply.send(result);

@@ -255,6 +255,12 @@ impl Gateway {
             Intake::Answered(answered) => return Ok(answered),
         };
 
+        // 5. A replay the replay cache holds is answered here: it writes
+        // nothing, so it needs no task of its own.
+        if let Some(answered) = self.replay_at_hand(&claiming) {
+            return Ok(answered);
+        }
+
         // 5–7. Claim, forward, record: in a task of its own (G6), so from
         // the claim on a client that goes away changes nothing.
         if claiming.waits() {

@@ -83,27 +83,27 @@ impl CachedStore {
         }
     }
 
-    fn cached(&self, request: &ClaimRequest<'_>) -> Option<Claim> {
-        let entry = self.cache.get(request.key)?;
+    fn cached(&self, key: &RecordKey, fingerprint: &Fingerprint) -> Option<StoredResponse> {
+        let entry = self.cache.get(key)?;
         if entry.until <= Instant::now() {
-            self.cache.remove(request.key);
+            self.cache.remove(key);
             return None;
         }
         // Another request under the key goes to the store, whose `422`
         // says when the record expires (the entry does not know).
-        if entry.fingerprint != *request.fingerprint {
+        if entry.fingerprint != *fingerprint {
             return None;
         }
         (self.hits)();
-        Some(Claim::Replay(entry.response))
+        Some(entry.response)
     }
 }
 
 #[async_trait::async_trait]
 impl Store for CachedStore {
     async fn claim(&self, request: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        if let Some(claim) = self.cached(request) {
-            return Ok(claim);
+        if let Some(response) = self.cached(request.key, request.fingerprint) {
+            return Ok(Claim::Replay(response));
         }
         let claim = self.inner.claim(request).await?;
         if !matches!(claim, Claim::Replay(_) | Claim::Mismatch { .. }) {
@@ -174,6 +174,10 @@ impl Store for CachedStore {
 
     async fn abandon(&self, key: &RecordKey, attempt: AttemptId) -> Result<Cas, StoreError> {
         self.inner.abandon(key, attempt).await
+    }
+
+    fn replay_at_hand(&self, key: &RecordKey, fingerprint: &Fingerprint) -> Option<StoredResponse> {
+        self.cached(key, fingerprint)
     }
 
     fn forget(&self, key: &RecordKey) {

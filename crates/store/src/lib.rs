@@ -294,6 +294,19 @@ pub trait Store: Send + Sync + 'static {
     /// removed its record. Backends remember nothing; wrappers that cache
     /// records drop them, and wrappers forward the call.
     fn forget(&self, _key: &RecordKey) {}
+    /// A replay this layer can give at once, without a store round trip
+    /// (the replay cache): the recorded response if `key`'s record is
+    /// known completed under `fingerprint`, else `None` (ask
+    /// [`Store::claim`]). Nothing is written either way, so the gateway
+    /// answers it on the request's own task. Backends have none; wrappers
+    /// that cache records answer from their cache.
+    fn replay_at_hand(
+        &self,
+        _key: &RecordKey,
+        _fingerprint: &Fingerprint,
+    ) -> Option<StoredResponse> {
+        None
+    }
 }
 
 /// The administration side of a record store: key administration,

@@ -104,6 +104,47 @@ async fn a_replayed_record_is_answered_from_memory_until_the_ttl(b: Backend) {
     assert_eq!(s.upstream.count("c1"), 2);
 }
 
+/// A replay the cache holds needs no forward slot: with the only one
+/// taken by a slow forward, it is still answered, while one the store
+/// must answer gets `503 overloaded` (the control: the slot is taken).
+async fn a_cached_replay_needs_no_forward_slot(b: Backend) {
+    let s = Setup::with(b, |config| {
+        config
+            .top(|t| {
+                t.set("max_forwards_in_flight", 1);
+            })
+            .store(|s| {
+                s.set("replay_cache_ttl", "1h");
+            })
+    })
+    .await;
+    let url = s.gateway.url("/v1/payments");
+    for key in ["c5", "c6"] {
+        let first = post(&s.client, &url, key, "{}").await;
+        assert_eq!(first.status, StatusCode::CREATED);
+    }
+    // c5's replay from the store fills the cache; c6 is never replayed.
+    assert!(post(&s.client, &url, "c5", "{}").await.is_replay());
+    let slow = tokio::spawn({
+        let (c, url) = (s.client.clone(), s.gateway.url("/v1/slow/1500"));
+        async move { post(&c, &url, "c5-slow", "{}").await }
+    });
+    crate::support::eventually(Duration::from_secs(10), || async {
+        (s.upstream.count("c5-slow") == 1).then_some(())
+    })
+    .await
+    .expect("the slow forward reached the upstream");
+    let cached = post(&s.client, &url, "c5", "{}").await;
+    assert_eq!(cached.status, StatusCode::CREATED, "{cached:?}");
+    assert!(cached.is_replay());
+    assert_eq!(hits(&s.gateway).await, 1.0);
+    let uncached = post(&s.client, &url, "c6", "{}").await;
+    assert_eq!(uncached.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(uncached.problem_type(), "urn:idemgate:problem:overloaded");
+    assert_eq!(slow.await.unwrap().status, StatusCode::CREATED);
+    assert_eq!(s.upstream.count("c5"), 1);
+}
+
 async fn a_cached_record_never_outlives_its_retention(b: Backend) {
     let s = setup(b, "1h", |r| {
         r.set("lease", "1s").set("retention", "2s");
@@ -162,6 +203,7 @@ async fn a_key_claimed_anew_drops_its_cached_record(b: Backend) {
 per_backend!(only [postgres, redis, sqlite]:
     a_key_claimed_anew_drops_its_cached_record,
     a_replayed_record_is_answered_from_memory_until_the_ttl,
+    a_cached_replay_needs_no_forward_slot,
     a_cached_record_never_outlives_its_retention,
     a_zero_ttl_turns_the_cache_off,
 );
