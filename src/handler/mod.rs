@@ -51,6 +51,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::clock::Instant;
 use crate::config::{Config, Route};
+use crate::logging::RequestLine;
 use crate::metrics::{Metrics, RouteMetrics};
 use crate::problem::GatewayError;
 use crate::request::body::{self, Body, RequestBody};
@@ -214,19 +215,18 @@ impl Gateway {
         let key = trace.key_digest.as_deref();
         spans::finish(&span, status, outcome.as_str(), key, trace.token);
         let trace_id = spans::trace_id(&span);
-        tracing::info!(
-            target: "idemgate::request",
-            method = %method,
-            path = %uri.path(),
-            route = route.unwrap_or("-"),
-            outcome = outcome.as_str(),
+        RequestLine {
+            method: &method,
+            path: uri.path(),
+            route: route.unwrap_or("-"),
+            outcome: outcome.as_str(),
             status,
-            latency_ms = started.elapsed().as_secs_f64() * 1000.0,
-            key = key.unwrap_or("-"),
-            token = trace.token,
-            trace_id = trace_id.as_deref(),
-            "request"
-        );
+            latency: started.elapsed(),
+            key: key.unwrap_or("-"),
+            token: trace.token,
+            trace_id: trace_id.as_deref(),
+        }
+        .log();
         response
     }
 

@@ -1,6 +1,6 @@
-//! Logging: one line per request and the gateway's warnings, written to
-//! stderr by a background thread so that no request waits on the terminal
-//! or a log pipe.
+//! Logging: one line per request ([`RequestLine`]) and the gateway's
+//! warnings, written to stderr by a background thread so that no request
+//! waits on the terminal or a log pipe.
 //!
 //! A request's thread formats its line (tracing-subscriber's `fmt`, text or
 //! JSON) and appends it to one shared buffer, bounded in bytes
@@ -27,6 +27,10 @@ use tracing_subscriber::{EnvFilter, Layer};
 use crate::config::LogFormat;
 use crate::telemetry::Tracing;
 
+mod request_line;
+
+pub use request_line::RequestLine;
+
 /// Bytes of formatted lines the buffer holds before it drops (at 100–300
 /// bytes a request line, 7,000–20,000 lines).
 pub const LOG_BUFFER_BYTES: usize = 2 * 1024 * 1024;
@@ -39,6 +43,17 @@ const FLUSH_AT_BYTES: usize = 64 * 1024;
 const LINGER: Duration = Duration::from_millis(5);
 
 static SHARED: OnceLock<Arc<Shared>> = OnceLock::new();
+
+/// The format of the lines [`init`] installed, when they are plain text or
+/// JSON (no colours): lines of our own ([`RequestLine`]) can then be
+/// written straight into [`SHARED`].
+static PLAIN: OnceLock<LogFormat> = OnceLock::new();
+
+/// The writer's buffer and the format to write into it, when [`init`]
+/// installed a logger that writes no colours.
+fn plain_writer() -> Option<(&'static Shared, LogFormat)> {
+    Some((SHARED.get()?, *PLAIN.get()?))
+}
 
 /// What the request threads and the writer thread share.
 #[derive(Default)]
@@ -231,6 +246,9 @@ pub fn init(format: LogFormat, default: &str, tracing: Option<&Tracing>) -> LogG
     };
     if installed.is_err() || SHARED.set(shared.clone()).is_err() {
         return LogGuard { writer: None };
+    }
+    if !std::io::stderr().is_terminal() {
+        let _ = PLAIN.set(format);
     }
     let writer = shared.clone();
     let (finished, finished_rx) = std::sync::mpsc::channel();
