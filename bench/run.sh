@@ -29,6 +29,10 @@
 #   trace  new keys (PostgreSQL) and replays (Redis) with OpenTelemetry
 #      tracing on (every request sampled, exported over OTLP/HTTP to a local
 #      sink that answers 200) next to the same gateways with tracing off
+#   seal  sealed records ([store] encryption_keys, compressed) vs plain, on
+#      Redis with the replay cache off, the upstream answering a 2 KiB
+#      PaymentIntent (crates/store/src/seal/fixture.rs): new keys, and
+#      replays (each opened)
 #   wait  (not in the default) what [store] replicas = 1 costs: a Redis
 #      replica of the bench's Redis, and gateways on the same Redis database
 #      with replicas = 1 (WAIT 1 100 after each claim that takes a key and
@@ -57,7 +61,7 @@ HOT=100
 STORMS="${STORMS:-2 8 32 64}"
 STORM_C="${STORM_C:-64}"
 RESULTS="${RESULTS:-bench/results/$(date -u +%Y-%m-%d).md}"
-ONLY="${ONLY:-A B C D F peer log trace memory ceil}"
+ONLY="${ONLY:-A B C D F peer log trace seal memory ceil}"
 F_STORMS="${F_STORMS:-8 16 32 64}"
 BASELINE="${BASELINE:-}"
 BENCH_CACHE="${BENCH_CACHE:-$HOME/.cache/idemgate-bench}"
@@ -68,7 +72,7 @@ log() { printf '==> %s\n' "$*" >&2; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 want() { case " $ONLY " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 for part in $ONLY; do
-    case "$part" in A|B|C|D|F|peer|log|trace|wait|memory|ceil|distance|overload) ;; *) log "ONLY: unknown part '$part' (A B C D F peer log trace wait memory ceil distance overload)"; exit 2 ;; esac
+    case "$part" in A|B|C|D|F|peer|log|trace|seal|wait|memory|ceil|distance|overload) ;; *) log "ONLY: unknown part '$part' (A B C D F peer log trace seal wait memory ceil distance overload)"; exit 2 ;; esac
 done
 
 # ---- tools ---------------------------------------------------------------------
@@ -157,6 +161,12 @@ REDIS_PID=$!
 PIDS+=("$REDIS_PID")
 
 UP="$(free_port)"; NGX="$(free_port)"
+# The seal part's answer: the sealing tests' PaymentIntent (about 2 KiB of
+# JSON; it has no quote, backslash or dollar sign for nginx to read).
+PAYMENT_OBJECT="$(python3 -c '
+import sys
+s = open("crates/store/src/seal/fixture.rs").read()
+sys.stdout.write(s[s.index("r#\"") + 3:s.index("\"#;")].replace("{marker}", "bench"))')"
 log "nginx upstream on :$UP, nginx proxy on :$NGX"
 cat > "$WORK/nginx.conf" <<EOF
 worker_processes 1;
@@ -169,6 +179,7 @@ http {
     server {
         listen 127.0.0.1:$UP;
         location / { default_type application/json; return 201 '{"id":"pay_1","status":"succeeded"}'; }
+        location /v1/payment-objects { default_type application/json; return 201 '$PAYMENT_OBJECT'; }
     }
     upstream up { server 127.0.0.1:$UP; keepalive 64; }
     server {
@@ -455,6 +466,15 @@ PYSINK
     start_gateway pg-traced "$PGURL" 5s "$BIN" warn "" "http://127.0.0.1:$SINK"; PT_PORT="$GW_PORT"; PT_PID="$GW_PID"; PT_ADMIN="$GW_ADMIN"
     start_gateway redis-traced "redis://127.0.0.1:$REDISPORT/" 5s "$BIN" warn "" "http://127.0.0.1:$SINK"; RT_PORT="$GW_PORT"; RT_PID="$GW_PID"; RT_ADMIN="$GW_ADMIN"
 fi
+if want seal; then
+    # Two gateways on the bench's Redis, each on a database of its own (the
+    # hot set's keys are the other rows' too), replay cache off; the second
+    # seals its records under a key made for the run.
+    SEAL_KEY="$(python3 -c 'import base64, os; print(base64.b64encode(os.urandom(32)).decode())')"
+    start_gateway redis-plain "redis://127.0.0.1:$REDISPORT/3" 0s; RP_PORT="$GW_PORT"; RP_PID="$GW_PID"
+    STORE_EXTRA="encryption_keys = [\"b1:$SEAL_KEY\"]" start_gateway redis-sealed "redis://127.0.0.1:$REDISPORT/2" 0s
+    RS_PORT="$GW_PORT"; RS_PID="$GW_PID"
+fi
 if [ -n "$PEER_BIN" ]; then
     start_peer
     echo "peer $PEER_PID" >> "$WORK/rss.pids"
@@ -525,6 +545,15 @@ if want trace; then
         curl -sf "http://127.0.0.1:$admin/metrics" | grep '^idemgate_trace_spans_dropped_total' | awk '{s += $2} END {printf "%d ", s}'
     done > "$WORK/traces"
     curl -sf "http://127.0.0.1:$SINK/" >> "$WORK/traces"
+fi
+
+# ---- seal: sealed vs plain records ------------------------------------------------------
+# Replay cache off on both, so every replay reads the store and opens the
+# record; the answer is the 2 KiB payment object, compressed when sealed.
+if want seal; then
+    preload "$RP_PORT" /v1/payment-objects; preload "$RS_PORT" /v1/payment-objects
+    measure "seal-B-off $RP_PORT new $RP_PID /v1/payment-objects" "seal-B-on $RS_PORT new $RS_PID /v1/payment-objects" \
+            "seal-C-off $RP_PORT hot $RP_PID /v1/payment-objects" "seal-C-on $RS_PORT hot $RS_PID /v1/payment-objects"
 fi
 
 # ---- D: same-key storms ------------------------------------------------------------
@@ -1005,6 +1034,7 @@ names = ["A-direct", "A-nginx", "A-idemgate", "A-idemgate-before",
          "C-postgres", "C-postgres-before", "C-redis", "C-redis-nocache", "C-peer", "C-sqlite",
          "log-A-warn", "log-A-info", "log-C-warn", "log-C-info",
          "trace-B-off", "trace-B-on", "trace-C-off", "trace-C-on",
+         "seal-B-off", "seal-B-on", "seal-C-off", "seal-C-on",
          "wait-B-0", "wait-B-1", "wait-C-0", "wait-C-1"] + storms + [
          "ceil-pg-claim-complete", "ceil-pg-plain-pair", "ceil-pg-replay", "ceil-redis-claim", "ceil-redis-complete",
          "ceil-redis-claim+complete", "ceil-redis-replay", "ceil-sqlite-insert-update", "ceil-sqlite-serial"]
@@ -1092,6 +1122,8 @@ for label, a, b, target in [
     ("log info ÷ warn: replay", "log-C-info", "log-C-warn", "—"),
     ("tracing on ÷ off: new keys (PostgreSQL)", "trace-B-on", "trace-B-off", "—"),
     ("tracing on ÷ off: replays (Redis)", "trace-C-on", "trace-C-off", "—"),
+    ("sealed ÷ plain: new keys (Redis, 2 KiB answer)", "seal-B-on", "seal-B-off", "within a few %"),
+    ("sealed ÷ plain: replays, replay cache off (Redis, 2 KiB answer)", "seal-C-on", "seal-C-off", "within a few %"),
     ("replicas = 1 ÷ 0: new keys (Redis)", "wait-B-1", "wait-B-0", "—"),
     ("replicas = 1 ÷ 0: replays, replay cache off (Redis)", "wait-C-1", "wait-C-0", "—"),
 ]:
@@ -1116,6 +1148,8 @@ for first, title, pairs in [
      [("pass-through", "log-A-info", "log-A-warn"), ("replay", "log-C-info", "log-C-warn")]),
     ("trace-B-on", "Tracing on (every request sampled, exported) vs off, gateway CPU µs per request, on − off:",
      [("new keys (PostgreSQL)", "trace-B-on", "trace-B-off"), ("replays (Redis)", "trace-C-on", "trace-C-off")]),
+    ("seal-B-on", "Sealed records vs plain (Redis, 2 KiB answer, replay cache off), gateway CPU µs per request, sealed − plain:",
+     [("new keys", "seal-B-on", "seal-B-off"), ("replays", "seal-C-on", "seal-C-off")]),
 ]:
     if not any((first, c) in rows for c in cs):
         continue
