@@ -126,6 +126,24 @@ impl StoredResponse {
             .sum();
         self.body.len() + headers
     }
+
+    /// From a store's fields: the status as stored (a number), the headers
+    /// as [`encode_headers`] wrote them, the body.
+    pub fn from_fields(
+        status: Option<i64>,
+        headers: &[u8],
+        body: Vec<u8>,
+    ) -> Result<Self, StoreError> {
+        let corrupt = |what: &str| StoreError::Corrupt(format!("a recorded response with {what}"));
+        Ok(Self {
+            status: status
+                .and_then(|s| u16::try_from(s).ok())
+                .and_then(|s| StatusCode::from_u16(s).ok())
+                .ok_or_else(|| corrupt("a bad status"))?,
+            headers: decode_headers(headers).ok_or_else(|| corrupt("undecodable headers"))?,
+            body: Bytes::from(body),
+        })
+    }
 }
 
 /// The outcome of a claim.
@@ -308,6 +326,11 @@ pub trait StoreAdmin: Send + Sync + 'static {
     async fn relay_wakeups(&self, waiters: Arc<Waiters>);
     /// One record, if present (an expired one until it is swept).
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError>;
+    /// The response a completed record holds, as the store keeps it
+    /// (sealed, if it was): `keys show` opens a sealed one to tell its
+    /// real status and size ([`RecordInfo::with_recorded`]). `None`: no
+    /// record, or none completed.
+    async fn recorded(&self, key: &RecordKey) -> Result<Option<StoredResponse>, StoreError>;
     /// Up to `limit` records of a route in one state, least recently changed first.
     async fn list(
         &self,

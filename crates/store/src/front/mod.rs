@@ -504,6 +504,10 @@ impl StoreAdmin for FrontStore {
         self.inner.truth.inspect(key).await
     }
 
+    async fn recorded(&self, key: &RecordKey) -> Result<Option<StoredResponse>, StoreError> {
+        self.inner.truth.recorded(key).await
+    }
+
     async fn list(
         &self,
         route: &str,

@@ -86,6 +86,13 @@ impl StoreAdmin for MemoryStore {
         Ok(self.lock().records.get(key).and_then(|r| r.info(key)))
     }
 
+    async fn recorded(&self, key: &RecordKey) -> Result<Option<StoredResponse>, StoreError> {
+        Ok(match self.lock().records.get(key).map(|r| &r.state) {
+            Some(State::Completed(response)) => Some(response.clone()),
+            _ => None,
+        })
+    }
+
     async fn list(
         &self,
         route: &str,

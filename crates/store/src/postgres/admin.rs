@@ -12,7 +12,7 @@ use crate::info::from_epoch_millis;
 use crate::waiters::{self, Waiters};
 use crate::{
     BatchStats, EraseStep, Erased, InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey,
-    RecordState, StoreAdmin, StoreError, Swept,
+    RecordState, StoreAdmin, StoreError, StoredResponse, Swept,
 };
 
 #[derive(sqlx::FromRow)]
@@ -252,6 +252,28 @@ impl StoreAdmin for PgStore {
             })
             .await?;
         row.map(InfoRow::into_info).transpose()
+    }
+
+    async fn recorded(&self, key: &RecordKey) -> Result<Option<StoredResponse>, StoreError> {
+        type Row = (Option<i16>, Option<Vec<u8>>, Option<Vec<u8>>);
+        let row: Option<Row> = self
+            .bounded(async |conn| {
+                bind_key!(
+                    sqlx::query_as(at_key!(
+                        "SELECT status, headers, body FROM idemgate_records",
+                        "AND state = 'completed'"
+                    )),
+                    key
+                )
+                .fetch_optional(conn)
+                .await
+            })
+            .await?;
+        row.map(|(status, headers, body)| {
+            let headers = headers.unwrap_or_default();
+            StoredResponse::from_fields(status.map(i64::from), &headers, body.unwrap_or_default())
+        })
+        .transpose()
     }
 
     async fn list(

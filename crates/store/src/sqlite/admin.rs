@@ -163,6 +163,13 @@ impl StoreAdmin for SqliteStore {
         row.map(InfoRow::into_info).transpose()
     }
 
+    async fn recorded(&self, key: &RecordKey) -> Result<Option<StoredResponse>, StoreError> {
+        let row = self.read(async |conn| read_row(conn, key).await).await?;
+        row.filter(|row| row.head.state == "completed")
+            .map(rows::Row::response)
+            .transpose()
+    }
+
     async fn list(
         &self,
         route: &str,
