@@ -352,7 +352,8 @@ pub trait StoreAdmin: Send + Sync + 'static {
     /// through an index on the route and scope, never a scan of the store;
     /// one the upstream may still be working on only with `step.force`
     /// ([`transitions::deletable`], as `delete`). Call again while
-    /// [`Erased::more`]; the last step counts what is left.
+    /// [`Erased::more`], each step after the last one's [`Erased::last`]
+    /// ([`EraseStep::after`]); the last step counts what is left.
     async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError>;
     /// One step of retention: delete up to `batch` expired records, or
     /// (PostgreSQL) retire the previous generation once the current one is

@@ -1,7 +1,8 @@
 //! `keys erase`: every record of one scope, on every route that reads a
 //! scope, removed step by step through the store's index
-//! ([`StoreAdmin::erase`]), each removed key forgotten by the replay cache;
-//! and the scope's digest as an operator gives it.
+//! ([`StoreAdmin::erase`]), each step resuming where the last stopped,
+//! each removed key forgotten by the replay cache; and the scope's digest
+//! as an operator gives it.
 
 use std::fmt::Write as _;
 
@@ -85,7 +86,7 @@ pub(super) async fn erase(
             scope,
             key: String::new(),
         };
-        let mut here = 0_u64;
+        let (mut here, mut after) = (0_u64, None::<String>);
         loop {
             let step = records
                 .erase(&EraseStep {
@@ -93,6 +94,7 @@ pub(super) async fn erase(
                     scope: &key.scope,
                     force: target.force,
                     limit: ERASE_STEP,
+                    after: after.as_deref(),
                 })
                 .await
                 .map_err(|source| KeysError::EraseFailed {
@@ -105,6 +107,10 @@ pub(super) async fn erase(
                 path.forget(&key);
             }
             here += step.keys.len() as u64;
+            // Each step resumes where the last stopped (crates/store/src/erased.rs).
+            if step.last.is_some() {
+                after.clone_from(&step.last);
+            }
             if !step.more(ERASE_STEP) {
                 left += step.left;
                 let _ = write!(

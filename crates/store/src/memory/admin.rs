@@ -128,11 +128,13 @@ impl StoreAdmin for MemoryStore {
     }
 
     async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+        // The map has no order: there is no cursor to resume at.
         let EraseStep {
             route,
             scope,
             force,
             limit,
+            after: _,
         } = *step;
         // A scan, bounded by `max_records`: the map is the only index.
         let now = Instant::now();
@@ -150,7 +152,7 @@ impl StoreAdmin for MemoryStore {
         }
         let mut erased = Erased {
             keys: gone.iter().map(|k| k.key.clone()).collect(),
-            left: 0,
+            ..Erased::default()
         };
         if !erased.more(limit) {
             erased.left = inner.records.keys().filter(|k| of_scope(k)).count() as u64;

@@ -91,29 +91,35 @@ macro_rules! deletable {
     };
 }
 
-/// One step of erasure: up to `$4` records of route `$1` and scope `$2`,
-/// those the upstream may be working on only with `$3`
-/// ([`deletable!`], re-checked on the row the DELETE finds). Both reads go
-/// through the primary key, `(route, scope, key)`, whose first two columns
-/// are exactly these (in each generation's partition): a scope's records
-/// are one range of it, so the cost is that range's, whatever the table
-/// holds, and no index of its own costs bytes on every record. The keys
-/// are picked first (an array, read once: at most `$4` entries of the
-/// range) and then deleted by the whole primary key each, so a step never
-/// reads more of a large scope than it removes. Public for the test that
-/// reads its plan (tests/it/stores/postgres_plans.rs).
+/// One step of erasure: up to `$4` records of route `$1` and scope `$2`
+/// whose key sorts after `$5` (the previous step's last, `''` at first),
+/// those the upstream may be working on only with `$3` ([`deletable!`],
+/// re-checked on the row the DELETE finds). Both reads go through the
+/// primary key, `(route, scope, key)`, whose first two columns are exactly
+/// these (in each generation's partition): a scope's records are one range
+/// of it, so the cost is that range's, whatever the table holds, and no
+/// index of its own costs bytes on every record. The keys are picked first
+/// in key order, from `$5` on (an array, read once: at most `$4` entries
+/// of the range past the cursor), and then deleted by the whole primary
+/// key each, so a step never reads more of a large scope than it removes,
+/// nor what earlier steps passed over (crates/store/src/erased.rs). The
+/// removed keys come back in key order, in the column's collation, the
+/// last one the next step's cursor. Public for the test that reads its
+/// plan (tests/it/stores/postgres_plans.rs).
 pub const ERASE: &str = concat!(
-    "DELETE FROM idemgate_records
+    "WITH gone AS (
+    DELETE FROM idemgate_records
       WHERE route = $1 AND scope = $2
         AND key = ANY (ARRAY(SELECT key FROM idemgate_records
-                              WHERE route = $1 AND scope = $2 AND ",
+                              WHERE route = $1 AND scope = $2 AND key > $5 AND ",
     deletable!(3),
     "
-                              LIMIT $4))
+                              ORDER BY key LIMIT $4))
         AND ",
     deletable!(3),
     "
-  RETURNING key"
+  RETURNING key)
+SELECT key FROM gone ORDER BY key"
 );
 
 /// What an erasure leaves of a scope on a route (through the primary key,
@@ -375,11 +381,13 @@ impl StoreAdmin for PgStore {
                     .bind(scope)
                     .bind(step.force)
                     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                    .bind(step.after.unwrap_or(""))
                     .fetch_all(conn)
                     .await
             })
             .await?;
-        let mut erased = Erased { keys, left: 0 };
+        // In key order (ERASE sorts them), in the column's collation.
+        let mut erased = Erased::in_key_order(keys);
         if !erased.more(limit) {
             let left: i64 = self
                 .bounded(async |conn| {

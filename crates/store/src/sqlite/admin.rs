@@ -208,6 +208,7 @@ impl StoreAdmin for SqliteStore {
             scope: scope.to_vec(),
             force: step.force,
             limit: step.limit,
+            after: step.after.map(str::to_string),
         };
         match self.write(op).await? {
             Reply::Erased(erased) => {

@@ -28,6 +28,7 @@
 //!   beyond a quarter of the file they are given back ([`room`]).
 
 mod admin;
+mod erase;
 mod inquiries;
 mod ops;
 mod room;
@@ -56,7 +57,7 @@ use super::{
 };
 use crate::waiters::{Waiters, WakeId};
 
-pub use self::ops::ERASE;
+pub use self::erase::ERASE;
 
 /// How often each process's relay reads the announcements of other
 /// processes (only while some route waits).
