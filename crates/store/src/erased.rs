@@ -2,7 +2,9 @@
 //! route's records of one scope, at most so many, after where the last
 //! step stopped) and what it did (the keys of the records it removed,
 //! where the next step resumes and, once a step finds no more it may
-//! remove, how many records of the scope the route still holds).
+//! remove, how many records of the scope the route still holds); or, when
+//! the store failed, why, with the keys of the records removed before the
+//! failure, which stay removed and are counted ([`EraseStepFailed`]).
 //!
 //! The cursor matters where a scope's records are one range of an index
 //! in key order (PostgreSQL, SQLite): a step that began at the range's
@@ -14,6 +16,8 @@
 //! last key removed, each step reads its own part of the range once.
 //!
 //! [`StoreAdmin::erase`]: super::StoreAdmin::erase
+
+use super::StoreError;
 
 /// What one [`StoreAdmin::erase`](super::StoreAdmin::erase) step removes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,5 +70,31 @@ impl Erased {
     /// Whether another step may find more to remove: this one was full.
     pub fn more(&self, limit: usize) -> bool {
         self.keys.len() >= limit
+    }
+}
+
+/// A [`StoreAdmin::erase`](super::StoreAdmin::erase) step the store failed
+/// in: why, and the keys of the records it had removed by then (a step of
+/// several statements or scripts: PostgreSQL's count after its delete, a
+/// Redis Cluster's buckets, the front's fences after PostgreSQL). They
+/// stay removed: the caller counts them and forgets them as it does a
+/// step's. A failure before anything was removed converts from its
+/// [`StoreError`] (`?`).
+#[derive(Debug, thiserror::Error)]
+#[error("{source}")]
+pub struct EraseStepFailed {
+    /// The keys of the records removed before the failure.
+    pub removed: Vec<String>,
+    /// Why it failed.
+    #[source]
+    pub source: StoreError,
+}
+
+impl From<StoreError> for EraseStepFailed {
+    fn from(source: StoreError) -> Self {
+        Self {
+            removed: Vec::new(),
+            source,
+        }
     }
 }

@@ -59,7 +59,7 @@ pub use caller::Shed;
 pub use config::{FrontConfig, InvalidStoreSetting, StoreConfig, WaitRoutes};
 // The record's vocabulary and its rules live in the core crate; the store
 // speaks it, and re-exports it for the backends and their users.
-pub use erased::{EraseStep, Erased};
+pub use erased::{EraseStep, EraseStepFailed, Erased};
 pub use headers::{decode_headers, encode_headers};
 pub use idemgate_core::{
     AttemptId, Cas, Fingerprint, HeldReason, RecordKey, RecordState, Token, UnknownOutcome,
@@ -353,8 +353,10 @@ pub trait StoreAdmin: Send + Sync + 'static {
     /// one the upstream may still be working on only with `step.force`
     /// ([`transitions::deletable`], as `delete`). Call again while
     /// [`Erased::more`], each step after the last one's [`Erased::last`]
-    /// ([`EraseStep::after`]); the last step counts what is left.
-    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError>;
+    /// ([`EraseStep::after`]); the last step counts what is left. A step
+    /// that fails after removing records says which
+    /// ([`EraseStepFailed::removed`]).
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, EraseStepFailed>;
     /// One step of retention: delete up to `batch` expired records, or
     /// (PostgreSQL) retire the previous generation once the current one is
     /// `[store] generation` old (crates/store/src/postgres/generations.rs).

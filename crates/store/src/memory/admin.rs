@@ -127,7 +127,7 @@ impl StoreAdmin for MemoryStore {
         }))
     }
 
-    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, EraseStepFailed> {
         // The map has no order: there is no cursor to resume at.
         let EraseStep {
             route,

@@ -14,8 +14,8 @@ use super::store::{bytes, corrupt, int};
 use crate::info::from_epoch_millis;
 use crate::waiters::{self, Waiters};
 use crate::{
-    EraseStep, Erased, InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState,
-    StoreAdmin, StoreError, StoredResponse, Swept,
+    EraseStep, EraseStepFailed, Erased, InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey,
+    RecordState, StoreAdmin, StoreError, StoredResponse, Swept,
 };
 
 /// Where a [`RedisStore::scan_route`] stands: the nodes still to scan
@@ -132,7 +132,7 @@ impl StoreAdmin for RedisStore {
         waiters::relay(|| self.listen(&waiters)).await;
     }
 
-    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, EraseStepFailed> {
         self.erase_buckets(step).await
     }
 

@@ -201,7 +201,7 @@ impl StoreAdmin for SqliteStore {
         self.remove(key, Removal::Delete { force }).await
     }
 
-    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, EraseStepFailed> {
         let (route, scope) = (step.route, step.scope);
         let op = Op::Erase {
             route: route.to_string(),
@@ -210,6 +210,8 @@ impl StoreAdmin for SqliteStore {
             limit: step.limit,
             after: step.after.map(str::to_string),
         };
+        // A step that fails is rolled back with its savepoint: it removed
+        // nothing, so its error alone is the answer.
         match self.write(op).await? {
             Reply::Erased(erased) => {
                 for key in &erased.keys {
@@ -221,7 +223,7 @@ impl StoreAdmin for SqliteStore {
                 }
                 Ok(erased)
             }
-            other => Err(corrupt(&format!("the writer answered {other:?}"))),
+            other => Err(corrupt(&format!("the writer answered {other:?}")).into()),
         }
     }
 

@@ -51,9 +51,9 @@ use self::ops::{AttemptWrite, ClaimOp, Op, Removal, Reply, claim_step, read_only
 use self::rows::{Context, Head, KEY, bind_key, corrupt, now_us, read_row, unavailable};
 use self::writer::Writer;
 use super::{
-    AttemptId, Cas, Claim, ClaimRequest, EraseStep, Erased, HeldReason, InquiringRoute, Inquiry,
-    RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig, StoreError, StoredResponse,
-    Swept, Token,
+    AttemptId, Cas, Claim, ClaimRequest, EraseStep, EraseStepFailed, Erased, HeldReason,
+    InquiringRoute, Inquiry, RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig,
+    StoreError, StoredResponse, Swept, Token,
 };
 use crate::waiters::{Waiters, WakeId};
 
