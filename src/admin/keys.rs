@@ -267,10 +267,7 @@ pub async fn execute(
     match command {
         KeyCommand::Show(target) => {
             let key = record_key(config, &target)?;
-            let info = records
-                .inspect(&key)
-                .await?
-                .ok_or_else(|| not_found(&key))?;
+            let info = shown(config, records, &key).await?;
             Ok(if target.json {
                 json(&info)
             } else {
@@ -312,6 +309,26 @@ pub async fn execute(
             }
         }
     }
+}
+
+/// The record under `key` as `keys show` tells it: a sealed response
+/// opened under the configured keys (those in force: a reload leaves
+/// them as the gateway started), so it shows the key id it needs and the
+/// recorded status and size, not the envelope's, or why it does not open.
+async fn shown(
+    config: &Config,
+    records: &dyn StoreAdmin,
+    key: &RecordKey,
+) -> Result<RecordInfo, KeysError> {
+    let info = records.inspect(key).await?.ok_or_else(|| not_found(key))?;
+    if info.state != RecordState::Completed {
+        return Ok(info);
+    }
+    Ok(match records.recorded(key).await? {
+        Some(stored) => info.with_recorded(config.store.encryption_keys.as_deref(), key, stored),
+        // Removed or claimed again between the two reads: as first read.
+        None => info,
+    })
 }
 
 /// Which removal failed.
@@ -447,6 +464,19 @@ fn describe(info: &RecordInfo) -> String {
     if let (Some(status), Some(bytes)) = (info.status, info.body_bytes) {
         line("response", format!("{status}, {bytes} bytes"));
     }
+    if let Some(id) = &info.sealed_with {
+        let why = match info.open_error {
+            None => String::new(),
+            Some("unknown_key") => {
+                ", which does not open: [store] encryption_keys does not list that id".into()
+            }
+            Some("unauthentic") => ", which does not open: it was sealed for another record, \
+                                     altered, or under other material"
+                .into(),
+            Some(other) => format!(", which does not open ({other})"),
+        };
+        line("sealed", format!("with key id {id:?}{why}"));
+    }
     out
 }
 
@@ -507,6 +537,9 @@ mod tests {
             inquiring_since: None,
             status: None,
             body_bytes: None,
+            sealed_with: None,
+            opened: None,
+            open_error: None,
         }
     }
 

@@ -138,6 +138,72 @@ mod tests {
         );
     }
 
+    /// The properties of `schema`, by name.
+    fn properties(doc: &Value, schema: &str) -> BTreeSet<String> {
+        doc["components"]["schemas"][schema]["properties"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{schema} has no properties"))
+            .keys()
+            .cloned()
+            .collect()
+    }
+
+    /// `keys show --json` prints exactly the properties RecordInfo lists
+    /// (every optional one present here), and its reasons for a sealed
+    /// record that does not open are the listed ones.
+    #[test]
+    fn the_record_info_schema_is_what_keys_show_prints() {
+        use crate::store::{RecordInfo, RecordState, seal::OpenError};
+        let now = std::time::SystemTime::now();
+        let every = RecordInfo {
+            route: "r".into(),
+            scope: String::new(),
+            key: "k".into(),
+            state: RecordState::Completed,
+            held_reason: None,
+            token: 1,
+            created_at: now,
+            updated_at: now,
+            expires_at: now,
+            lease_until: None,
+            inquiries: Some(1),
+            inquiring_since: Some(now),
+            status: None,
+            body_bytes: None,
+            sealed_with: Some("k1".into()),
+            opened: Some(false),
+            open_error: Some("unknown_key"),
+        };
+        let printed: BTreeSet<String> = serde_json::to_value(&every)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let doc = document();
+        assert_eq!(
+            printed,
+            properties(&doc, "RecordInfo"),
+            "docs/src/reference/openapi.json (RecordInfo) and RecordInfo disagree"
+        );
+        let listed: BTreeSet<&str> =
+            doc["components"]["schemas"]["RecordInfo"]["properties"]["open_error"]["enum"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
+        let reasons: BTreeSet<&str> = [
+            OpenError::UnknownKey(String::new()),
+            OpenError::Unauthentic(String::new()),
+        ]
+        .iter()
+        .map(OpenError::reason)
+        .collect();
+        assert_eq!(listed, reasons);
+    }
+
     #[test]
     fn the_document_is_openapi_3_1_with_every_endpoint() {
         let doc = document();

@@ -44,10 +44,26 @@ pub struct RecordInfo {
         skip_serializing_if = "Option::is_none"
     )]
     pub inquiring_since: Option<SystemTime>,
-    /// The recorded status (completed only).
+    /// The recorded status (completed only; of a sealed record, the
+    /// opened response's, none if it does not open).
     pub status: Option<u16>,
-    /// The recorded body's size in bytes (completed only).
+    /// The recorded body's size in bytes (completed only; of a sealed
+    /// record, the opened body's, none if it does not open).
     pub body_bytes: Option<u64>,
+    /// The key id the recorded response was sealed under (`[store]
+    /// encryption_keys`): the key a rotation must keep until the record
+    /// expires. None: plain. Filled by [`RecordInfo::with_recorded`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sealed_with: Option<String>,
+    /// Whether the configured keys open it (sealed only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub opened: Option<bool>,
+    /// Why it does not open ([`OpenError::reason`]: `unknown_key`,
+    /// `unauthentic`), when it does not.
+    ///
+    /// [`OpenError::reason`]: crate::seal::OpenError::reason
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_error: Option<&'static str>,
 }
 
 impl RecordInfo {
@@ -90,6 +106,9 @@ impl RecordInfo {
             inquiring_since: None,
             status,
             body_bytes,
+            sealed_with: None,
+            opened: None,
+            open_error: None,
         })
     }
 

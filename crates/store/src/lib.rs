@@ -59,7 +59,7 @@ pub use caller::Shed;
 pub use config::{FrontConfig, InvalidStoreSetting, StoreConfig, WaitRoutes};
 // The record's vocabulary and its rules live in the core crate; the store
 // speaks it, and re-exports it for the backends and their users.
-pub use erased::{EraseStep, Erased};
+pub use erased::{EraseStep, EraseStepFailed, Erased};
 pub use headers::{decode_headers, encode_headers};
 pub use idemgate_core::{
     AttemptId, Cas, Fingerprint, HeldReason, RecordKey, RecordState, Token, UnknownOutcome,
@@ -125,6 +125,24 @@ impl StoredResponse {
             .map(|(name, value)| name.as_str().len() + value.len())
             .sum();
         self.body.len() + headers
+    }
+
+    /// From a store's fields: the status as stored (a number), the headers
+    /// as [`encode_headers`] wrote them, the body.
+    pub fn from_fields(
+        status: Option<i64>,
+        headers: &[u8],
+        body: Vec<u8>,
+    ) -> Result<Self, StoreError> {
+        let corrupt = |what: &str| StoreError::Corrupt(format!("a recorded response with {what}"));
+        Ok(Self {
+            status: status
+                .and_then(|s| u16::try_from(s).ok())
+                .and_then(|s| StatusCode::from_u16(s).ok())
+                .ok_or_else(|| corrupt("a bad status"))?,
+            headers: decode_headers(headers).ok_or_else(|| corrupt("undecodable headers"))?,
+            body: Bytes::from(body),
+        })
     }
 }
 
@@ -321,6 +339,11 @@ pub trait StoreAdmin: Send + Sync + 'static {
     async fn relay_wakeups(&self, waiters: Arc<Waiters>);
     /// One record, if present (an expired one until it is swept).
     async fn inspect(&self, key: &RecordKey) -> Result<Option<RecordInfo>, StoreError>;
+    /// The response a completed record holds, as the store keeps it
+    /// (sealed, if it was): `keys show` opens a sealed one to tell its
+    /// real status and size ([`RecordInfo::with_recorded`]). `None`: no
+    /// record, or none completed.
+    async fn recorded(&self, key: &RecordKey) -> Result<Option<StoredResponse>, StoreError>;
     /// Up to `limit` records of a route in one state, least recently changed first.
     async fn list(
         &self,
@@ -342,8 +365,11 @@ pub trait StoreAdmin: Send + Sync + 'static {
     /// through an index on the route and scope, never a scan of the store;
     /// one the upstream may still be working on only with `step.force`
     /// ([`transitions::deletable`], as `delete`). Call again while
-    /// [`Erased::more`]; the last step counts what is left.
-    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError>;
+    /// [`Erased::more`], each step after the last one's [`Erased::last`]
+    /// ([`EraseStep::after`]); the last step counts what is left. A step
+    /// that fails after removing records says which
+    /// ([`EraseStepFailed::removed`]).
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, EraseStepFailed>;
     /// One step of retention: delete up to `batch` expired records, or
     /// (PostgreSQL) retire the previous generation once the current one is
     /// `[store] generation` old (crates/store/src/postgres/generations.rs).

@@ -1,14 +1,15 @@
 //! `keys erase`: every record of one scope, on every route that reads a
 //! scope, removed step by step through the store's index
-//! ([`StoreAdmin::erase`]), each removed key forgotten by the replay cache;
-//! and the scope's digest as an operator gives it.
+//! ([`StoreAdmin::erase`]), each step resuming where the last stopped,
+//! each removed key forgotten by the replay cache; and the scope's digest
+//! as an operator gives it.
 
 use std::fmt::Write as _;
 
 use super::{EraseTarget, KeysError};
 use crate::config::Config;
 use crate::request::key_source;
-use crate::store::{EraseStep, RecordKey, Store, StoreAdmin};
+use crate::store::{EraseStep, EraseStepFailed, RecordKey, Store, StoreAdmin};
 
 /// How many records one erasure step removes: each step is one bounded
 /// statement (or script), and its keys are forgotten by the replay cache.
@@ -85,7 +86,7 @@ pub(super) async fn erase(
             scope,
             key: String::new(),
         };
-        let mut here = 0_u64;
+        let (mut here, mut after) = (0_u64, None::<String>);
         loop {
             let step = records
                 .erase(&EraseStep {
@@ -93,18 +94,31 @@ pub(super) async fn erase(
                     scope: &key.scope,
                     force: target.force,
                     limit: ERASE_STEP,
+                    after: after.as_deref(),
                 })
-                .await
-                .map_err(|source| KeysError::EraseFailed {
-                    removed: removed + here,
-                    route: key.route.clone(),
+                .await;
+            let step = match step {
+                Ok(step) => step,
+                // What the failed step had removed stays removed: forgotten
+                // and counted like a step's.
+                Err(EraseStepFailed {
+                    removed: gone,
                     source,
-                })?;
-            for removed in &step.keys {
-                key.key.clone_from(removed);
-                path.forget(&key);
-            }
+                }) => {
+                    forget(path, &mut key, &gone);
+                    return Err(KeysError::EraseFailed {
+                        removed: removed + here + gone.len() as u64,
+                        route: key.route,
+                        source,
+                    });
+                }
+            };
+            forget(path, &mut key, &step.keys);
             here += step.keys.len() as u64;
+            // Each step resumes where the last stopped (crates/store/src/erased.rs).
+            if step.last.is_some() {
+                after.clone_from(&step.last);
+            }
             if !step.more(ERASE_STEP) {
                 left += step.left;
                 let _ = write!(
@@ -140,6 +154,15 @@ pub(super) async fn erase(
     }
     out.push('\n');
     Ok(out)
+}
+
+/// Drop the records of `key`'s route and scope under `keys` from the
+/// replay cache of `path`.
+fn forget(path: &dyn Store, key: &mut RecordKey, keys: &[String]) {
+    for removed in keys {
+        key.key.clone_from(removed);
+        path.forget(key);
+    }
 }
 
 fn plural(n: u64) -> &'static str {

@@ -209,6 +209,141 @@ async fn rotation_and_a_missing_key(b: Backend) {
     }
 }
 
+/// The admin token of the `keys show` tests' gateways.
+const ADMIN_TOKEN: &str = "sealed-admin-token-0123456789";
+
+/// `entries` as the keys, and the admin token set.
+fn keyed(config: TestConfig, entries: &[&str]) -> TestConfig {
+    with_keys(config, entries).top(|t| {
+        t.set("admin_token", ADMIN_TOKEN);
+    })
+}
+
+/// `POST /keys` show of `key` on route `api`, through `gateway`'s admin
+/// listener: as JSON, or as the text `keys show` prints.
+async fn show(gateway: &Gateway, key: &str, json: bool) -> crate::support::Reply {
+    let bearer = format!("Bearer {ADMIN_TOKEN}");
+    let body = serde_json::json!({"show": {"route": "api", "key": key, "json": json}});
+    let url = format!("http://{}/keys", gateway.admin);
+    let reply = send(
+        &client(),
+        "POST",
+        &url,
+        &[("authorization", bearer.as_str())],
+        body.to_string(),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    reply
+}
+
+/// `keys show` on a sealed record names its key id and tells the recorded
+/// status and body size (opened with the gateway's keys), not the
+/// envelope's (200, and its own size); a plain record shows no key id
+/// (through a gateway with keys, where the store is shared).
+async fn keys_show_tells_a_sealed_record(b: Backend) {
+    let setup = Setup::with(b, |c| keyed(c, &[&format!("k1:{K1}")])).await;
+    let url = setup.gateway.url("/v1/payments");
+    let first = post(&setup.client, &url, "shown-1", "{\"amount\":1}").await;
+    assert_eq!(first.status, StatusCode::CREATED);
+    let shown = show(&setup.gateway, "shown-1", true).await.json();
+    assert_eq!(shown["state"], "completed", "{shown}");
+    assert_eq!(shown["sealed_with"], "k1", "{shown}");
+    assert_eq!(shown["opened"], true, "{shown}");
+    assert_eq!(shown["status"], 201, "{shown}");
+    assert_eq!(shown["body_bytes"], first.body.len() as u64, "{shown}");
+    assert!(shown.get("open_error").is_none(), "{shown}");
+    let text = show(&setup.gateway, "shown-1", false).await.text();
+    assert!(text.contains("sealed   with key id \"k1\"\n"), "{text}");
+    assert!(
+        text.contains(&format!("response 201, {} bytes", first.body.len())),
+        "{text}"
+    );
+
+    // The control: a record written without keys.
+    let keyless = Gateway::start(&setup.config.clone().store(|s| {
+        s.remove("encryption_keys");
+    }))
+    .await;
+    let plain = post(&setup.client, &keyless.url("/v1/payments"), "plain-1", "{}").await;
+    assert_eq!(plain.status, StatusCode::CREATED);
+    // Memory's records live in each gateway: the keyless one shows its own.
+    let shower = if b == Backend::Memory {
+        &keyless
+    } else {
+        &setup.gateway
+    };
+    let shown = show(shower, "plain-1", true).await.json();
+    assert_eq!(shown["status"], 201, "{shown}");
+    assert_eq!(shown["body_bytes"], plain.body.len() as u64, "{shown}");
+    for absent in ["sealed_with", "opened", "open_error"] {
+        assert!(shown.get(absent).is_none(), "{absent}: {shown}");
+    }
+    assert!(
+        !show(shower, "plain-1", false)
+            .await
+            .text()
+            .contains("sealed")
+    );
+    keyless.shutdown().await;
+}
+
+/// `keys show` on a record sealed under a key since removed names that key
+/// id and says it does not open, rather than failing (or showing the
+/// envelope's status); a record under a key still configured opens.
+async fn keys_show_names_a_removed_key(b: Backend) {
+    let setup = Setup::with(b, |c| keyed(c, &[&format!("k0:{K1}")])).await;
+    let url = setup.gateway.url("/v1/payments");
+    let old = post(&setup.client, &url, "under-k0", "{}").await;
+    assert_eq!(old.status, StatusCode::CREATED);
+    let rotated = Gateway::start(&keyed(setup.config.clone(), &[&format!("k1:{K2}")])).await;
+    let new = post(
+        &setup.client,
+        &rotated.url("/v1/payments"),
+        "under-k1",
+        "{}",
+    )
+    .await;
+    assert_eq!(new.status, StatusCode::CREATED);
+
+    let shown = show(&rotated, "under-k0", true).await.json();
+    assert_eq!(shown["state"], "completed", "{shown}");
+    assert_eq!(shown["sealed_with"], "k0", "{shown}");
+    assert_eq!(shown["opened"], false, "{shown}");
+    assert_eq!(shown["open_error"], "unknown_key", "{shown}");
+    assert!(shown["status"].is_null(), "not the envelope's: {shown}");
+    assert!(shown["body_bytes"].is_null(), "not the envelope's: {shown}");
+    let text = show(&rotated, "under-k0", false).await.text();
+    assert!(
+        text.contains("sealed   with key id \"k0\", which does not open"),
+        "{text}"
+    );
+    assert!(!text.contains("response"), "{text}");
+
+    let control = show(&rotated, "under-k1", true).await.json();
+    assert_eq!(control["sealed_with"], "k1", "{control}");
+    assert_eq!(control["opened"], true, "{control}");
+    assert_eq!(control["status"], 201, "{control}");
+    rotated.shutdown().await;
+}
+
+mod keys_show {
+    use super::keys_show_tells_a_sealed_record;
+    crate::support::per_backend!(
+        only [postgres, redis, redis_cluster, sqlite, memory, front]:
+        keys_show_tells_a_sealed_record,
+    );
+}
+
+/// A memory store's records do not outlive the gateway whose keys change.
+mod keys_show_removed_key {
+    use super::keys_show_names_a_removed_key;
+    crate::support::per_backend!(
+        only [postgres, redis, redis_cluster, sqlite, front]:
+        keys_show_names_a_removed_key,
+    );
+}
+
 /// One record's row copied onto another's, in the database itself: that
 /// key is answered `500 record-unauthentic`, never with the other
 /// record's response, and never forwarded.

@@ -673,6 +673,7 @@ fn erase_step<'a>(route: &'a str, scope: &'a [u8], force: bool, limit: usize) ->
         scope,
         force,
         limit,
+        after: None,
     }
 }
 
@@ -784,6 +785,99 @@ async fn erase_removes_one_scope_on_one_route(b: Backend) {
         }
     }
     assert_eq!(sorted(removed), ["c1", "c2", "c3"]);
+}
+
+/// Erasure in steps that each resume where the last stopped
+/// ([`EraseStep::after`]): over more steps than one, with records kept
+/// between those removed (a live lease, without force), it removes every
+/// record it may, keeps the others, and ends, in as many steps as the
+/// removals need (the kept ones never fill a step). Where a store reads a
+/// scope in key order (PostgreSQL, SQLite, the front on PostgreSQL), each
+/// step removes only keys past the last step's, names the greatest as its
+/// cursor, and a step resumed after a key never reaches back behind it.
+async fn erase_resumes_where_the_last_step_stopped(b: Backend) {
+    let f = Fixture::new(b).await;
+    let s = f.store.as_ref();
+    let d = [0xd; 32];
+    let at = |k: &str| RecordKey {
+        route: "r".into(),
+        scope: d.to_vec(),
+        key: k.into(),
+    };
+    let (mut kept, mut gone) = (Vec::new(), Vec::new());
+    for i in 0..10 {
+        let k = at(&format!("d{i}"));
+        let t = token(claim(s, &k, 1).await);
+        if i % 3 == 1 {
+            kept.push(k.key);
+        } else {
+            let done = s.complete(&k, t, &response("mine"), RETENTION).await;
+            assert_eq!(done.unwrap(), Cas::Applied);
+            gone.push(k.key);
+        }
+    }
+    let ordered = matches!(b, Backend::Postgres | Backend::Sqlite | Backend::Front);
+    let (mut removed, mut after, mut steps) = (Vec::new(), None::<String>, 0);
+    loop {
+        steps += 1;
+        assert!(steps <= 10, "the erasure does not end: {removed:?}");
+        let step = EraseStep {
+            after: after.as_deref(),
+            ..erase_step("r", &d, false, 2)
+        };
+        let step = s.erase(&step).await.unwrap();
+        assert!(step.keys.len() <= 2, "{step:?}");
+        if ordered {
+            for k in &step.keys {
+                assert!(
+                    after.as_deref().is_none_or(|a| k.as_str() > a),
+                    "{k} is behind the cursor {after:?}"
+                );
+            }
+            assert_eq!(step.last.as_ref(), step.keys.iter().max(), "{step:?}");
+        } else {
+            assert_eq!(step.last, None, "{step:?}");
+        }
+        removed.extend(step.keys.iter().cloned());
+        if step.last.is_some() {
+            after.clone_from(&step.last);
+        }
+        if !step.more(2) {
+            assert_eq!(step.left, kept.len() as u64, "{step:?}");
+            break;
+        }
+    }
+    removed.sort();
+    assert_eq!(removed, gone);
+    assert_eq!(steps, gone.len().div_ceil(2), "kept records filled a step");
+    for k in &kept {
+        assert!(s.inspect(&at(k)).await.unwrap().is_some(), "{k}");
+    }
+    if !ordered {
+        return;
+    }
+    // A step resumed after `e5` leaves what sorts before it.
+    let e = [0xe; 32];
+    let at_e = |k: &str| RecordKey {
+        route: "r".into(),
+        scope: e.to_vec(),
+        key: k.into(),
+    };
+    for i in 0..10 {
+        let k = at_e(&format!("e{i}"));
+        let t = token(claim(s, &k, 1).await);
+        let done = s.complete(&k, t, &response("mine"), RETENTION).await;
+        assert_eq!(done.unwrap(), Cas::Applied);
+    }
+    let resumed = EraseStep {
+        after: Some("e5"),
+        ..erase_step("r", &e, false, 100)
+    };
+    let resumed = s.erase(&resumed).await.unwrap();
+    assert_eq!(resumed.keys, ["e6", "e7", "e8", "e9"]);
+    assert_eq!(resumed.last.as_deref(), Some("e9"));
+    assert_eq!(resumed.left, 6, "the keys behind the cursor are left");
+    assert!(s.inspect(&at_e("e5")).await.unwrap().is_some());
 }
 
 #[tokio::test]
@@ -939,6 +1033,7 @@ per_backend!(
     a_live_lease_outlives_retention,
     key_administration,
     erase_removes_one_scope_on_one_route,
+    erase_resumes_where_the_last_step_stopped,
     list_is_least_recently_changed_first_across_the_route,
     abandon_removes_only_the_attempts_unforwarded_record,
 );

@@ -10,6 +10,8 @@
 //! - The inquirer's count of inquiring keys reads only the partial index
 //!   of open records (sequential scans allowed, fresh statistics; the
 //!   count of completed records, which reads the table, is the control).
+//! - Erasure reads a scope's range of the primary key, each step from its
+//!   cursor on (the Index Cond bounds the key), not the table.
 //! - A claim finds its key through the primary key even on a connection
 //!   that cached its plans while the table was empty and analyzed (new
 //!   keys fell from 4.3k/s to 0.7k/s within 15 s as such a table grew):
@@ -135,9 +137,11 @@ async fn the_inquiring_count_reads_the_open_records_only() {
 /// Erasure (`keys erase`) finds a scope's records on a route through the
 /// primary key, `(route, scope, key)`, in both generations' partitions:
 /// its cost is the scope's records, not the table's (sequential scans
-/// allowed, fresh statistics, 50,000 records of 500 scopes). The negative
-/// control: the same statement once the primary keys are dropped reads
-/// the partitions whole.
+/// allowed, fresh statistics, 50,000 records of 500 scopes); and a step
+/// after the first starts its index scan at its cursor (`key > …` in the
+/// Index Cond), so it never reads again what earlier steps passed over.
+/// The negative control: the same statement once the primary keys are
+/// dropped reads the partitions whole, its cursor a filter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn erasure_finds_a_scope_by_index() {
     let store = TestStore::new(Backend::Postgres).await;
@@ -153,11 +157,14 @@ async fn erasure_finds_a_scope_by_index() {
     .await
     .unwrap();
     analyze(&mut conn).await;
+    // A step after the first: it resumes past the last key the previous
+    // one removed.
     let erase = idemgate::store::postgres::ERASE
         .replace("$1", "'r'")
         .replace("$2", "sha256(int4send(7))")
         .replace("$3", "false")
-        .replace("$4", "1000");
+        .replace("$4", "1000")
+        .replace("$5", "'k25007'");
     let found = plan(&mut conn, &erase, true).await;
     // (The new generation's partition is empty: a scan of it reads nothing.)
     assert!(
@@ -166,11 +173,28 @@ async fn erasure_finds_a_scope_by_index() {
             && found.contains("key = ANY"),
         "erasure reads the records, not the scope's range of the primary key:\n{found}"
     );
+    assert!(
+        starts_at_the_cursor(&found),
+        "the step reads the scope's range from its start, not from the cursor:\n{found}"
+    );
+    let past: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM idemgate_records
+          WHERE route = 'r' AND scope = sha256(int4send(7)) AND key > 'k25007'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert!((1..100).contains(&past), "{past}");
     let removed: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(erase.clone()))
         .fetch_all(&mut conn)
         .await
         .unwrap();
-    assert_eq!(removed.len(), 100, "the scope's records, and only them");
+    assert_eq!(
+        removed.len() as i64,
+        past,
+        "the scope's records past the cursor, and only them"
+    );
+    assert!(removed.iter().all(|k| k.as_str() > "k25007"), "{removed:?}");
     // The negative control, on this test's own database.
     let keys: Vec<(String, String)> = sqlx::query_as(
         "SELECT conrelid::regclass::text, conname::text FROM pg_constraint
@@ -192,6 +216,19 @@ async fn erasure_finds_a_scope_by_index() {
         scanned.contains("Seq Scan on idemgate_records_0"),
         "this test cannot tell an index from a scan:\n{scanned}"
     );
+    assert!(
+        !starts_at_the_cursor(&scanned) && scanned.contains("key > 'k25007'"),
+        "this test cannot tell a cursor the index starts at from a filter:\n{scanned}"
+    );
+}
+
+/// Whether an index scan of `plan` starts at the erasure's cursor: an
+/// `Index Cond` bounds the key from below, so the rows before it (those
+/// earlier steps kept, and the dead entries of those they removed) are
+/// never read again.
+fn starts_at_the_cursor(plan: &str) -> bool {
+    plan.lines()
+        .any(|line| line.contains("Index Cond:") && line.contains("(key > 'k25007'"))
 }
 
 /// Rows read by sequential scans of the records' partitions so far, and

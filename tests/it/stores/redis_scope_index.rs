@@ -124,6 +124,7 @@ async fn erase_all(store: &dyn Backend, scope: &[u8], limit: usize) -> (Vec<Stri
             scope,
             force: false,
             limit,
+            after: None,
         };
         let erased = tokio::time::timeout(Duration::from_secs(20), store.erase(&step))
             .await

@@ -4,7 +4,8 @@
 //! is byte-identical, and a record under a key no longer configured or a
 //! sealed value copied onto another record is refused, never replayed.
 //! Each raw read has its negative control: the same record written
-//! without keys shows the marker to the same reader.
+//! without keys shows the marker to the same reader (on a Redis Cluster,
+//! every node is read, each for the keys it holds).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -123,8 +124,14 @@ async fn raw_bytes(storage: &TestStore) -> Option<Vec<u8>> {
     if let Some(url) = storage.pg_url() {
         raw.extend(postgres_rows(url).await);
     }
-    if matches!(storage.backend, Backend::Redis | Backend::Front) {
-        raw.extend(redis_values(storage.prefix()).await);
+    let nodes = match storage.backend {
+        Backend::Redis | Backend::Front => vec![crate::support::store::redis_url()],
+        // A key lives on the node serving its slot: every node is read.
+        Backend::RedisCluster => crate::support::store::redis_cluster_urls(),
+        Backend::Postgres | Backend::Sqlite | Backend::Memory => Vec::new(),
+    };
+    if !nodes.is_empty() {
+        raw.extend(redis_values(&nodes, storage.prefix()).await);
     }
     Some(raw)
 }
@@ -156,35 +163,45 @@ async fn postgres_rows(url: &str) -> Vec<u8> {
     raw
 }
 
-async fn redis_values(prefix: &str) -> Vec<u8> {
+/// Every value under `prefix` on each of `nodes` (one server, or every
+/// node of a cluster, each read for the keys it holds itself).
+async fn redis_values(nodes: &[String], prefix: &str) -> Vec<u8> {
     use deadpool_redis::redis::{self, Value};
-    let client = redis::Client::open(crate::support::store::redis_url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert!(!keys.is_empty(), "nothing under {prefix}");
     let mut raw = Vec::new();
-    for key in keys {
-        let kind: String = redis::cmd("TYPE")
-            .arg(&key)
+    let mut found = 0;
+    for node in nodes {
+        let client = redis::Client::open(node.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        if nodes.len() > 1 {
+            // A cluster's replica serves reads of its own keys only so.
+            let _: redis::RedisResult<()> = redis::cmd("READONLY").query_async(&mut conn).await;
+        }
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{prefix}*"))
             .query_async(&mut conn)
             .await
             .unwrap();
-        let read = match kind.as_str() {
-            "string" => redis::cmd("GET").arg(&key).clone(),
-            "hash" => redis::cmd("HGETALL").arg(&key).clone(),
-            "list" => redis::cmd("LRANGE").arg(&key).arg(0).arg(-1).clone(),
-            "set" => redis::cmd("SMEMBERS").arg(&key).clone(),
-            "zset" => redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).clone(),
-            "stream" => redis::cmd("XRANGE").arg(&key).arg("-").arg("+").clone(),
-            _ => continue,
-        };
-        let value: Value = read.query_async(&mut conn).await.unwrap();
-        flatten(&value, &mut raw);
+        found += keys.len();
+        for key in keys {
+            let kind: String = redis::cmd("TYPE")
+                .arg(&key)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            let read = match kind.as_str() {
+                "string" => redis::cmd("GET").arg(&key).clone(),
+                "hash" => redis::cmd("HGETALL").arg(&key).clone(),
+                "list" => redis::cmd("LRANGE").arg(&key).arg(0).arg(-1).clone(),
+                "set" => redis::cmd("SMEMBERS").arg(&key).clone(),
+                "zset" => redis::cmd("ZRANGE").arg(&key).arg(0).arg(-1).clone(),
+                "stream" => redis::cmd("XRANGE").arg(&key).arg("-").arg("+").clone(),
+                _ => continue,
+            };
+            let value: Value = read.query_async(&mut conn).await.unwrap();
+            flatten(&value, &mut raw);
+        }
     }
+    assert!(found > 0, "nothing under {prefix}");
     raw
 }
 
@@ -305,7 +322,7 @@ async fn rotation_missing_keys_and_copies(b: Backend) {
 }
 
 per_backend!(
-    only [postgres, redis, sqlite, memory, front]:
+    only [postgres, redis, redis_cluster, sqlite, memory, front]:
     the_store_never_sees_the_response,
     rotation_missing_keys_and_copies,
 );

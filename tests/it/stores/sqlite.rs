@@ -21,9 +21,11 @@ fn config(store: &TestStore, upstream: &Upstream) -> TestConfig {
 }
 
 /// Erasure (`keys erase`) finds a scope's records on a route through the
-/// primary key `(route, scope, key)`, never by reading the table: the
-/// plan SQLite gives its statement. The negative control: without the
-/// route, the scope is no prefix of any index and the table is scanned.
+/// primary key `(route, scope, key)`, never by reading the table, each
+/// step from its cursor on (`key>?` bounds the index's range) in the
+/// index's order: the plan SQLite gives its statement. The negative
+/// controls: without the route, the scope is no prefix of any index and
+/// the table is scanned; a cursor the index cannot use is no bound.
 #[tokio::test]
 async fn erasure_finds_a_scope_by_index() {
     let store = TestStore::new(Backend::Sqlite).await;
@@ -39,15 +41,25 @@ async fn erasure_finds_a_scope_by_index() {
     };
     let erase = idemgate::store::sqlite::ERASE;
     let found = read(erase).await;
+    let from_the_cursor =
+        "USING INDEX sqlite_autoindex_idemgate_records_1 (route=? AND scope=? AND key>?)";
     assert!(
-        found.contains("USING INDEX sqlite_autoindex_idemgate_records_1 (route=? AND scope=?)")
-            && !found.contains("SCAN idemgate_records"),
-        "erasure reads the table, not the scope's range of the primary key:\n{found}"
+        found.contains(from_the_cursor)
+            && !found.contains("SCAN idemgate_records")
+            && !found.contains("TEMP B-TREE"),
+        "erasure reads the table, or the scope's range from its start and not from the \
+         cursor, or sorts what it read:\n{found}"
     );
     let scanned = read(&erase.replace("route = ?1 AND ", "")).await;
     assert!(
         scanned.contains("SCAN idemgate_records"),
         "this test cannot tell an index from a scan:\n{scanned}"
+    );
+    // The cursor as a filter only: the range is read from its start.
+    let filtered = read(&erase.replace("key > ?6", "key || '' > ?6")).await;
+    assert!(
+        filtered.contains("(route=? AND scope=?)") && !filtered.contains(from_the_cursor),
+        "this test cannot tell a cursor the index starts at from a filter:\n{filtered}"
     );
 }
 

@@ -10,26 +10,57 @@
 //! is down is brought in line by the relay before it is used again.)
 
 use super::FrontStore;
-use crate::{EraseStep, Erased, RecordKey, StoreAdmin, StoreError};
+use crate::{EraseStep, EraseStepFailed, Erased, RecordKey, StoreAdmin};
 
 impl FrontStore {
-    /// [`StoreAdmin::erase`] on PostgreSQL, then the removed keys fenced.
-    pub(super) async fn erase_and_fence(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
-        let erased = self.inner.truth.erase(step).await?;
-        if !erased.keys.is_empty() && self.inner.health.usable() {
-            // One ceiling for the step: read after the delete, it covers
-            // every removed record's token.
-            let ceiling = self.inner.truth.token_ceiling().await?;
-            let mut key = RecordKey {
-                route: step.route.to_string(),
-                scope: step.scope.to_vec(),
-                key: String::new(),
-            };
-            for removed in &erased.keys {
-                key.key.clone_from(removed);
-                self.fence(&key, ceiling).await;
-            }
+    /// [`StoreAdmin::erase`] on PostgreSQL, then the removed keys fenced:
+    /// those of a step that failed midway too. A failure after PostgreSQL
+    /// removed records keeps their keys: they are gone, and the outbox
+    /// queued their invalidations with the delete.
+    pub(super) async fn erase_and_fence(
+        &self,
+        step: &EraseStep<'_>,
+    ) -> Result<Erased, EraseStepFailed> {
+        let (erased, failed) = match self.inner.truth.erase(step).await {
+            Ok(erased) => (erased, None),
+            Err(EraseStepFailed { removed, source }) => (
+                Erased {
+                    keys: removed,
+                    ..Erased::default()
+                },
+                Some(source),
+            ),
+        };
+        let fenced = self.fence_erased(step, &erased.keys).await;
+        match failed.or(fenced.err()) {
+            None => Ok(erased),
+            Some(source) => Err(EraseStepFailed {
+                removed: erased.keys,
+                source,
+            }),
         }
-        Ok(erased)
+    }
+
+    /// Fence each of `removed` in the front under one ceiling, read after
+    /// the delete: it covers every removed record's token.
+    async fn fence_erased(
+        &self,
+        step: &EraseStep<'_>,
+        removed: &[String],
+    ) -> Result<(), crate::StoreError> {
+        if removed.is_empty() || !self.inner.health.usable() {
+            return Ok(());
+        }
+        let ceiling = self.inner.truth.token_ceiling().await?;
+        let mut key = RecordKey {
+            route: step.route.to_string(),
+            scope: step.scope.to_vec(),
+            key: String::new(),
+        };
+        for removed in removed {
+            key.key.clone_from(removed);
+            self.fence(&key, ceiling).await;
+        }
+        Ok(())
     }
 }

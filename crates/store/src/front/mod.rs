@@ -56,9 +56,9 @@ use super::postgres::{PgStore, millis};
 use super::redis::RedisStore;
 use super::runtime::StoreRuntime;
 use super::{
-    AttemptId, BatchStats, Cas, Claim, ClaimRequest, EraseStep, Erased, FrontConfig, HeldReason,
-    InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState, Store, StoreAdmin,
-    StoreConfig, StoreError, StoredResponse, Swept, Token,
+    AttemptId, BatchStats, Cas, Claim, ClaimRequest, EraseStep, EraseStepFailed, Erased,
+    FrontConfig, HeldReason, InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey,
+    RecordState, Store, StoreAdmin, StoreConfig, StoreError, StoredResponse, Swept, Token,
 };
 use crate::FrontStats;
 use crate::redis::front::{FrontEntry, Mark, Publish, Settled};
@@ -504,6 +504,10 @@ impl StoreAdmin for FrontStore {
         self.inner.truth.inspect(key).await
     }
 
+    async fn recorded(&self, key: &RecordKey) -> Result<Option<StoredResponse>, StoreError> {
+        self.inner.truth.recorded(key).await
+    }
+
     async fn list(
         &self,
         route: &str,
@@ -523,7 +527,7 @@ impl StoreAdmin for FrontStore {
         self.inner.truth.delete(key, force).await
     }
 
-    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, EraseStepFailed> {
         self.erase_and_fence(step).await
     }
 

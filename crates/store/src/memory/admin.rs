@@ -86,6 +86,13 @@ impl StoreAdmin for MemoryStore {
         Ok(self.lock().records.get(key).and_then(|r| r.info(key)))
     }
 
+    async fn recorded(&self, key: &RecordKey) -> Result<Option<StoredResponse>, StoreError> {
+        Ok(match self.lock().records.get(key).map(|r| &r.state) {
+            Some(State::Completed(response)) => Some(response.clone()),
+            _ => None,
+        })
+    }
+
     async fn list(
         &self,
         route: &str,
@@ -120,12 +127,14 @@ impl StoreAdmin for MemoryStore {
         }))
     }
 
-    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, EraseStepFailed> {
+        // The map has no order: there is no cursor to resume at.
         let EraseStep {
             route,
             scope,
             force,
             limit,
+            after: _,
         } = *step;
         // A scan, bounded by `max_records`: the map is the only index.
         let now = Instant::now();
@@ -143,7 +152,7 @@ impl StoreAdmin for MemoryStore {
         }
         let mut erased = Erased {
             keys: gone.iter().map(|k| k.key.clone()).collect(),
-            left: 0,
+            ..Erased::default()
         };
         if !erased.more(limit) {
             erased.left = inner.records.keys().filter(|k| of_scope(k)).count() as u64;

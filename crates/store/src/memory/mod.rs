@@ -19,9 +19,9 @@ use tokio::time::Instant;
 
 use super::transitions::{self, ClaimStep, Phase, Write};
 use super::{
-    AttemptId, Cas, Claim, ClaimRequest, EraseStep, Erased, HeldReason, InquiringRoute, Inquiry,
-    RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreError, StoredResponse, Swept,
-    Token,
+    AttemptId, Cas, Claim, ClaimRequest, EraseStep, EraseStepFailed, Erased, HeldReason,
+    InquiringRoute, Inquiry, RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreError,
+    StoredResponse, Swept, Token,
 };
 use crate::Fingerprint;
 use crate::waiters::Waiters;

@@ -14,8 +14,8 @@ use super::store::{bytes, corrupt, int};
 use crate::info::from_epoch_millis;
 use crate::waiters::{self, Waiters};
 use crate::{
-    EraseStep, Erased, InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey, RecordState,
-    StoreAdmin, StoreError, Swept,
+    EraseStep, EraseStepFailed, Erased, InquiringRoute, Inquiry, PoolStats, RecordInfo, RecordKey,
+    RecordState, StoreAdmin, StoreError, StoredResponse, Swept,
 };
 
 /// Where a [`RedisStore::scan_route`] stands: the nodes still to scan
@@ -132,7 +132,7 @@ impl StoreAdmin for RedisStore {
         waiters::relay(|| self.listen(&waiters)).await;
     }
 
-    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, EraseStepFailed> {
         self.erase_buckets(step).await
     }
 
@@ -187,6 +187,31 @@ impl StoreAdmin for RedisStore {
             Some(info.with_inquiry(asked, int(f.get(10)).map(from_epoch_millis)))
         })
         .ok_or_else(|| corrupt(&format!("a record in unknown state {state:?}")))
+    }
+
+    async fn recorded(&self, key: &RecordKey) -> Result<Option<StoredResponse>, StoreError> {
+        let record = self.layout.record_key(key);
+        let record = &record;
+        let fields: Vec<Option<Vec<u8>>> = self
+            .bounded(|mut conn| async move {
+                redis::cmd("HMGET")
+                    .arg(&record[..])
+                    .arg(&["state", "status", "headers", "body"][..])
+                    .query_async(&mut conn)
+                    .await
+            })
+            .await?;
+        let [state, status, headers, body]: [Option<Vec<u8>>; 4] = fields
+            .try_into()
+            .map_err(|_| corrupt("an HMGET reply of the wrong length"))?;
+        if state.as_deref() != Some(b"completed") {
+            return Ok(None);
+        }
+        let status = status
+            .and_then(|s| String::from_utf8(s).ok())
+            .and_then(|s| s.parse().ok());
+        let headers = headers.unwrap_or_default();
+        StoredResponse::from_fields(status, &headers, body.unwrap_or_default()).map(Some)
     }
 
     async fn list(

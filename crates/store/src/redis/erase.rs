@@ -24,7 +24,7 @@ use super::layout::Layout;
 use super::scripts::NOW;
 use super::store::{bytes, corrupt, int};
 use super::{BUCKETS_AT_ONCE, RedisStore};
-use crate::{EraseStep, Erased, RecordKey, StoreError};
+use crate::{EraseStep, EraseStepFailed, Erased, RecordKey, StoreError};
 
 /// KEYS = the scope set of one route in one bucket, that route's due
 /// questions and inquiring records there; ARGV = force (1/0), limit, how
@@ -170,7 +170,13 @@ impl RedisStore {
     /// still delete (so a step never deletes more than `limit` in all);
     /// a bucket whose run stopped short of its set's end runs again, first.
     /// What is left is counted once every bucket reached its set's end.
-    pub(super) async fn erase_buckets(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+    /// A run that fails stops the step once its wave is done, and the step
+    /// fails with the keys every run removed until then (its wave's
+    /// others included): those records are gone.
+    pub(super) async fn erase_buckets(
+        &self,
+        step: &EraseStep<'_>,
+    ) -> Result<Erased, EraseStepFailed> {
         self.ensure_scope_index(step.route).await?;
         let limit = step.limit.max(1);
         let mut pending: VecDeque<(String, Walk)> = self
@@ -180,7 +186,8 @@ impl RedisStore {
             .map(|bucket| (bucket.tagged, Walk::default()))
             .collect();
         let (mut erased, mut left, mut woken) = (Erased::default(), 0, Vec::new());
-        while erased.keys.len() < limit && !pending.is_empty() {
+        let mut failed = None;
+        while erased.keys.len() < limit && !pending.is_empty() && failed.is_none() {
             let remaining = limit - erased.keys.len();
             let wave = pending.len().min(BUCKETS_AT_ONCE).min(remaining);
             let share = remaining / wave;
@@ -191,13 +198,20 @@ impl RedisStore {
             .await;
             let mut unfinished = Vec::new();
             for (tagged, walk, run) in runs {
-                let run = run?;
+                let run = match run {
+                    Ok(run) => run,
+                    Err(error) => {
+                        failed.get_or_insert(error);
+                        continue;
+                    }
+                };
                 for name in run.removed {
-                    let key = self
-                        .layout
-                        .parse_record_key(step.route, &name)
-                        .ok_or_else(|| corrupt("an erased key of another route"))?;
-                    erased.keys.push(key.key);
+                    match self.layout.parse_record_key(step.route, &name) {
+                        Some(key) => erased.keys.push(key.key),
+                        None => {
+                            failed.get_or_insert(corrupt("an erased key of another route"));
+                        }
+                    }
                 }
                 for name in run.woken {
                     woken.extend(self.layout.parse_record_key(step.route, &name));
@@ -212,10 +226,16 @@ impl RedisStore {
                 pending.push_front(bucket);
             }
         }
+        self.wake_erased(&woken).await;
+        if let Some(source) = failed {
+            return Err(EraseStepFailed {
+                removed: erased.keys,
+                source,
+            });
+        }
         if pending.is_empty() && !erased.more(step.limit) {
             erased.left = left;
         }
-        self.wake_erased(&woken).await;
         Ok(erased)
     }
 

@@ -8,6 +8,7 @@ mod envelope;
 #[cfg(any(test, feature = "test-hooks"))]
 pub mod fixture;
 mod keyring;
+mod shown;
 mod store;
 
 pub use envelope::{COMPRESS_ABOVE, OpenError, SEALED_HEADER, open, seal, sealed_with};

@@ -163,6 +163,13 @@ impl StoreAdmin for SqliteStore {
         row.map(InfoRow::into_info).transpose()
     }
 
+    async fn recorded(&self, key: &RecordKey) -> Result<Option<StoredResponse>, StoreError> {
+        let row = self.read(async |conn| read_row(conn, key).await).await?;
+        row.filter(|row| row.head.state == "completed")
+            .map(rows::Row::response)
+            .transpose()
+    }
+
     async fn list(
         &self,
         route: &str,
@@ -194,14 +201,17 @@ impl StoreAdmin for SqliteStore {
         self.remove(key, Removal::Delete { force }).await
     }
 
-    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, StoreError> {
+    async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, EraseStepFailed> {
         let (route, scope) = (step.route, step.scope);
         let op = Op::Erase {
             route: route.to_string(),
             scope: scope.to_vec(),
             force: step.force,
             limit: step.limit,
+            after: step.after.map(str::to_string),
         };
+        // A step that fails is rolled back with its savepoint: it removed
+        // nothing, so its error alone is the answer.
         match self.write(op).await? {
             Reply::Erased(erased) => {
                 for key in &erased.keys {
@@ -213,7 +223,7 @@ impl StoreAdmin for SqliteStore {
                 }
                 Ok(erased)
             }
-            other => Err(corrupt(&format!("the writer answered {other:?}"))),
+            other => Err(corrupt(&format!("the writer answered {other:?}")).into()),
         }
     }
 

@@ -28,6 +28,7 @@
 //!   beyond a quarter of the file they are given back ([`room`]).
 
 mod admin;
+mod erase;
 mod inquiries;
 mod ops;
 mod room;
@@ -50,13 +51,13 @@ use self::ops::{AttemptWrite, ClaimOp, Op, Removal, Reply, claim_step, read_only
 use self::rows::{Context, Head, KEY, bind_key, corrupt, now_us, read_row, unavailable};
 use self::writer::Writer;
 use super::{
-    AttemptId, Cas, Claim, ClaimRequest, EraseStep, Erased, HeldReason, InquiringRoute, Inquiry,
-    RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig, StoreError, StoredResponse,
-    Swept, Token,
+    AttemptId, Cas, Claim, ClaimRequest, EraseStep, EraseStepFailed, Erased, HeldReason,
+    InquiringRoute, Inquiry, RecordInfo, RecordKey, RecordState, Store, StoreAdmin, StoreConfig,
+    StoreError, StoredResponse, Swept, Token,
 };
 use crate::waiters::{Waiters, WakeId};
 
-pub use self::ops::ERASE;
+pub use self::erase::ERASE;
 
 /// How often each process's relay reads the announcements of other
 /// processes (only while some route waits).

@@ -13,8 +13,8 @@ use super::rows::{
 };
 use crate::transitions::{self, ClaimStep, Write};
 use crate::{
-    AttemptId, Claim, Erased, HeldReason, InquiringRoute, Inquiry, RecordKey, StoreError,
-    StoredResponse, Token, UnknownOutcome, encode_headers,
+    AttemptId, Claim, EraseStep, Erased, HeldReason, InquiringRoute, Inquiry, RecordKey,
+    StoreError, StoredResponse, Token, UnknownOutcome, encode_headers,
 };
 
 /// A claim, owned (it waits in the writer's queue).
@@ -128,6 +128,7 @@ pub(super) enum Op {
         scope: Vec<u8>,
         force: bool,
         limit: usize,
+        after: Option<String>,
     },
     /// Delete up to this many expired records (and old announcements).
     Sweep { batch: usize },
@@ -241,9 +242,19 @@ pub(super) async fn execute(
             scope,
             force,
             limit,
-        } => erase(conn, route, scope, *force, *limit, context, now)
-            .await
-            .map(Reply::Erased),
+            after,
+        } => {
+            let step = EraseStep {
+                route,
+                scope,
+                force: *force,
+                limit: *limit,
+                after: after.as_deref(),
+            };
+            super::erase::erase(conn, &step, context, now)
+                .await
+                .map(Reply::Erased)
+        }
         Op::Sweep { batch } => {
             // transitions::expired
             let done = sqlx::query(
@@ -292,64 +303,6 @@ pub(super) async fn execute(
         }
     }
 }
-
-/// One step of erasure: up to `limit` records of `route` and `scope`,
-/// those the upstream may be working on only with `force`
-/// (transitions::deletable in SQL: a live lease, or an inquiry neither
-/// asked nor due). Both statements read the primary key's range of the
-/// route and scope, `(route, scope, key)`: the scope's records, never the
-/// table.
-async fn erase(
-    conn: &mut SqliteConnection,
-    route: &str,
-    scope: &[u8],
-    force: bool,
-    limit: usize,
-    context: &Context,
-    now: i64,
-) -> Result<Erased, StoreError> {
-    let keys: Vec<String> = sqlx::query_scalar(ERASE)
-        .bind(route)
-        .bind(scope)
-        .bind(force)
-        .bind(now)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-    for key in &keys {
-        let key = RecordKey {
-            route: route.to_string(),
-            scope: scope.to_vec(),
-            key: key.clone(),
-        };
-        context.announce(conn, &key, now).await?;
-    }
-    let mut erased = Erased { keys, left: 0 };
-    if !erased.more(limit) {
-        let left: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM idemgate_records WHERE route = ?1 AND scope = ?2",
-        )
-        .bind(route)
-        .bind(scope)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(unavailable)?;
-        erased.left = u64::try_from(left).unwrap_or(0);
-    }
-    Ok(erased)
-}
-
-/// [`erase`]'s statement: `?1` route, `?2` scope, `?3` force, `?4` now
-/// (µs), `?5` limit. Public for the test that reads its plan
-/// (tests/it/stores/sqlite.rs).
-pub const ERASE: &str = "DELETE FROM idemgate_records
-  WHERE rowid IN (SELECT rowid FROM idemgate_records
-                   WHERE route = ?1 AND scope = ?2
-                     AND (?3 OR lease_until <= ?4 OR state IN ('completed', 'held')
-                          OR (state = 'inquiring' AND inquiries > 0))
-                   LIMIT ?5)
-  RETURNING key";
 
 /// transitions::claim under the write lock, and its write.
 async fn claim_for_writing(
