@@ -17,11 +17,19 @@ and reads what the store grew by:
 - SQLite (a fresh file): the database file after the gateway stopped
   (it checkpoints the log at a graceful stop).
 
+Each store is measured for every case in CASES (default
+"pad:plain payment:plain payment:sealed"): the answer, `pad` (the 512-byte
+body above, mostly one repeated letter) or `payment` (the sealing tests'
+PaymentIntent, about 2 KiB of real-world shaped JSON,
+crates/store/src/seal/fixture.rs), and the records, `plain` or `sealed`
+(`[store] encryption_keys` set: compressed with zstd, then sealed).
+
 Usage: python3 bench/record_bytes.py [N]   (default 20000; writes
 bench/results/<date>-record-bytes.md). Build first:
-cargo build --release --locked --bin idemgate.
+cargo build --release --locked --bin idemgate (BIN: another binary).
 """
 
+import base64
 import datetime
 import http.client
 import http.server
@@ -36,11 +44,23 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "idemgate")
+BIN = os.environ.get("BIN", os.path.join(ROOT, "target", "release", "idemgate"))
 PG = os.environ.get("IDEMGATE_BENCH_PG", "postgres://postgres@127.0.0.1:5432")
 N = int(sys.argv[1]) if len(sys.argv) > 1 else 20000
 BODY = json.dumps({"amount": 1000, "currency": "eur", "note": "x" * 470}).encode()
-ANSWER = json.dumps({"id": "pay_0000000000", "status": "succeeded", "pad": "y" * 450}).encode()[:512]
+ANSWERS = {
+    "pad": json.dumps({"id": "pay_0000000000", "status": "succeeded", "pad": "y" * 450}).encode()[:512],
+}
+with open(os.path.join(ROOT, "crates", "store", "src", "seal", "fixture.rs")) as _f:
+    _fixture = _f.read()
+ANSWERS["payment"] = (_fixture[_fixture.index('r#"') + 3:_fixture.index('"#;')]
+                      .replace("{marker}", "bench").encode())
+CASES = [tuple(c.split(":")) for c in
+         os.environ.get("CASES", "pad:plain payment:plain payment:sealed").split()]
+# The answer of the case being measured (the upstream reads it per request).
+ANSWER = [ANSWERS["pad"]]
+# A record key for the sealed cases, made for the run.
+SEAL_KEY = base64.b64encode(os.urandom(32)).decode()
 
 
 def free_port():
@@ -58,9 +78,9 @@ class Upstream(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Location", "/v1/payments/pay_0000000000")
         self.send_header("X-Request-Id", "req_0123456789abcdef01234567")
-        self.send_header("Content-Length", str(len(ANSWER)))
+        self.send_header("Content-Length", str(len(ANSWER[0])))
         self.end_headers()
-        self.wfile.write(ANSWER)
+        self.wfile.write(ANSWER[0])
 
     def log_message(self, *args):
         pass
@@ -139,14 +159,19 @@ def used_memory(port):
     return int(next(l.split(":")[1] for l in info.splitlines() if l.startswith("used_memory:")))
 
 
-def measure_redis(upstream, work):
+def store_lines(records):
+    """The `[store]` lines of a case's records."""
+    return f'encryption_keys = ["b1:{SEAL_KEY}"]\n' if records == "sealed" else ""
+
+
+def measure_redis(upstream, work, records):
     port = free_port()
     server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
                                "--save", "", "--appendonly", "no", "--dir", work],
                               stdout=subprocess.DEVNULL)
     wait_port(port, server, "redis-server")
     try:
-        proc, gw = gateway(f"redis://127.0.0.1:{port}/", upstream, work)
+        proc, gw = gateway(f"redis://127.0.0.1:{port}/", upstream, work, store_lines(records))
         before = used_memory(port)
         load(gw, "redis")
         stop(proc)
@@ -166,19 +191,21 @@ def psql(db, sql):
                           text=True, check=True).stdout.strip()
 
 
-def measure_postgres(upstream, work):
+def measure_postgres(upstream, work, records):
     db = f"record_bytes_{os.getpid()}"
     psql("postgres", f"DROP DATABASE IF EXISTS {db}")
     psql("postgres", f"CREATE DATABASE {db}")
     try:
-        proc, gw = gateway(f"{PG}/{db}", upstream, work)
+        proc, gw = gateway(f"{PG}/{db}", upstream, work, store_lines(records))
         load(gw, "pg")
         stop(proc)
         rows = int(psql(db, "SELECT count(*) FROM idemgate_records"))
+        # The records live in one partition per generation (migration 0012).
         total, heap, index, dead = (int(v) for v in psql(
-            db, "SELECT pg_total_relation_size(relid), pg_relation_size(relid), "
-                "pg_indexes_size(relid), n_dead_tup "
-                "FROM pg_stat_user_tables WHERE relname = 'idemgate_records'").split("|"))
+            db, "SELECT sum(pg_total_relation_size(t.relid)), sum(pg_relation_size(t.relid)), "
+                "sum(pg_indexes_size(t.relid)), coalesce(sum(s.n_dead_tup), 0) "
+                "FROM pg_partition_tree('idemgate_records') t "
+                "LEFT JOIN pg_stat_user_tables s ON s.relid = t.relid WHERE t.isleaf").split("|"))
         return {"store": "PostgreSQL", "per_record": total / rows,
                 "detail": f"idemgate_records {total:,} B for {rows:,} rows: heap {heap / rows:.0f} B, "
                           f"indexes {index / rows:.0f} B, TOAST and maps the rest; {dead:,} dead row "
@@ -187,9 +214,9 @@ def measure_postgres(upstream, work):
         psql("postgres", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
 
-def measure_sqlite(upstream, work):
+def measure_sqlite(upstream, work, records):
     path = os.path.join(work, "bytes.db")
-    proc, gw = gateway(f"sqlite://{path}", upstream, work)
+    proc, gw = gateway(f"sqlite://{path}", upstream, work, store_lines(records))
     load(gw, "sqlite")
     stop(proc)
     size = os.path.getsize(path)
@@ -203,18 +230,25 @@ def main():
         raise SystemExit("build first: cargo build --release --locked --bin idemgate")
     upstream = start_upstream()
     rows = []
-    for measure in (measure_redis, measure_postgres, measure_sqlite):
-        with tempfile.TemporaryDirectory(prefix="idemgate-bytes-") as work:
-            rows.append(measure(upstream.server_address[1], work))
-            print(rows[-1], flush=True)
+    for answer, records in CASES:
+        ANSWER[0] = ANSWERS[answer]
+        for measure in (measure_redis, measure_postgres, measure_sqlite):
+            with tempfile.TemporaryDirectory(prefix="idemgate-bytes-") as work:
+                row = measure(upstream.server_address[1], work, records)
+                row["case"] = f"{answer}, {records}"
+                rows.append(row)
+                print(rows[-1], flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     lines = [f"# Bytes per record — {datetime.date.today()}", "",
              f"Commit {commit}. `python3 bench/record_bytes.py {N}`: {N:,} new keys through the release "
-             "gateway, each a JSON request of about 512 bytes answered 201 with a JSON body of about 512 bytes and "
-             "Content-Type, Location and X-Request-Id headers (the recorded response).", "",
-             "| store | bytes per record | how it was read |", "|---|---|---|"]
-    lines += [f"| {r['store']} | {r['per_record']:,.0f} | {r['detail']} |" for r in rows]
+             "gateway for each store and case, each a JSON request of about 512 bytes answered 201 with "
+             "Content-Type, Location and X-Request-Id headers and a JSON body: `pad`, "
+             f"{len(ANSWERS['pad'])} bytes, mostly one repeated letter; `payment`, the sealing tests' "
+             f"PaymentIntent, {len(ANSWERS['payment']):,} bytes of real-world shaped JSON. Records "
+             "`plain`, or `sealed` (`[store] encryption_keys`: compressed with zstd, then sealed).", "",
+             "| store | case | bytes per record | how it was read |", "|---|---|---|---|"]
+    lines += [f"| {r['store']} | {r['case']} | {r['per_record']:,.0f} | {r['detail']} |" for r in rows]
     out = os.path.join(ROOT, "bench", "results", f"{datetime.date.today()}-record-bytes.md")
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
