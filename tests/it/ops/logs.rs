@@ -101,6 +101,76 @@ async fn json_logs_have_one_line_per_request_and_no_raw_key() {
     );
 }
 
+/// `line` past its RFC 3339 timestamp (to the microsecond, UTC).
+fn after_timestamp(line: &str) -> &str {
+    let (stamp, rest) = line.split_at("2026-11-29T16:39:18.987214Z".len());
+    assert!(
+        stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T',
+        "no timestamp: {line}"
+    );
+    rest
+}
+
+/// `rest` starts with `prefix`; what follows, up to `end`, is a decimal
+/// number (the latency); returns what follows it.
+fn past_latency<'a>(rest: &'a str, prefix: &str, end: char) -> &'a str {
+    let rest = rest
+        .strip_prefix(prefix)
+        .unwrap_or_else(|| panic!("{rest:?} does not start with {prefix:?}"));
+    let number = rest.find(end).expect("the latency's end");
+    assert!(
+        rest[..number].parse::<f64>().is_ok(),
+        "latency {:?}",
+        &rest[..number]
+    );
+    &rest[number..]
+}
+
+/// The request lines as written, whole: what tracing-subscriber's `fmt`
+/// writes (the gateway writes them itself, `src/logging/request_line.rs`),
+/// field for field and in its order, in text and in JSON.
+#[tokio::test]
+async fn request_lines_are_written_whole_in_fmt_s_shape() {
+    let text = log_of_requests("text-shape", |config| config).await;
+    let first = after_timestamp(request_lines(&text)[0]);
+    let rest = past_latency(
+        first,
+        "  INFO idemgate::request: request method=POST path=/v1/payments route=\"api\" \
+         outcome=\"forwarded\" status=201 latency_ms=",
+        ' ',
+    );
+    let (digest, token) = rest
+        .strip_prefix(" key=\"")
+        .and_then(|r| r.split_once("\" token="))
+        .unwrap_or_else(|| panic!("{rest:?}"));
+    assert_eq!(digest.len(), 12, "{rest:?}");
+    assert!(token.parse::<u64>().is_ok(), "{rest:?}");
+
+    let json = log_of_requests("json-shape", |config| {
+        config.top(|t| {
+            t.set("log_format", "json");
+        })
+    })
+    .await;
+    let line = request_lines(&json)[1];
+    let rest = line
+        .strip_prefix("{\"timestamp\":\"")
+        .unwrap_or_else(|| panic!("{line}"));
+    let rest = past_latency(
+        after_timestamp(rest),
+        "\",\"level\":\"INFO\",\"message\":\"request\",\"method\":\"POST\",\
+         \"path\":\"/v1/payments\",\"route\":\"api\",\"outcome\":\"replayed\",\
+         \"status\":201,\"latency_ms\":",
+        ',',
+    );
+    let (digest, end) = rest
+        .strip_prefix(",\"key\":\"")
+        .and_then(|r| r.split_once('"'))
+        .unwrap_or_else(|| panic!("{rest:?}"));
+    assert_eq!(digest.len(), 12, "{rest:?}");
+    assert_eq!(end, ",\"target\":\"idemgate::request\"}", "{line}");
+}
+
 #[tokio::test]
 async fn text_logs_never_contain_a_raw_key() {
     let log = log_of_requests("text-logs", |config| config).await;
