@@ -324,10 +324,19 @@ async fn shown(
     if info.state != RecordState::Completed {
         return Ok(info);
     }
-    Ok(match records.recorded(key).await? {
-        Some(stored) => info.with_recorded(config.store.encryption_keys.as_deref(), key, stored),
+    Ok(match records.recorded(key).await {
+        Ok(Some(stored)) => {
+            info.with_recorded(config.store.encryption_keys.as_deref(), key, stored)
+        }
         // Removed or claimed again between the two reads: as first read.
-        None => info,
+        Ok(None) => info,
+        // A stored response the store cannot read back (its status or
+        // headers damaged): the record still shows, as first read.
+        Err(StoreError::Corrupt(why)) => {
+            tracing::warn!(route = %key.route, %why, "keys show: the recorded response is unreadable");
+            info
+        }
+        Err(error) => return Err(error.into()),
     })
 }
 

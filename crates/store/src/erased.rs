@@ -81,7 +81,7 @@ impl Erased {
 /// step's. A failure before anything was removed converts from its
 /// [`StoreError`] (`?`).
 #[derive(Debug, thiserror::Error)]
-#[error("{source}")]
+#[error("an erasure step failed after removing {} records", removed.len())]
 pub struct EraseStepFailed {
     /// The keys of the records removed before the failure.
     pub removed: Vec<String>,
