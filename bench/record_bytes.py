@@ -18,8 +18,8 @@ and reads what the store grew by:
   (it checkpoints the log at a graceful stop).
 
 Each store is measured for every case in CASES (default
-"pad:plain payment:plain payment:sealed"): the answer, `pad` (the 512-byte
-body above, mostly one repeated letter) or `payment` (the sealing tests'
+"pad:plain payment:plain payment:sealed"): the answer, `pad` (the
+508-byte body above, mostly one repeated letter) or `payment` (the sealing tests'
 PaymentIntent, about 2 KiB of real-world shaped JSON,
 crates/store/src/seal/fixture.rs), and the records, `plain` or `sealed`
 (`[store] encryption_keys` set: compressed with zstd, then sealed).

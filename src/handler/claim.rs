@@ -97,7 +97,9 @@ impl Gateway {
         // Boxed: the claim-and-forward future holds every step's state (a
         // few KB), and a task's future is copied whole into the task and
         // again as its output is stored; boxed, those copies are a
-        // pointer's (unboxed, they were ~8 % of a replay's CPU, perf).
+        // pointer's. (Unboxed, the copies were about 8 % of a cached
+        // replay's CPU, when those still came through here; they serve new
+        // keys and uncached replays now.)
         let work = Box::pin(store::caller::on_behalf_of(
             requester,
             gateway.claim_and_forward(claim),

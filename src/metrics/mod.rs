@@ -121,7 +121,8 @@ pub struct Metrics {
     pub shadow: Family<ShadowLabels, Counter>,
     /// `idemgate_records_swept_total`.
     pub records_swept: Counter,
-    /// `idemgate_replay_cache_hits_total`: claims answered from the replay cache.
+    /// `idemgate_replay_cache_hits_total`: replays answered from the replay
+    /// cache, without a store round trip or a claim.
     pub replay_cache_hits: Counter,
     /// The store pool's and batches' figures, copied in at scrape time.
     pub store: StoreFigures,
@@ -158,7 +159,7 @@ fn register_store_counters(registry: &mut Registry) -> (Counter, Counter) {
     let replay_cache_hits = Counter::default();
     registry.register(
         "replay_cache_hits",
-        "Claims answered from this instance's replay cache, without a store round trip",
+        "Replays answered from this instance's replay cache, without a store round trip or a claim",
         replay_cache_hits.clone(),
     );
     (records_swept, replay_cache_hits)

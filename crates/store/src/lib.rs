@@ -317,7 +317,10 @@ pub trait Store: Send + Sync + 'static {
     /// known completed under `fingerprint`, else `None` (ask
     /// [`Store::claim`]). Nothing is written either way, so the gateway
     /// answers it on the request's own task. Backends have none; wrappers
-    /// that cache records answer from their cache.
+    /// that cache records answer from their cache. A wrapper that changes
+    /// responses on their way out (sealing) must never pass this through
+    /// from below it: it would hand out what the store keeps (the sealed
+    /// envelope); it answers `None`, the default.
     fn replay_at_hand(
         &self,
         _key: &RecordKey,
