@@ -78,8 +78,6 @@ async fn client_gone_during_the_claim_still_gets_forwarded_and_recorded() {
 /// stays in flight or turns `held`.
 #[tokio::test]
 async fn a_client_gone_during_its_claim_changes_nothing() {
-    use tokio::io::AsyncWriteExt;
-
     let redis = PrivateRedis::start();
     let upstream = Upstream::start().await;
     let config = TestConfig::new(&redis.url(), &upstream.url())
@@ -98,13 +96,7 @@ async fn a_client_gone_during_its_claim_changes_nothing() {
     );
 
     redis.signal("-STOP");
-    let mut conn = tokio::net::TcpStream::connect(gateway.addr).await.unwrap();
-    conn.write_all(
-        b"POST /v1/payments HTTP/1.1\r\nHost: x\r\nIdempotency-Key: gone\r\n\
-          Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
-    )
-    .await
-    .unwrap();
+    let conn = crate::support::http::post_and_walk_away(gateway.addr, "gone").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     drop(conn);
     thaw_after(Duration::from_millis(1000), &|| redis.signal("-CONT")).await;

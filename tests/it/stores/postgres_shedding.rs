@@ -139,20 +139,10 @@ async fn claims_queued_within_the_budget_are_sent() {
 /// sees the key, and the key is free.
 #[tokio::test]
 async fn a_claim_whose_client_left_before_it_was_sent_is_dropped() {
-    use tokio::io::AsyncWriteExt;
-
     let s = gateway("4s").await;
     let url = s.gateway.url("/v1/payments");
     let (conn, first) = hold_the_table(&s).await;
-    let mut gone = tokio::net::TcpStream::connect(s.gateway.addr)
-        .await
-        .unwrap();
-    gone.write_all(
-        b"POST /v1/payments HTTP/1.1\r\nHost: x\r\nIdempotency-Key: gone\r\n\
-          Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
-    )
-    .await
-    .unwrap();
+    let gone = crate::support::http::post_and_walk_away(s.gateway.addr, "gone").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     drop(gone); // the client leaves while its claim is queued
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -147,3 +147,21 @@ pub fn spawn_slow_post(
         send(&client, "POST", &url, &headers, "{}").await
     })
 }
+
+/// A keyed `POST /v1/payments` (`{}`), sent whole on a raw connection to
+/// `addr` and never read: the caller drops the connection to play a
+/// client that leaves while its request is being worked on.
+pub async fn post_and_walk_away(addr: std::net::SocketAddr, key: &str) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(
+        format!(
+            "POST /v1/payments HTTP/1.1\r\nHost: x\r\nIdempotency-Key: {key}\r\n\
+             Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{{}}"
+        )
+        .as_bytes(),
+    )
+    .await
+    .unwrap();
+    conn
+}
