@@ -13,6 +13,13 @@ use idemgate::cli::{Cli, Command};
 use idemgate::config::{ConfigError, LogFormat};
 use idemgate::{Config, logging, store, telemetry};
 
+/// jemalloc, not glibc's malloc: past capacity, with thousands of
+/// connections, glibc's allocator took 18 % of the gateway's CPU
+/// (`_int_malloc`, `malloc_consolidate`, `unlink_chunk`; perf, see the
+/// performance chapter, "Past capacity").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // Failpoints exist only in test builds (the `fail` crate's `failpoints`
