@@ -36,9 +36,13 @@ fn keyring(entries: &[(&str, &str)]) -> Arc<Keyring> {
 /// What the wrapper reported on each replay it opened.
 type Opened = Arc<Mutex<Vec<Result<Option<String>, OpenError>>>>;
 
-/// `inner` sealed under `keys`, compressing with zstd.
+/// `inner` sealed under `keys`, compressing with the default codec.
 fn sealed(inner: &Arc<dyn Backing>, keys: Arc<Keyring>) -> (SealedStore, Opened) {
-    sealed_with_codec(inner, keys, Some(Codec::Zstd))
+    sealed_with_codec(
+        inner,
+        keys,
+        Some(idemgate::config::DEFAULT_STORE_COMPRESSION),
+    )
 }
 
 /// `inner` sealed under `keys`, compressing with `compression` (none: not
