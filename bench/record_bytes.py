@@ -22,11 +22,12 @@ Each store is measured for every case in CASES (default
 508-byte body above, mostly one repeated letter) or `payment` (the sealing tests'
 PaymentIntent, about 2 KiB of real-world shaped JSON,
 crates/store/src/seal/fixture.rs), and the records, `plain` or `sealed`
-(`[store] encryption_keys` set: compressed with zstd, then sealed).
+(`[store] encryption_keys` set: compressed with the default codec, then
+sealed), or `lz4` or `zstd` (sealed, `[store] compression` set to it).
 
 Usage: python3 bench/record_bytes.py [N]   (default 20000; writes
-bench/results/<date>-record-bytes.md). Build first:
-cargo build --release --locked --bin idemgate (BIN: another binary).
+bench/results/<date>-record-bytes.md, or OUT: another name there). Build
+first: cargo build --release --locked --bin idemgate (BIN: another binary).
 """
 
 import base64
@@ -161,7 +162,14 @@ def used_memory(port):
 
 def store_lines(records):
     """The `[store]` lines of a case's records."""
-    return f'encryption_keys = ["b1:{SEAL_KEY}"]\n' if records == "sealed" else ""
+    if records == "plain":
+        return ""
+    keys = f'encryption_keys = ["b1:{SEAL_KEY}"]\n'
+    if records == "sealed":
+        return keys
+    if records in ("lz4", "zstd"):
+        return keys + f'compression = "{records}"\n'
+    raise SystemExit(f"records: plain, sealed, lz4 or zstd, not {records!r}")
 
 
 def measure_redis(upstream, work, records):
@@ -246,10 +254,13 @@ def main():
              "Content-Type, Location and X-Request-Id headers and a JSON body: `pad`, "
              f"{len(ANSWERS['pad'])} bytes, mostly one repeated letter; `payment`, the sealing tests' "
              f"PaymentIntent, {len(ANSWERS['payment']):,} bytes of real-world shaped JSON. Records "
-             "`plain`, or `sealed` (`[store] encryption_keys`: compressed with zstd, then sealed).", "",
+             "`plain`, `sealed` (`[store] encryption_keys`: compressed with the default codec, then "
+             "sealed), or `lz4` or `zstd` (sealed, `[store] compression` set to it). "
+             f"Cases: `CASES=\"{' '.join(':'.join(c) for c in CASES)}\"`.", "",
              "| store | case | bytes per record | how it was read |", "|---|---|---|---|"]
     lines += [f"| {r['store']} | {r['case']} | {r['per_record']:,.0f} | {r['detail']} |" for r in rows]
-    out = os.path.join(ROOT, "bench", "results", f"{datetime.date.today()}-record-bytes.md")
+    name = os.environ.get("OUT", f"{datetime.date.today()}-record-bytes.md")
+    out = os.path.join(ROOT, "bench", "results", name)
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {out}")

@@ -15,6 +15,7 @@ use super::route::{Concurrent, LogFormat, OnStoreError, RouteMode};
 use super::settings as S;
 use crate::request::fingerprint::BodyMode;
 use crate::store::UnknownOutcome;
+use crate::store::seal::Codec;
 use std::net::SocketAddr;
 
 const DAY: u64 = 24 * 3600;
@@ -134,6 +135,9 @@ pub const DEFAULT_REPLAY_CACHE_TTL: Duration = S::STORE_REPLAY_CACHE_TTL.duratio
 pub const DEFAULT_REPLAY_CACHE_SIZE: u64 = S::STORE_REPLAY_CACHE_SIZE.size();
 /// `[store] compress`: sealed responses are compressed where that saves bytes.
 pub const DEFAULT_STORE_COMPRESS: bool = S::STORE_COMPRESS.flag();
+/// `[store] compression`: the codec sealed responses are compressed with.
+pub const DEFAULT_STORE_COMPRESSION: Codec =
+    S::STORE_COMPRESSION.pick(&[("lz4", Codec::Lz4), ("zstd", Codec::Zstd)]);
 /// `[store] accept_plain_records`: records stored before keys were set replay.
 pub const DEFAULT_ACCEPT_PLAIN_RECORDS: bool = S::STORE_ACCEPT_PLAIN_RECORDS.flag();
 

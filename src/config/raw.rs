@@ -67,6 +67,7 @@ pub(super) struct RawStore {
     pub(super) replay_cache_size: Option<String>,
     pub(super) encryption_keys: Option<super::record_keys::RawKeys>,
     pub(super) compress: Option<bool>,
+    pub(super) compression: Option<crate::store::seal::Codec>,
     pub(super) accept_plain_records: Option<bool>,
     pub(super) front: Option<RawFront>,
 }

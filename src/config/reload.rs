@@ -197,6 +197,7 @@ fn store_comparisons(running: &StoreConfig, next: &StoreConfig) -> Vec<(&'static
         replay_cache_size,
         encryption_keys,
         compress,
+        compression,
         accept_plain_records,
     } skip {
         // Taken from the routes: follows them on a reload; compared below.

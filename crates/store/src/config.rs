@@ -11,7 +11,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 
 use super::redact_url;
-use crate::seal::Keyring;
+use crate::seal::{Codec, Keyring};
 
 /// Where records are kept.
 #[derive(Debug, Clone)]
@@ -71,9 +71,11 @@ pub struct StoreConfig {
     /// The keys recorded responses are sealed with (`[store]
     /// encryption_keys`, crates/store/src/seal/); none: stored as they are.
     pub encryption_keys: Option<Arc<Keyring>>,
-    /// With `encryption_keys`: compress each response (zstd) before
-    /// sealing it, where that saves bytes.
+    /// With `encryption_keys`: compress each response before sealing it,
+    /// where that saves bytes.
     pub compress: bool,
+    /// With `compress`: the codec (`[store] compression`).
+    pub compression: Codec,
     /// With `encryption_keys`: replay records stored before keys were set
     /// (plain); `false` refuses them, so a response planted in the store
     /// unsealed is never replayed.
@@ -301,6 +303,7 @@ impl StoreConfig {
             front: None,
             encryption_keys: None,
             compress: true,
+            compression: Codec::Lz4,
             accept_plain_records: true,
         }
     }

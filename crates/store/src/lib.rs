@@ -476,7 +476,7 @@ pub fn with_sealing(
         seal::SealedStore::new(
             store,
             config.encryption_keys.clone(),
-            config.compress,
+            config.compress.then_some(config.compression),
             on_open,
         )
         .refusing_plain(!config.accept_plain_records),

@@ -6,9 +6,10 @@ use crate::config::defaults::{
     DEFAULT_ACCEPT_PLAIN_RECORDS, DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_FRONT_MARK_AFTER,
     DEFAULT_FRONT_TIMEOUT, DEFAULT_REPLAY_CACHE_SIZE, DEFAULT_REPLAY_CACHE_TTL,
     DEFAULT_REPLICA_TIMEOUT, DEFAULT_RETENTION, DEFAULT_STORE_CLUSTER, DEFAULT_STORE_COMPRESS,
-    DEFAULT_STORE_MAX_RECORDS, DEFAULT_STORE_MIGRATE, DEFAULT_STORE_POOL_SIZE,
-    DEFAULT_STORE_PREFIX, DEFAULT_STORE_REPLICAS, DEFAULT_STORE_TIMEOUT, DEFAULT_STORE_URL,
-    DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, MAX_FRONT_MARK_AFTER, default_claim_queue_budget,
+    DEFAULT_STORE_COMPRESSION, DEFAULT_STORE_MAX_RECORDS, DEFAULT_STORE_MIGRATE,
+    DEFAULT_STORE_POOL_SIZE, DEFAULT_STORE_PREFIX, DEFAULT_STORE_REPLICAS, DEFAULT_STORE_TIMEOUT,
+    DEFAULT_STORE_URL, DEFAULT_SWEEP_BATCH, DEFAULT_SWEEP_INTERVAL, MAX_FRONT_MARK_AFTER,
+    default_claim_queue_budget,
 };
 use crate::config::settings as S;
 use std::time::Duration;
@@ -25,6 +26,12 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
         raw.timeout.as_deref(),
         DEFAULT_STORE_TIMEOUT,
     )?;
+    if raw.compress == Some(false) && raw.compression.is_some() {
+        return Err(invalid(
+            S::STORE_COMPRESSION.path(),
+            "is set but store.compress = false compresses nothing: remove one of them",
+        ));
+    }
     let store = StoreConfig {
         url: raw.url.unwrap_or_else(|| DEFAULT_STORE_URL.to_string()),
         migrate: raw.migrate.unwrap_or(DEFAULT_STORE_MIGRATE),
@@ -74,6 +81,7 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
         front: raw.front.map(front).transpose()?,
         encryption_keys: crate::config::record_keys::encryption_keys(raw.encryption_keys)?,
         compress: raw.compress.unwrap_or(DEFAULT_STORE_COMPRESS),
+        compression: raw.compression.unwrap_or(DEFAULT_STORE_COMPRESSION),
         accept_plain_records: raw
             .accept_plain_records
             .unwrap_or(DEFAULT_ACCEPT_PLAIN_RECORDS),
@@ -138,6 +146,41 @@ mod tests {
         assert_eq!(off.store.replay_cache_size, 1024 * 1024);
         let err = error(&format!("[store]\nreplay_cache_ttl = \"soon\"\n{MINIMAL}"));
         assert!(err.contains("store.replay_cache_ttl"), "{err}");
+    }
+
+    /// `compress` stays a switch (files that set it keep working) and
+    /// `compression` picks the codec; naming a codec while switching
+    /// compression off, or a codec that does not exist, is refused.
+    #[test]
+    fn compression_picks_a_codec_and_compress_switches_it() {
+        use crate::store::seal::Codec;
+        let s = parse(MINIMAL).unwrap().store;
+        assert_eq!(
+            (s.compress, s.compression),
+            (DEFAULT_STORE_COMPRESS, DEFAULT_STORE_COMPRESSION)
+        );
+        for (table, compress, codec) in [
+            ("compress = true\n", true, DEFAULT_STORE_COMPRESSION),
+            ("compress = false\n", false, DEFAULT_STORE_COMPRESSION),
+            ("compression = \"lz4\"\n", true, Codec::Lz4),
+            ("compression = \"zstd\"\n", true, Codec::Zstd),
+            (
+                "compress = true\ncompression = \"zstd\"\n",
+                true,
+                Codec::Zstd,
+            ),
+        ] {
+            let s = parse(&format!("[store]\n{table}{MINIMAL}")).unwrap().store;
+            assert_eq!((s.compress, s.compression), (compress, codec), "{table}");
+        }
+        for table in [
+            "compress = false\ncompression = \"lz4\"\n",
+            "compression = \"gzip\"\n",
+            "compression = true\n",
+        ] {
+            let err = error(&format!("[store]\n{table}{MINIMAL}"));
+            assert!(err.contains("compression"), "{table}: {err}");
+        }
     }
 
     #[test]

@@ -803,6 +803,7 @@ async fn read_records(url: &str) -> Result<Vec<StoreRecord>, String> {
         wait_routes: idemgate::store::WaitRoutes::default(),
         encryption_keys: None,
         compress: true,
+        compression: idemgate::config::DEFAULT_STORE_COMPRESSION,
         accept_plain_records: true,
         front: None,
     };

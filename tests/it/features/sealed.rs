@@ -3,8 +3,9 @@
 //! reaches no log line (at debug level), no metric and no `check` output;
 //! a malformed key stops the start naming its entry; a record under a key
 //! no longer configured, or a row copied from another record, is answered
-//! with its problem and never forwarded; and the bytes a payment object
-//! takes in the store, plain and sealed.
+//! with its problem and never forwarded; a record sealed with either
+//! codec replays after `[store] compression` is switched, either way; and
+//! the bytes a payment object takes in the store, plain and sealed.
 
 use std::time::Duration;
 
@@ -400,7 +401,90 @@ async fn a_copied_row_is_refused(b: Backend) {
     fresh.shutdown().await;
 }
 
+/// `[store] compression` switched, through gateways sharing one store:
+/// what a gateway sealing with zstd recorded replays byte-identical from
+/// one sealing with LZ4, and the other way round, and so does what one
+/// with `compress = false` recorded; nothing is forwarded twice. The
+/// control that each gateway compressed with its own codec: the sealed
+/// values of one response differ in size as the codecs do.
+async fn a_codec_switch_replays_either_way(b: Backend) {
+    let k1 = format!("k1:{K1}");
+    let codec = |name: &'static str| {
+        let k1 = k1.clone();
+        move |c: TestConfig| {
+            with_keys(c, &[&k1]).store(|s| {
+                s.set("replay_cache_ttl", "0s");
+                if name == "none" {
+                    s.set("compress", false);
+                } else {
+                    s.set("compression", name);
+                }
+            })
+        }
+    };
+    let setup = Setup::with(b, codec("zstd")).await;
+    let lz4 = Gateway::start(&codec("lz4")(setup.store.config(&setup.upstream.url()))).await;
+    let none = Gateway::start(&codec("none")(setup.store.config(&setup.upstream.url()))).await;
+    let gateways = [("zstd", &setup.gateway), ("lz4", &lz4), ("none", &none)];
+    // 4,000 bytes the upstream answers: well past the 128 that compress.
+    let path = "/v1/big/4000";
+    let mut first = Vec::new();
+    for (name, gateway) in gateways {
+        let key = format!("by-{name}");
+        let reply = post(&setup.client, &gateway.url(path), &key, "{}").await;
+        assert_eq!(reply.status, StatusCode::OK, "{name}");
+        assert_eq!(reply.body.len(), 4000);
+        first.push((key, reply));
+    }
+    for (key, recorded) in &first {
+        for (reader, gateway) in gateways {
+            let again = post(&setup.client, &gateway.url(path), key, "{}").await;
+            assert!(again.is_replay(), "{key} through {reader}: {again:?}");
+            assert_eq!(again.status, recorded.status, "{key} through {reader}");
+            assert_eq!(again.body, recorded.body, "{key} through {reader}");
+        }
+        assert_eq!(setup.upstream.count(key), 1, "{key}");
+    }
+    // What each gateway left in the store: LZ4's longer than zstd's, both
+    // far shorter than the uncompressed one.
+    let store = setup.store.open().await;
+    let mut sealed = std::collections::HashMap::new();
+    for info in store
+        .list("api", idemgate::store::RecordState::Completed, 10)
+        .await
+        .unwrap()
+    {
+        let stored = store
+            .recorded(&info.record_key().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            idemgate::store::seal::sealed_with(&stored).as_deref(),
+            Some("k1")
+        );
+        sealed.insert(info.key, stored.body.len());
+    }
+    let size = |name: &str| sealed[&format!("by-{name}")];
+    assert!(
+        size("zstd") < size("lz4") && size("lz4") * 10 < size("none"),
+        "{sealed:?}"
+    );
+    for gateway in [lz4, none] {
+        gateway.shutdown().await;
+    }
+}
+
 per_backend!(only [postgres, redis, sqlite, front]: rotation_and_a_missing_key);
+
+/// A memory store's records do not outlive the gateway that holds them.
+mod codec_switch {
+    use super::a_codec_switch_replays_either_way;
+    crate::support::per_backend!(
+        only [postgres, redis, sqlite, front]:
+        a_codec_switch_replays_either_way,
+    );
+}
 /// The stores with rows to copy in SQL (the store-level suite copies a
 /// sealed value on every store: tests/it/stores/sealed.rs).
 mod copied_row {

@@ -74,6 +74,7 @@ async fn open_marking(
         wait_routes: idemgate::store::WaitRoutes::default(),
         encryption_keys: None,
         compress: true,
+        compression: idemgate::config::DEFAULT_STORE_COMPRESSION,
         accept_plain_records: true,
         front: Some(FrontConfig {
             url: redis.to_string(),

@@ -271,6 +271,7 @@ impl TestStore {
             wait_routes: idemgate::store::WaitRoutes::default(),
             encryption_keys: None,
             compress: true,
+            compression: idemgate::config::DEFAULT_STORE_COMPRESSION,
             accept_plain_records: true,
             front: (self.backend == Backend::Front).then(|| FrontConfig {
                 url: redis_url(),

@@ -1,6 +1,6 @@
 //! A recorded response sealed, and opened again: the status, headers and
-//! body serialized, compressed with zstd when that saves bytes, then
-//! encrypted with AES-256-GCM under a key of its own.
+//! body serialized, compressed (LZ4 or zstd, [`Codec`]) when that saves
+//! bytes, then encrypted with AES-256-GCM under a key of its own.
 //!
 //! Each record's key is derived (HKDF-SHA256) from the configured key and
 //! a random 16-byte salt stored with it, so no two records share an AES
@@ -15,15 +15,16 @@
 //! [`SEALED_HEADER`] whose value is the key id, and as body
 //! `version ‖ salt ‖ ciphertext ‖ tag`. Inside, the plaintext is
 //! `flags ‖ [u32 length before compression] ‖ payload`, the payload
-//! `u16 status ‖ u32 headers' length ‖ headers ‖ body`.
-
-use std::cell::RefCell;
+//! `u16 status ‖ u32 headers' length ‖ headers ‖ body`; the flags are `0`
+//! (not compressed) or the codec's ([`Codec::flag`]: zstd `1`, LZ4 `2`),
+//! and the length follows only a compressed payload.
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
 
+use super::codec::Codec;
 use super::keyring::{Keyring, SealKey};
 use crate::{RecordKey, StoredResponse, decode_headers, encode_headers};
 
@@ -34,14 +35,11 @@ pub const SEALED_HEADER: &str = "idemgate-sealed";
 const VERSION: u8 = 1;
 /// Bytes of each record's random salt.
 const SALT_LEN: usize = 16;
-/// The plaintext's flag: the payload is zstd-compressed.
-const COMPRESSED: u8 = 1;
-/// Payloads shorter than this are never compressed: zstd's frame and the
-/// length prefix eat what little it would save.
+/// The plaintext's flag of a payload that is not compressed.
+const UNCOMPRESSED: u8 = 0;
+/// Payloads shorter than this are never compressed: a codec's framing and
+/// the length prefix eat what little it would save.
 pub const COMPRESS_ABOVE: usize = 128;
-/// zstd's level: 3, its default. On a 2 KiB payment object it comes
-/// within 3 % of level 9 (973 against 944 bytes) and 5 % of level 19.
-const LEVEL: i32 = 3;
 /// The most a sealed payload may claim to expand to (it was sealed by an
 /// idemgate, so this only bounds a bug).
 const MAX_PAYLOAD: usize = 1 << 30;
@@ -88,15 +86,20 @@ impl OpenError {
 }
 
 /// Seal `response` for the record `key` under `keys`' first key;
-/// `compress`: try zstd on payloads of [`COMPRESS_ABOVE`] bytes or more.
+/// `compression`: the codec tried on payloads of [`COMPRESS_ABOVE`] bytes
+/// or more (none: never compressed).
 pub fn seal(
     keys: &Keyring,
     key: &RecordKey,
     response: &StoredResponse,
-    compress: bool,
+    compression: Option<Codec>,
 ) -> StoredResponse {
+    seal_plaintext(keys, key, plaintext(response, compression))
+}
+
+/// Seal `plaintext` (flags, payload) for the record `key`.
+fn seal_plaintext(keys: &Keyring, key: &RecordKey, mut plaintext: Vec<u8>) -> StoredResponse {
     let seal_key = keys.sealing();
-    let mut plaintext = plaintext(response, compress);
     let mut salt = [0u8; SALT_LEN];
     SystemRandom::new()
         .fill(&mut salt)
@@ -190,28 +193,28 @@ pub fn open(
     response(opened).ok_or_else(unauthentic)
 }
 
-/// The plaintext of `response`: flags, then the payload, compressed if
-/// asked and if that makes it smaller.
-fn plaintext(response: &StoredResponse, compress: bool) -> Vec<u8> {
+/// The plaintext of `response`: flags, then the payload, compressed with
+/// `compression` if that makes it smaller.
+fn plaintext(response: &StoredResponse, compression: Option<Codec>) -> Vec<u8> {
     let headers = encode_headers(&response.headers);
     let mut payload = Vec::with_capacity(6 + headers.len() + response.body.len() + 16);
     payload.extend_from_slice(&response.status.as_u16().to_be_bytes());
     payload.extend_from_slice(&(headers.len() as u32).to_be_bytes());
     payload.extend_from_slice(&headers);
     payload.extend_from_slice(&response.body);
-    let worth_trying = compress && (COMPRESS_ABOVE..=MAX_PAYLOAD).contains(&payload.len());
-    if worth_trying
-        && let Some(compressed) = zstd_compress(&payload)
+    let worth_trying = (COMPRESS_ABOVE..=MAX_PAYLOAD).contains(&payload.len());
+    if let Some(codec) = compression.filter(|_| worth_trying)
+        && let Some(compressed) = codec.compress(&payload)
         && compressed.len() + 4 < payload.len()
     {
         let mut out = Vec::with_capacity(5 + compressed.len() + 16);
-        out.push(COMPRESSED);
+        out.push(codec.flag());
         out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
         out.extend_from_slice(&compressed);
         return out;
     }
     let mut out = Vec::with_capacity(1 + payload.len() + 16);
-    out.push(0);
+    out.push(UNCOMPRESSED);
     out.extend_from_slice(&payload);
     out
 }
@@ -221,17 +224,17 @@ fn response(plaintext: &[u8]) -> Option<StoredResponse> {
     let (&flags, rest) = plaintext.split_first()?;
     let expanded;
     let payload = match flags {
-        0 => rest,
-        COMPRESSED => {
+        UNCOMPRESSED => rest,
+        flag => {
+            let codec = Codec::from_flag(flag)?;
             let (len, compressed) = rest.split_at_checked(4)?;
             let len = u32::from_be_bytes(len.try_into().ok()?) as usize;
             if len > MAX_PAYLOAD {
                 return None;
             }
-            expanded = zstd_decompress(compressed, len)?;
+            expanded = codec.decompress(compressed, len)?;
             &expanded[..]
         }
-        _ => return None,
     };
     let (status, rest) = payload.split_at_checked(2)?;
     let (len, rest) = rest.split_at_checked(4)?;
@@ -241,37 +244,6 @@ fn response(plaintext: &[u8]) -> Option<StoredResponse> {
         status: StatusCode::from_u16(u16::from_be_bytes([status[0], status[1]])).ok()?,
         headers: decode_headers(headers)?,
         body: Bytes::copy_from_slice(body),
-    })
-}
-
-thread_local! {
-    /// This thread's zstd contexts, kept: making one per record cost more
-    /// than the work on a 2 KiB object (a seal took 30 µs instead of about
-    /// 15, an open 25 instead of about 6, in a release build). Each holds
-    /// what its largest input needed.
-    static COMPRESSOR: RefCell<Option<zstd::bulk::Compressor<'static>>> = const { RefCell::new(None) };
-    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
-}
-
-/// `payload` compressed at [`LEVEL`] with this thread's context.
-fn zstd_compress(payload: &[u8]) -> Option<Vec<u8>> {
-    COMPRESSOR.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        if cell.is_none() {
-            *cell = zstd::bulk::Compressor::new(LEVEL).ok();
-        }
-        cell.as_mut()?.compress(payload).ok()
-    })
-}
-
-/// `compressed` expanded to at most `len` bytes with this thread's context.
-fn zstd_decompress(compressed: &[u8], len: usize) -> Option<Vec<u8>> {
-    DECOMPRESSOR.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        if cell.is_none() {
-            *cell = zstd::bulk::Decompressor::new().ok();
-        }
-        cell.as_mut()?.decompress(compressed, len).ok()
     })
 }
 
@@ -346,14 +318,30 @@ mod tests {
         }
     }
 
+    const ZSTD: Option<Codec> = Some(Codec::Zstd);
+    const LZ4: Option<Codec> = Some(Codec::Lz4);
+    /// Each way a payload may be sealed: each codec, and none.
+    const EVERY: [Option<Codec>; 3] = [LZ4, ZSTD, None];
+
+    /// The flags byte inside a sealed value: what it was sealed with.
+    fn flags_of(ring: &Keyring, key: &RecordKey, sealed: &StoredResponse) -> u8 {
+        let (salt, ciphertext) = sealed.body[1..].split_at(SALT_LEN);
+        let mut in_out = ciphertext.to_vec();
+        let id = sealed_with(sealed).unwrap();
+        let opened = record_key(ring.opening(&id).unwrap(), salt)
+            .open_in_place(nonce(), Aad::from(aad(&id, key)), &mut in_out)
+            .unwrap();
+        opened[0]
+    }
+
     #[test]
     fn sealed_opens_byte_identical_small_and_compressed() {
         let ring = keys(&[("k1", 1)]);
         let long = format!("{{\"card\":\"MARKER\",\"pad\":\"{}\"}}", "ab".repeat(500));
         for body in ["", "MARKER", long.as_str()] {
-            for compress in [true, false] {
+            for compression in EVERY {
                 let plain = response(body);
-                let sealed = seal(&ring, &record("a"), &plain, compress);
+                let sealed = seal(&ring, &record("a"), &plain, compression);
                 assert_eq!(sealed_with(&sealed).as_deref(), Some("k1"));
                 let raw = format!("{:?}", sealed.body);
                 assert!(!raw.contains("MARKER") && !raw.contains("x-multi"));
@@ -361,11 +349,123 @@ mod tests {
             }
         }
         // Compression pays on the long body, and only when asked.
-        let on = seal(&ring, &record("a"), &response(&long), true).body.len();
-        let off = seal(&ring, &record("a"), &response(&long), false)
-            .body
-            .len();
-        assert!(on * 4 < off, "{on} vs {off}");
+        let off = seal(&ring, &record("a"), &response(&long), None).body.len();
+        for codec in [LZ4, ZSTD] {
+            let on = seal(&ring, &record("a"), &response(&long), codec)
+                .body
+                .len();
+            assert!(on * 4 < off, "{codec:?}: {on} vs {off}");
+        }
+    }
+
+    /// Each codec seals a payment object compressed, under its own flag,
+    /// and any instance opens it byte-identical whatever it seals with
+    /// (opening takes no setting); a short response is not compressed.
+    #[test]
+    fn each_codec_marks_its_payload_and_opens() {
+        let ring = keys(&[("k1", 1)]);
+        let id = record("a");
+        let payment = response(&crate::seal::fixture::payment_intent("customer-1842"));
+        for (compression, flag) in [(LZ4, 2), (ZSTD, 1), (None, 0)] {
+            let sealed = seal(&ring, &id, &payment, compression);
+            assert_eq!(flags_of(&ring, &id, &sealed), flag, "{compression:?}");
+            assert_eq!(open(&ring, &id, sealed).unwrap(), payment);
+            let short = seal(&ring, &id, &response("x"), compression);
+            assert_eq!(flags_of(&ring, &id, &short), 0, "{compression:?}");
+        }
+        // The control: the flags really are read from what was sealed.
+        let lz4 = seal(&ring, &id, &payment, LZ4);
+        let zstd = seal(&ring, &id, &payment, ZSTD);
+        assert_ne!(flags_of(&ring, &id, &lz4), flags_of(&ring, &id, &zstd));
+    }
+
+    /// A plaintext as [`plaintext`] lays a compressed one out: `flag`,
+    /// then `len`, then `bytes`.
+    fn compressed_plaintext(flag: u8, len: usize, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![flag];
+        out.extend_from_slice(&(len as u32).to_be_bytes());
+        out.extend_from_slice(bytes);
+        out
+    }
+
+    /// The payload of the fixture's response, serialized as [`plaintext`]
+    /// does before compressing it.
+    fn serialized(response: &StoredResponse) -> Vec<u8> {
+        plaintext(response, None)[1..].to_vec()
+    }
+
+    /// A plaintext that authenticates but whose LZ4 payload is broken —
+    /// cut short, bytes flipped, a match reaching back before the start,
+    /// a length it does not expand to, a length past [`MAX_PAYLOAD`] —
+    /// does not open, and never panics; only the bug of an idemgate
+    /// holding the key could seal one.
+    #[test]
+    fn a_corrupted_lz4_payload_is_an_error_not_a_panic() {
+        let ring = keys(&[("k1", 1)]);
+        let id = record("a");
+        let payload = serialized(&response(&crate::seal::fixture::payment_intent("c-1")));
+        let good = Codec::Lz4.compress(&payload).unwrap();
+        let unauthentic = Err(OpenError::Unauthentic("k1".into()));
+        let opens = |plaintext: Vec<u8>| open(&ring, &id, seal_plaintext(&ring, &id, plaintext));
+        // The control: the well-formed one opens.
+        assert!(opens(compressed_plaintext(2, payload.len(), &good)).is_ok());
+        let mut broken: Vec<(String, Vec<u8>)> = vec![
+            ("cut short".into(), good[..good.len() / 2].to_vec()),
+            ("empty".into(), Vec::new()),
+            // A token of 4 literals then a match 0xffff bytes back.
+            (
+                "far match".into(),
+                vec![0x40, b'a', b'b', b'c', b'd', 0xff, 0xff],
+            ),
+            ("all ones".into(), vec![0xff; 64]),
+        ];
+        for at in (0..good.len()).step_by(7) {
+            let mut flipped = good.clone();
+            flipped[at] ^= 0xa5;
+            broken.push((format!("byte {at} flipped"), flipped));
+        }
+        for (what, bytes) in broken {
+            match opens(compressed_plaintext(2, payload.len(), &bytes)) {
+                // A flip in a literal may expand to other bytes of the same
+                // length: then the payload is still parsed, and differs.
+                Ok(opened) => assert_ne!(serialized(&opened), payload, "{what}"),
+                Err(e) => assert_eq!(Err(e), unauthentic, "{what}"),
+            }
+        }
+        for len in [payload.len() - 1, payload.len() + 1, MAX_PAYLOAD + 1] {
+            let plaintext = compressed_plaintext(2, len, &good);
+            assert_eq!(opens(plaintext), unauthentic, "length {len}");
+        }
+        // No length at all, and a flag no codec has.
+        assert_eq!(opens(vec![2, 0, 0]), unauthentic);
+        assert_eq!(
+            opens(compressed_plaintext(3, payload.len(), &good)),
+            unauthentic
+        );
+    }
+
+    /// Each codec's flag is what opening trusts: zstd bytes under LZ4's
+    /// flag, or LZ4 bytes under zstd's, do not open, while each under its
+    /// own flag does (the control).
+    #[test]
+    fn a_payload_under_the_other_codecs_flag_does_not_open() {
+        let ring = keys(&[("k1", 1)]);
+        let id = record("a");
+        let payment = response(&crate::seal::fixture::payment_intent("c-1"));
+        let payload = serialized(&payment);
+        let opens = |plaintext: Vec<u8>| open(&ring, &id, seal_plaintext(&ring, &id, plaintext));
+        for codec in Codec::ALL {
+            let bytes = codec.compress(&payload).unwrap();
+            let own = compressed_plaintext(codec.flag(), payload.len(), &bytes);
+            assert_eq!(opens(own).unwrap(), payment, "{codec:?}");
+            let other = Codec::ALL.into_iter().find(|c| *c != codec).unwrap();
+            let claimed = compressed_plaintext(other.flag(), payload.len(), &bytes);
+            assert_eq!(
+                opens(claimed),
+                Err(OpenError::Unauthentic("k1".into())),
+                "{codec:?} bytes under {other:?}'s flag"
+            );
+        }
     }
 
     /// CPU per record, sealing and opening a ~2 KiB payment object (the
@@ -379,24 +479,26 @@ mod tests {
         let mut plain = response(&crate::seal::fixture::payment_intent("customer-1842"));
         plain.status = StatusCode::OK;
         let (n, id) = (5_000u32, record("cost"));
-        for compress in [true, false] {
+        for compression in EVERY {
             let started = tokio::time::Instant::now();
-            let sealed: Vec<_> = (0..n).map(|_| seal(&ring, &id, &plain, compress)).collect();
+            let sealed: Vec<_> = (0..n)
+                .map(|_| seal(&ring, &id, &plain, compression))
+                .collect();
             let sealing = started.elapsed() / n;
             let started = tokio::time::Instant::now();
             for one in sealed {
                 assert_eq!(open(&ring, &id, one).unwrap().body.len(), plain.body.len());
             }
             let opening = started.elapsed() / n;
-            eprintln!("compress={compress}: seal {sealing:?}, open {opening:?} per record");
+            eprintln!("{compression:?}: seal {sealing:?}, open {opening:?} per record");
         }
     }
 
     #[test]
     fn each_seal_is_fresh() {
         let ring = keys(&[("k1", 1)]);
-        let a = seal(&ring, &record("a"), &response("x"), true);
-        let b = seal(&ring, &record("a"), &response("x"), true);
+        let a = seal(&ring, &record("a"), &response("x"), ZSTD);
+        let b = seal(&ring, &record("a"), &response("x"), ZSTD);
         assert_ne!(a.body, b.body);
         // Past the version and salt too: each record has its own key.
         assert_ne!(a.body[1 + SALT_LEN..], b.body[1 + SALT_LEN..]);
@@ -408,7 +510,7 @@ mod tests {
     #[test]
     fn a_malformed_seal_is_unauthentic_never_plain() {
         let ring = keys(&[("k1", 1)]);
-        let sealed = seal(&ring, &record("a"), &response("x"), true);
+        let sealed = seal(&ring, &record("a"), &response("x"), ZSTD);
         let invalid = Err(OpenError::Unauthentic(MALFORMED_ID.into()));
         let mut beside = sealed.clone();
         beside
@@ -436,13 +538,13 @@ mod tests {
     #[test]
     fn rotation_opens_old_records_and_seals_under_the_first() {
         let old = keys(&[("k1", 1)]);
-        let sealed = seal(&old, &record("a"), &response("x"), true);
+        let sealed = seal(&old, &record("a"), &response("x"), ZSTD);
         let rotated = keys(&[("k2", 2), ("k1", 1)]);
         assert_eq!(
             open(&rotated, &record("a"), sealed.clone()).unwrap(),
             response("x")
         );
-        let resealed = seal(&rotated, &record("a"), &response("x"), true);
+        let resealed = seal(&rotated, &record("a"), &response("x"), ZSTD);
         assert_eq!(sealed_with(&resealed).as_deref(), Some("k2"));
         let dropped = keys(&[("k2", 2)]);
         assert_eq!(
@@ -454,7 +556,7 @@ mod tests {
     #[test]
     fn a_copied_altered_or_relabelled_value_never_opens() {
         let ring = keys(&[("k1", 1), ("k2", 2)]);
-        let sealed = seal(&ring, &record("a"), &response("secret"), true);
+        let sealed = seal(&ring, &record("a"), &response("secret"), ZSTD);
         let unauthentic = Err(OpenError::Unauthentic("k1".into()));
         // Another key, another route, another scope.
         assert_eq!(open(&ring, &record("b"), sealed.clone()), unauthentic);
@@ -485,7 +587,7 @@ mod tests {
         );
         // Other material under the same id.
         let same_id = keys(&[("k1", 9)]);
-        let sealed = seal(&ring, &record("a"), &response("secret"), true);
+        let sealed = seal(&ring, &record("a"), &response("secret"), ZSTD);
         assert_eq!(open(&same_id, &record("a"), sealed), unauthentic);
     }
 }

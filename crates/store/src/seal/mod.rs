@@ -4,6 +4,7 @@
 //! backend; the stores keep the sealed value in the fields they already
 //! have, so none of them changes.
 
+mod codec;
 mod envelope;
 #[cfg(any(test, feature = "test-hooks"))]
 pub mod fixture;
@@ -11,6 +12,7 @@ mod keyring;
 mod shown;
 mod store;
 
+pub use codec::Codec;
 pub use envelope::{COMPRESS_ABOVE, OpenError, SEALED_HEADER, open, seal, sealed_with};
 pub use keyring::{KEY_BYTES, Keyring, KeyringError, MAX_ID_LEN};
 pub use store::{OnOpen, SealedStore};

@@ -53,6 +53,7 @@ mod tests {
 
     use super::*;
     use crate::RecordState;
+    use crate::seal::Codec;
 
     /// A keyring of `ids`, each with its own material.
     fn keyring(ids: &[&str]) -> Keyring {
@@ -103,7 +104,7 @@ mod tests {
     #[test]
     fn a_sealed_record_shows_its_key_id_and_its_real_response() {
         let keys = keyring(&["k2", "k1"]);
-        let sealed = envelope::seal(&keys, &key("k"), &response(), true);
+        let sealed = envelope::seal(&keys, &key("k"), &response(), Some(Codec::Lz4));
         let shown = info(&sealed).with_recorded(Some(&keys), &key("k"), sealed.clone());
         assert_eq!(shown.sealed_with.as_deref(), Some("k2"));
         assert_eq!(shown.opened, Some(true));
@@ -118,7 +119,7 @@ mod tests {
     #[test]
     fn a_record_that_does_not_open_says_why() {
         let old = keyring(&["k0"]);
-        let sealed = envelope::seal(&old, &key("k"), &response(), true);
+        let sealed = envelope::seal(&old, &key("k"), &response(), Some(Codec::Zstd));
         for keys in [Some(keyring(&["k1"])), None] {
             let shown = info(&sealed).with_recorded(keys.as_ref(), &key("k"), sealed.clone());
             assert_eq!(shown.sealed_with.as_deref(), Some("k0"));

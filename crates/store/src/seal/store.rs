@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::codec::Codec;
 use super::envelope::{self, Marking, OpenError};
 use super::keyring::Keyring;
 use crate::{
@@ -27,7 +28,7 @@ pub type OnOpen = Box<dyn Fn(&RecordKey, Result<Option<&str>, &OpenError>) + Sen
 pub struct SealedStore {
     inner: Arc<dyn Store>,
     keys: Option<Arc<Keyring>>,
-    compress: bool,
+    compression: Option<Codec>,
     accept_plain: bool,
     on_open: OnOpen,
 }
@@ -36,7 +37,7 @@ impl std::fmt::Debug for SealedStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SealedStore")
             .field("keys", &self.keys)
-            .field("compress", &self.compress)
+            .field("compression", &self.compression)
             .field("accept_plain", &self.accept_plain)
             .finish_non_exhaustive()
     }
@@ -44,19 +45,20 @@ impl std::fmt::Debug for SealedStore {
 
 impl SealedStore {
     /// Seal `inner`'s records under `keys` (the first seals, every one
-    /// opens; none: records stay plain); `compress`: zstd before sealing
-    /// where it saves bytes. Plain records are replayed, unless keys are
+    /// opens; none: records stay plain); `compression`: the codec tried
+    /// before sealing, kept where it saves bytes (none: never compressed).
+    /// Opening reads whichever codec a record names, so it takes none. Plain records are replayed, unless keys are
     /// set and [`SealedStore::refusing_plain`] says otherwise.
     pub fn new(
         inner: Arc<dyn Store>,
         keys: Option<Arc<Keyring>>,
-        compress: bool,
+        compression: Option<Codec>,
         on_open: OnOpen,
     ) -> Self {
         Self {
             inner,
             keys,
-            compress,
+            compression,
             accept_plain: true,
             on_open,
         }
@@ -125,7 +127,7 @@ impl Store for SealedStore {
         let Some(keys) = &self.keys else {
             return self.inner.complete(key, token, response, retention).await;
         };
-        let sealed = envelope::seal(keys, key, response, self.compress);
+        let sealed = envelope::seal(keys, key, response, self.compression);
         self.inner.complete(key, token, &sealed, retention).await
     }
 
