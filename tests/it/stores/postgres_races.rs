@@ -319,3 +319,96 @@ async fn a_claim_its_caller_gave_up_never_commits_later() {
         "the claim committed after its caller had given it up"
     );
 }
+
+/// An erasure step whose picked record is claimed before its DELETE
+/// reaches it (READ COMMITTED reads the row again, and keeps it) goes on
+/// past it: the step still removes its limit while the scope holds more,
+/// so the erasure does not end early with records it could remove left
+/// behind (a short step is the last one).
+#[tokio::test]
+async fn an_erasure_step_goes_on_past_a_record_claimed_under_it() {
+    use idemgate::store::{Cas, EraseStep, StoredResponse};
+    let db = TestStore::new(Backend::Postgres).await;
+    let s = db.open().await;
+    let scope = vec![0xe; 32];
+    let at = |i: usize| RecordKey {
+        route: "r".into(),
+        scope: scope.clone(),
+        key: format!("e{i:02}"),
+    };
+    let response = StoredResponse {
+        status: http::StatusCode::CREATED,
+        headers: http::HeaderMap::new(),
+        body: bytes::Bytes::from_static(b"done"),
+    };
+    for i in 0..15 {
+        let token = match s
+            .claim(&ClaimRequest {
+                key: &at(i),
+                fingerprint: &[1; 32],
+                attempt: idemgate::store::new_attempt_id(),
+                lease: Duration::from_secs(30),
+                retention: Duration::from_secs(3600),
+                on_unknown_outcome: UnknownOutcome::Release,
+                inquire_after: Duration::ZERO,
+            })
+            .await
+            .unwrap()
+        {
+            Claim::Claimed { token, .. } => token,
+            other => panic!("{other:?}"),
+        };
+        let done = s
+            .complete(&at(i), token, &response, Duration::from_secs(3600))
+            .await;
+        assert_eq!(done.unwrap(), Cas::Applied);
+    }
+    // Another transaction takes e03 back in flight (as a claim after its
+    // expiry would) and holds the row while the step runs.
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    let taken = sqlx::query(
+        "UPDATE idemgate_records SET state = 'in_flight', lease_until = now() + interval '30 seconds'
+          WHERE key = 'e03'",
+    )
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    assert_eq!(taken.rows_affected(), 1);
+    let erasing = tokio::spawn({
+        let (s, scope) = (s.clone(), scope.clone());
+        async move {
+            s.erase(&EraseStep {
+                route: "r",
+                scope: &scope,
+                force: false,
+                limit: 10,
+                after: None,
+            })
+            .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!erasing.is_finished(), "the step waits for e03's row");
+    tx.commit().await.unwrap();
+    let step = erasing.await.unwrap().unwrap();
+    assert!(!step.keys.contains(&"e03".to_string()), "{step:?}");
+    // e00..e09 were picked, e03 kept: the step went on to e10.
+    assert_eq!(step.keys.len(), 10, "the step ended short: {step:?}");
+    assert!(step.more(10));
+    assert_eq!(step.last.as_deref(), Some("e10"));
+    // The next step takes the rest, and leaves e03 (in flight) alone.
+    let rest = s
+        .erase(&EraseStep {
+            route: "r",
+            scope: &scope,
+            force: false,
+            limit: 10,
+            after: step.last.as_deref(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(rest.keys, ["e11", "e12", "e13", "e14"]);
+    assert!(!rest.more(10));
+    assert_eq!(rest.left, 1);
+}

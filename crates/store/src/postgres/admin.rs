@@ -374,19 +374,42 @@ impl StoreAdmin for PgStore {
 
     async fn erase(&self, step: &EraseStep<'_>) -> Result<Erased, EraseStepFailed> {
         let (route, scope, limit) = (step.route, step.scope, step.limit);
-        let keys: Vec<String> = self
-            .bounded(async |conn| {
-                sqlx::query_scalar(ERASE)
-                    .bind(route)
-                    .bind(scope)
-                    .bind(step.force)
-                    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                    .bind(step.after.unwrap_or(""))
-                    .fetch_all(conn)
-                    .await
-            })
-            .await?;
-        // In key order (ERASE sorts them), in the column's collation.
+        // ERASE removes fewer than it picked when a picked record was
+        // claimed before its DELETE reached it (READ COMMITTED checks the
+        // row again, and keeps it): a short step then says nothing of what
+        // is left past it. So it goes on from its last key until it has
+        // its limit or finds nothing more: one statement more, returning
+        // nothing, at the end of each erasure.
+        let mut keys: Vec<String> = Vec::new();
+        while keys.len() < limit {
+            let after = keys.last().map(String::as_str).or(step.after);
+            let want = limit - keys.len();
+            let found: Result<Vec<String>, StoreError> = self
+                .bounded(async |conn| {
+                    sqlx::query_scalar(ERASE)
+                        .bind(route)
+                        .bind(scope)
+                        .bind(step.force)
+                        .bind(i64::try_from(want).unwrap_or(i64::MAX))
+                        .bind(after.unwrap_or(""))
+                        .fetch_all(conn)
+                        .await
+                })
+                .await;
+            match found {
+                Ok(found) if found.is_empty() => break,
+                Ok(found) => keys.extend(found),
+                // What the earlier statements removed stays removed.
+                Err(source) => {
+                    return Err(EraseStepFailed {
+                        removed: keys,
+                        source,
+                    });
+                }
+            }
+        }
+        // In key order (ERASE sorts them, and each statement starts past
+        // the last), in the column's collation.
         let mut erased = Erased::in_key_order(keys);
         // The records are gone (committed): a failure now keeps their keys.
         let left = async {
