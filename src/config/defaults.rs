@@ -228,10 +228,12 @@ mod tests {
     /// The routes of the file every TOML default is added to: a plain one,
     /// and one that waits and inquires (`wait_timeout` and `inquiry.*` only
     /// apply there; it sets `forward_attempt`, whose default is `true` on a
-    /// route that inquires).
+    /// route that inquires). Its store seals records: `compress` and
+    /// `compression` may only be written with `encryption_keys`.
     const BASE: &str = r#"
         [store]
         url = "postgres://h/db"
+        encryption_keys = ["k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="]
         [store.front]
         url = "redis://h:6379"
         [telemetry]

@@ -32,6 +32,7 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
             "is set but store.compress = false compresses nothing: remove one of them",
         ));
     }
+    compression_needs_keys(&raw)?;
     let store = StoreConfig {
         url: raw.url.unwrap_or_else(|| DEFAULT_STORE_URL.to_string()),
         migrate: raw.migrate.unwrap_or(DEFAULT_STORE_MIGRATE),
@@ -92,6 +93,27 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
     Ok(store)
 }
 
+/// `compress` and `compression` act only on sealed records: written
+/// without `encryption_keys` they would be ignored (a plain record is never
+/// compressed), so the file says something the gateway does not do.
+fn compression_needs_keys(raw: &RawStore) -> Result<(), ConfigError> {
+    if raw.encryption_keys.is_some() {
+        return Ok(());
+    }
+    let written = [
+        (raw.compress.is_some(), S::STORE_COMPRESS.path()),
+        (raw.compression.is_some(), S::STORE_COMPRESSION.path()),
+    ];
+    match written.into_iter().find(|(set, _)| *set) {
+        Some((_, key)) => Err(invalid(
+            key,
+            "is set but without store.encryption_keys nothing is compressed (only sealed \
+             records are): add encryption_keys or remove the line",
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The `[store.front]` table; its fence life is set once the routes are known.
 fn front(raw: RawFront) -> Result<FrontConfig, ConfigError> {
     let url = raw.url.ok_or_else(|| {
@@ -148,6 +170,9 @@ mod tests {
         assert!(err.contains("store.replay_cache_ttl"), "{err}");
     }
 
+    /// `[store]` lines that set sealing keys, for the settings that need them.
+    const KEYS: &str = "encryption_keys = [\"k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\"]\n";
+
     /// `compress` stays a switch (files that set it keep working) and
     /// `compression` picks the codec; naming a codec while switching
     /// compression off, or a codec that does not exist, is refused.
@@ -170,7 +195,9 @@ mod tests {
                 Codec::Zstd,
             ),
         ] {
-            let s = parse(&format!("[store]\n{table}{MINIMAL}")).unwrap().store;
+            let s = parse(&format!("[store]\n{KEYS}{table}{MINIMAL}"))
+                .unwrap()
+                .store;
             assert_eq!((s.compress, s.compression), (compress, codec), "{table}");
         }
         for table in [
@@ -178,9 +205,33 @@ mod tests {
             "compression = \"gzip\"\n",
             "compression = true\n",
         ] {
-            let err = error(&format!("[store]\n{table}{MINIMAL}"));
+            let err = error(&format!("[store]\n{KEYS}{table}{MINIMAL}"));
             assert!(err.contains("compression"), "{table}: {err}");
         }
+    }
+
+    /// Only sealed records are compressed: `compress` or `compression`
+    /// written without `encryption_keys` would be ignored, so it is refused,
+    /// named, with what to do; left unset, the defaults need no keys.
+    #[test]
+    fn compression_settings_need_keys() {
+        for (line, key) in [
+            ("compress = true\n", "store.compress"),
+            ("compress = false\n", "store.compress"),
+            ("compression = \"lz4\"\n", "store.compression"),
+            ("compression = \"zstd\"\n", "store.compression"),
+        ] {
+            let err = error(&format!("[store]\n{line}{MINIMAL}"));
+            assert!(err.contains(key), "{line}: {err}");
+            assert!(
+                err.contains("add encryption_keys or remove"),
+                "{line}: {err}"
+            );
+            let sealed = parse(&format!("[store]\n{KEYS}{line}{MINIMAL}"));
+            assert!(sealed.is_ok(), "{line}: {:?}", sealed.err());
+        }
+        let plain = parse(MINIMAL).unwrap().store;
+        assert!(plain.encryption_keys.is_none());
     }
 
     #[test]

@@ -8,6 +8,15 @@
 //! writes its entry again, and an entry shown there already is replaced,
 //! so no instance replays an erased record from the front. (A front that
 //! is down is brought in line by the relay before it is used again.)
+//!
+//! Deleting before fencing is safe. Nothing of the front writes a record to
+//! PostgreSQL (markers, the publisher, the relay and read-repair write them
+//! to Redis only), so it cannot bring an erased row back. A write to the
+//! front after the fence is refused (the ceiling covers the removed record's
+//! token), and an entry written before it is dropped by it: the front can
+//! replay an erased record only until its step's fence, during the call, as
+//! PostgreSQL itself replays it until the step's delete
+//! (docs/src/operations/erasure.md#with-a-redis-front).
 
 use super::FrontStore;
 use crate::{EraseStep, EraseStepFailed, Erased, RecordKey, StoreAdmin};

@@ -47,8 +47,9 @@ impl SealedStore {
     /// Seal `inner`'s records under `keys` (the first seals, every one
     /// opens; none: records stay plain); `compression`: the codec tried
     /// before sealing, kept where it saves bytes (none: never compressed).
-    /// Opening reads whichever codec a record names, so it takes none. Plain records are replayed, unless keys are
-    /// set and [`SealedStore::refusing_plain`] says otherwise.
+    /// Opening reads whichever codec a record names, so it takes none.
+    /// Plain records are replayed, unless keys are set and
+    /// [`SealedStore::refusing_plain`] says otherwise.
     pub fn new(
         inner: Arc<dyn Store>,
         keys: Option<Arc<Keyring>>,
