@@ -188,6 +188,9 @@ pub struct Config {
     /// which a reload reads again; `None`: it came from text, and there is
     /// nothing to reload.
     pub source: Option<Source>,
+    /// Settings the file writes that this configuration does not act on,
+    /// one sentence each (part of [`Config::warnings`]).
+    pub unused: Vec<String>,
 }
 
 /// The file a configuration was read from, and what it held then.
@@ -203,7 +206,9 @@ impl Config {
     /// Settings that are valid but probably not what was meant, one
     /// sentence each: `idemgate check` prints them, `serve` logs them.
     pub fn warnings(&self) -> Vec<String> {
-        inquiry_warnings(&self.routes)
+        let mut warnings = self.unused.clone();
+        warnings.extend(inquiry_warnings(&self.routes));
+        warnings
     }
 
     /// Read, expand and validate a config file.

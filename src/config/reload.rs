@@ -166,10 +166,12 @@ fn comparisons(running: &Config, next: &Config) -> Vec<(&'static str, bool)> {
         log_format,
         telemetry,
     } skip {
-        // Applied by a reload; compared below; where both came from.
+        // Applied by a reload; compared below; where both came from;
+        // warnings about the file, which a reload logs.
         routes,
         store,
         source,
+        unused,
     } running, next, "")
     .to_vec();
     compared.extend(store_comparisons(&running.store, &next.store));

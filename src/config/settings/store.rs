@@ -105,15 +105,16 @@ super::rows! { STORE = Store {
     STORE_ENCRYPTION_KEYS "encryption_keys" List Unset("unset: responses are stored as they are"), Restart;
     /// with `encryption_keys`: compress each recorded response (with `compression`) before sealing
     /// it, when it has at least 128 bytes and compressing saves some. `false` keeps each sealed
-    /// record's size independent of how compressible its content is. Set without
-    /// `encryption_keys`, it is a config error: a response stored as it is is never compressed.
-    /// See [protecting stored responses](../operations/protecting-stored-responses.md#cost)
+    /// record's size independent of how compressible its content is. Without `encryption_keys` it
+    /// changes nothing (a response stored as it is is never compressed), and a file that writes it
+    /// gets a warning. See [protecting stored
+    /// responses](../operations/protecting-stored-responses.md#cost)
     STORE_COMPRESS "compress" Bool Toml("true"), Restart;
-    /// with `encryption_keys` and `compress`: the codec, `"lz4"` (several times less CPU) or
+    /// with `encryption_keys` and `compress`: the codec, `"lz4"` (about a third of zstd's CPU) or
     /// `"zstd"` (level 3: smaller records). Every instance opens records of either codec, whichever
     /// it seals with, but an idemgate older than this setting opens zstd only: on a fleet, keep
-    /// `"zstd"` until every instance runs a version that has it. Set with `compress = false`, or
-    /// without `encryption_keys`, it is a config error. See [choosing a
+    /// `"zstd"` until every instance runs a version that has it. Set with `compress = false`, it is
+    /// a config error; without `encryption_keys`, a warning. See [choosing a
     /// codec](../operations/protecting-stored-responses.md#choosing-a-codec)
     STORE_COMPRESSION "compression" Choice Toml(r#""lz4""#), Restart;
     /// with `encryption_keys`: replay records stored before keys were set, as they are. Set `false`

@@ -40,6 +40,7 @@ pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
         ));
     }
     let generation_set = raw.store.generation.is_some();
+    let unused = store::unused(&raw.store);
     let mut store = store::store(std::mem::take(&mut raw.store))?;
     let routes = routes(&raw.routes, &raw.defaults)?;
     if !generation_set {
@@ -58,7 +59,9 @@ pub(super) fn validate(mut raw: RawConfig) -> Result<Config, ConfigError> {
         front.fence_life = store::fence_life(longest);
     }
     let limits = limits(&raw, &routes)?;
-    process(raw, limits, store, routes)
+    let mut config = process(raw, limits, store, routes)?;
+    config.unused = unused;
+    Ok(config)
 }
 
 /// The process's bounds: connections, threads, streams, forwards, waiting
@@ -234,6 +237,7 @@ fn process(
         store,
         routes,
         source: None,
+        unused: Vec::new(),
     })
 }
 

@@ -32,7 +32,6 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
             "is set but store.compress = false compresses nothing: remove one of them",
         ));
     }
-    compression_needs_keys(&raw)?;
     let store = StoreConfig {
         url: raw.url.unwrap_or_else(|| DEFAULT_STORE_URL.to_string()),
         migrate: raw.migrate.unwrap_or(DEFAULT_STORE_MIGRATE),
@@ -94,24 +93,26 @@ pub(super) fn store(raw: RawStore) -> Result<StoreConfig, ConfigError> {
 }
 
 /// `compress` and `compression` act only on sealed records: written
-/// without `encryption_keys` they would be ignored (a plain record is never
-/// compressed), so the file says something the gateway does not do.
-fn compression_needs_keys(raw: &RawStore) -> Result<(), ConfigError> {
+/// without `encryption_keys` they change nothing (a plain record is never
+/// compressed). Not an error: files copied from an earlier `gateway.toml`,
+/// which set both, keep starting; `idemgate check` and `serve` warn.
+pub(super) fn unused(raw: &RawStore) -> Vec<String> {
     if raw.encryption_keys.is_some() {
-        return Ok(());
+        return Vec::new();
     }
-    let written = [
+    [
         (raw.compress.is_some(), S::STORE_COMPRESS.path()),
         (raw.compression.is_some(), S::STORE_COMPRESSION.path()),
-    ];
-    match written.into_iter().find(|(set, _)| *set) {
-        Some((_, key)) => Err(invalid(
-            key,
-            "is set but without store.encryption_keys nothing is compressed (only sealed \
-             records are): add encryption_keys or remove the line",
-        )),
-        None => Ok(()),
-    }
+    ]
+    .into_iter()
+    .filter(|(written, _)| *written)
+    .map(|(_, key)| {
+        format!(
+            "{key} is set but without store.encryption_keys nothing is compressed (only \
+             sealed records are): add encryption_keys or remove the line"
+        )
+    })
+    .collect()
 }
 
 /// The `[store.front]` table; its fence life is set once the routes are known.
@@ -211,27 +212,39 @@ mod tests {
     }
 
     /// Only sealed records are compressed: `compress` or `compression`
-    /// written without `encryption_keys` would be ignored, so it is refused,
-    /// named, with what to do; left unset, the defaults need no keys.
+    /// written without `encryption_keys` changes nothing, so each one
+    /// written is named in a warning, with what to do; the file still
+    /// loads. With keys, or left unset, there is nothing to warn about.
     #[test]
-    fn compression_settings_need_keys() {
-        for (line, key) in [
-            ("compress = true\n", "store.compress"),
-            ("compress = false\n", "store.compress"),
-            ("compression = \"lz4\"\n", "store.compression"),
-            ("compression = \"zstd\"\n", "store.compression"),
+    fn compression_settings_without_keys_are_warned_about() {
+        for (lines, keys) in [
+            ("compress = true\n", &["store.compress"][..]),
+            ("compress = false\n", &["store.compress"]),
+            ("compression = \"lz4\"\n", &["store.compression"]),
+            (
+                "compress = true\ncompression = \"zstd\"\n",
+                &["store.compress", "store.compression"],
+            ),
         ] {
-            let err = error(&format!("[store]\n{line}{MINIMAL}"));
-            assert!(err.contains(key), "{line}: {err}");
+            let warnings = parse(&format!("[store]\n{lines}{MINIMAL}"))
+                .unwrap()
+                .warnings();
+            assert_eq!(warnings.len(), keys.len(), "{lines}: {warnings:?}");
+            for (warning, key) in warnings.iter().zip(keys) {
+                assert!(warning.starts_with(key), "{lines}: {warning}");
+                assert!(
+                    warning.contains("add encryption_keys or remove"),
+                    "{lines}: {warning}"
+                );
+            }
+            let sealed = parse(&format!("[store]\n{KEYS}{lines}{MINIMAL}")).unwrap();
             assert!(
-                err.contains("add encryption_keys or remove"),
-                "{line}: {err}"
+                sealed.warnings().is_empty(),
+                "{lines}: {:?}",
+                sealed.warnings()
             );
-            let sealed = parse(&format!("[store]\n{KEYS}{line}{MINIMAL}"));
-            assert!(sealed.is_ok(), "{line}: {:?}", sealed.err());
         }
-        let plain = parse(MINIMAL).unwrap().store;
-        assert!(plain.encryption_keys.is_none());
+        assert!(parse(MINIMAL).unwrap().warnings().is_empty());
     }
 
     #[test]
