@@ -12,10 +12,13 @@
 //! Deleting before fencing is safe. Nothing of the front writes a record to
 //! PostgreSQL (markers, the publisher, the relay and read-repair write them
 //! to Redis only), so it cannot bring an erased row back. A write to the
-//! front after the fence is refused (the ceiling covers the removed record's
-//! token), and an entry written before it is dropped by it: the front can
-//! replay an erased record only until its step's fence, during the call, as
-//! PostgreSQL itself replays it until the step's delete
+//! front after the fence is refused while the fence lives (the ceiling
+//! covers the removed record's token), and an entry written before it is
+//! dropped by it: the front can replay an erased record only until its
+//! step's fence, during the call, as PostgreSQL itself replays it until the
+//! step's delete. Unless this process finds the front unusable or a fence
+//! write fails (the step still succeeds): then the relay applies the
+//! outbox's invalidations, after the call
 //! (docs/src/operations/erasure.md#with-a-redis-front).
 
 use super::FrontStore;
