@@ -63,6 +63,8 @@ impl Config {
         let mut config = self.clone();
         config.routes = next.routes;
         config.source = next.source;
+        // What the file now read writes to no effect (logged by the reload).
+        config.unused = next.unused;
         Ok(Reload {
             config,
             restart_required,
